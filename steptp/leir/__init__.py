@@ -1,0 +1,10 @@
+"""LEIR, the loop-expression IR the dataset is written in: AST, parser, printer, checker,
+analyses, canonical renaming, a NumPy interpreter and the Step-TP v1 reader/writer."""
+
+from . import ast
+from .ast import Program
+from .parser import LeirSyntaxError, parse
+from .printer import format_expr, format_program, format_stmt
+
+__all__ = ["ast", "Program", "LeirSyntaxError", "parse", "format_program", "format_expr",
+           "format_stmt"]
