@@ -1,0 +1,32 @@
+# Two entry points: `make run` (the main job) and `make test` (the test suite).
+# Both create .venv on first use. torch is installed first, pinned to the 2.13.0 CPU build, so
+# that no resolver ever pulls a CUDA build of several GB.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test test-fast bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11) on PATH, or run: make PYTHON=python3 ..."; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install "torch==2.13.0"
+	$(BIN)/pip install -e ".[all,test]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/steptp demo
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not slow"
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/token_efficiency.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache
