@@ -54,10 +54,12 @@ def corpus_rows(path: Path):
                 yield json.loads(line)
 
 
-def measure(enc, program, v1_text: str | None = None) -> dict:
+def measure(enc, program, v1_text: str | None = None, primfunc=None) -> dict:
+    """Token counts of one kernel. ``primfunc`` is its original TIR where it has one (extracted
+    kernels); otherwise the TVMScript is that of its lowering."""
     canon, _ = canonicalize(program)
     leir = format_program(canon)
-    script = lower(program).script()
+    script = (primfunc if primfunc is not None else lower(program)).script()
     out = {"leir": count(enc, leir), "tvmscript": count(enc, script)}
     if v1_text is not None:
         out["v1_sig"] = count(enc, v1_text)
@@ -87,7 +89,7 @@ def extracted_programs():
         funcs = res[0] if isinstance(res, tuple) else res
         for name, f in funcs:
             try:
-                yield f"{mname}/{name}", raise_primfunc(f, name)
+                yield f"{mname}/{name}", raise_primfunc(f, name), f
             except Exception as e:  # noqa: BLE001 - report and go on
                 print(f"  {mname}/{name}: not raised ({e})", file=sys.stderr)
 
@@ -114,8 +116,8 @@ def main(argv=None) -> int:
     else:
         print(f"(v1 corpus not found at {a.corpus})", file=sys.stderr)
     if a.extracted:
-        for name, prog in extracted_programs():
-            rows.append((name, measure(enc, prog)))
+        for name, prog, func in extracted_programs():
+            rows.append((name, measure(enc, prog, primfunc=func)))
 
     if a.verbose:
         print(f"{'kernel':50s} {'LEIR':>6s} {'TVMS':>6s} {'v1+sig':>7s}")

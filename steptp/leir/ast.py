@@ -217,7 +217,11 @@ Node = Union[Expr, Stmt, Tensor, Program]
 
 # ----------------------------------------------------------------------------- helpers
 def children(node: object) -> Iterator[object]:
-    """Direct AST children of a node (expressions and statements), in field order."""
+    """Direct AST children of a node (expressions and statements), in field order. A tuple of
+    nodes (a body, an index) yields its elements."""
+    if isinstance(node, tuple):
+        yield from node
+        return
     for f in fields(node):  # type: ignore[arg-type]
         if f.name == "pos":
             continue

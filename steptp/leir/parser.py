@@ -10,8 +10,9 @@ import functools
 from importlib import resources
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
-from lark.indenter import Indenter
+from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken,
+                             VisitError)
+from lark.indenter import DedentError, Indenter
 
 from . import ast as A
 
@@ -38,6 +39,18 @@ class _Indenter(Indenter):
     INDENT_type = "_INDENT"
     DEDENT_type = "_DEDENT"
     tab_len = 4
+
+    def handle_NL(self, token):
+        levels = list(self.indent_level)
+        try:
+            yield from super().handle_NL(token)
+        except DedentError:
+            indent_str = token.rsplit("\n", 1)[1]
+            indent = indent_str.count(" ") + indent_str.count("\t") * self.tab_len
+            cols = " or ".join(str(n + 1) for n in levels if 0 < n < indent) or "1"
+            raise LeirSyntaxError(f"inconsistent indentation: this line starts at column {indent + 1}, "
+                                  f"which matches no enclosing block (expected column {cols})",
+                                  token.end_line, indent + 1) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,11 +92,15 @@ class _Build(Transformer):
         return items[-1]
 
     def kernel(self, items):
-        name, inputs, outputs, *rest = items
-        inter = tuple(x for x in rest if isinstance(x, A.Tensor))
-        body = tuple(x for x in rest if not isinstance(x, A.Tensor))
-        tensors = frozenset(t.name for t in inputs + outputs + inter)
-        return A.Program(str(name), inputs, outputs, inter, _resolve_names(body, tensors))
+        default, name, inputs, outputs, *rest = items
+        default = str(default) if default is not None else None
+        decls = [x for x in rest if isinstance(x, _Decl)]
+        body = tuple(x for x in rest if not isinstance(x, _Decl))
+        ins = tuple(d.tensor(default) for d in inputs)
+        outs = tuple(d.tensor(default) for d in outputs)
+        inter = tuple(d.tensor(default) for d in decls)
+        tensors = {t.name: t for t in ins + outs + inter}
+        return A.Program(str(name), ins, outs, inter, _resolve(body, tensors, ()))
 
     def inputs(self, items):
         return tuple(x for x in items if x is not None)
@@ -91,9 +108,14 @@ class _Build(Transformer):
     def outputs(self, items):
         return tuple(items)
 
-    def param(self, items):
+    def param_long(self, items):
         name, (dtype, shape) = items
-        return A.Tensor(str(name), dtype, shape, "global", _p(name))
+        return _Decl(str(name), dtype, shape, "global", _p(name))
+
+    def param(self, items):
+        name, shape, dtype = items
+        return _Decl(str(name), str(dtype) if dtype is not None else None,
+                     shape if shape is not None else (), "global", _p(name))
 
     def type(self, items):
         dtype = str(items[0])
@@ -103,10 +125,22 @@ class _Build(Transformer):
     def shape(self, items):
         return tuple(int(t) for t in items if t is not None)
 
-    def decl(self, items):
+    def decl_long(self, items):
         name, (dtype, shape), scope = items
-        return A.Tensor(str(name), dtype, shape, str(scope) if scope is not None else "global",
-                        _p(name))
+        return _Decl(str(name), dtype, shape, str(scope) if scope is not None else "global",
+                     _p(name))
+
+    def decl(self, items):
+        name, index, dtype, scope = items
+        shape = []
+        for e in index or ():
+            if not (isinstance(e, A.Const) and e.kind == "int" and e.value > 0):
+                pos = e.pos or _p(name)
+                raise _Positioned(f"declaration of {name}: a shape holds positive integers; "
+                                  f"a statement needs =, +=, *=, max= or min=", pos)
+            shape.append(int(e.value))
+        return _Decl(str(name), str(dtype) if dtype is not None else None, tuple(shape),
+                     str(scope) if scope is not None else "global", _p(name))
 
     @v_args(meta=True)
     def for_stmt(self, meta, items):
@@ -194,30 +228,108 @@ class _Build(Transformer):
         return A.Var(str(items[0]), _p(items[0]))
 
 
-def _resolve_names(node, tensors: frozenset[str]):
-    """Bare names of declared tensors are scalar loads; every other bare name is a loop var."""
+class _Positioned(Exception):
+    """An error found while building the AST, with the position it refers to."""
+
+    def __init__(self, message: str, pos: A.Pos | None):
+        super().__init__(message)
+        self.message, self.pos = message, pos
+
+
+class _Decl:
+    """A declared tensor whose dtype may still come from the kernel's default."""
+
+    def __init__(self, name, dtype, shape, scope, pos):
+        self.name, self.dtype, self.shape, self.scope, self.pos = name, dtype, shape, scope, pos
+
+    def tensor(self, default: str | None) -> A.Tensor:
+        dtype = self.dtype or default
+        if dtype is None:
+            raise _Positioned(f"{self.name} has no dtype: write it ({self.name}[...] f32) or give "
+                              f"the kernel a default (kernel f32 NAME(...))", self.pos)
+        return A.Tensor(self.name, dtype, self.shape, self.scope, self.pos)
+
+
+def implicit_loops(stmt: A.Assign, bound, tensors) -> list[tuple[str, int]] | str:
+    """The loops an assignment written without its ``for`` lines stands for, outermost first.
+
+    A variable that no enclosing loop binds is looped over implicitly: the left-hand side's
+    variables in order of first appearance, then the right-hand side's. Each extent is the size
+    of a dimension the variable indexes plainly (``A[i,k]``); all such dimensions must agree.
+    Returns the loops, or a message saying why they cannot be inferred.
+    """
+    order: dict[str, None] = {}
+    for e in stmt.index:
+        for v in A.free_vars(e):
+            if v not in bound:
+                order.setdefault(v, None)
+    for v in A.free_vars(stmt.value):
+        if v not in bound:
+            order.setdefault(v, None)
+    if not order:
+        return []
+    extents: dict[str, int] = {}
+    accesses = [(stmt.tensor, stmt.index)] + [(ld.tensor, ld.index) for ld in A.loads(stmt.value)]
+    for name, index in accesses:
+        t = tensors.get(name)
+        if t is None or len(index) != len(t.shape):
+            continue
+        for dim, e in zip(t.shape, index):
+            if isinstance(e, A.Var) and e.name in order:
+                if extents.setdefault(e.name, dim) != dim:
+                    return (f"loop variable {e.name} indexes dimensions of sizes "
+                            f"{extents[e.name]} and {dim}; write its for loop")
+    for v in order:
+        if v not in extents:
+            return (f"loop variable {v} is bound by no for loop and indexes no dimension "
+                    f"plainly, so its extent is unknown; write its for loop")
+    return [(v, extents[v]) for v in order]
+
+
+def _resolve(node, tensors: dict[str, A.Tensor], bound: tuple[str, ...]):
+    """Resolve bare names (declared tensors are scalar loads, the rest loop variables) and
+    expand assignments written without their loops."""
     if isinstance(node, tuple):
-        return tuple(_resolve_names(x, tensors) for x in node)
+        return tuple(_resolve(x, tensors, bound) for x in node)
     if isinstance(node, A.Var):
         return A.Load(node.name, (), node.pos) if node.name in tensors else node
     if isinstance(node, A.Const):
         return node
     if isinstance(node, A.Load):
-        return A.Load(node.tensor, _resolve_names(node.index, tensors), node.pos)
+        return A.Load(node.tensor, _resolve(node.index, tensors, bound), node.pos)
     if isinstance(node, A.Unary):
-        return A.Unary(node.op, _resolve_names(node.operand, tensors), node.pos)
+        return A.Unary(node.op, _resolve(node.operand, tensors, bound), node.pos)
     if isinstance(node, A.Binary):
-        return A.Binary(node.op, _resolve_names(node.lhs, tensors), _resolve_names(node.rhs, tensors), node.pos)
+        return A.Binary(node.op, _resolve(node.lhs, tensors, bound),
+                        _resolve(node.rhs, tensors, bound), node.pos)
     if isinstance(node, A.Call):
-        return A.Call(node.func, _resolve_names(node.args, tensors), node.pos)
+        return A.Call(node.func, _resolve(node.args, tensors, bound), node.pos)
     if isinstance(node, A.Assign):
-        return A.Assign(node.tensor, _resolve_names(node.index, tensors), node.op,
-                        _resolve_names(node.value, tensors), node.pos)
+        stmt = A.Assign(node.tensor, _resolve(node.index, tensors, bound), node.op,
+                        _resolve(node.value, tensors, bound), node.pos)
+        loops = implicit_loops(stmt, frozenset(bound), tensors)
+        if isinstance(loops, str):
+            raise _Positioned(loops, node.pos)
+        out: A.Stmt = stmt
+        for var, extent in reversed(loops):
+            out = A.Loop(var, extent, "serial", (out,), node.pos)
+        return out
     if isinstance(node, A.Loop):
-        return A.Loop(node.var, node.extent, node.kind, _resolve_names(node.body, tensors), node.pos)
+        return A.Loop(node.var, node.extent, node.kind,
+                      _resolve(node.body, tensors, bound + (node.var,)), node.pos)
     if isinstance(node, A.If):
-        return A.If(_resolve_names(node.cond, tensors), _resolve_names(node.body, tensors), node.pos)
+        return A.If(_resolve(node.cond, tensors, bound), _resolve(node.body, tensors, bound),
+                    node.pos)
     raise TypeError(node)  # pragma: no cover
+
+
+def _after_colon(src: str, line: int) -> bool:
+    """Whether the last non-blank line before ``line`` opens a block (ends with ':')."""
+    for prev in reversed(src.splitlines()[:line - 1]):
+        code = prev.split("#", 1)[0].rstrip()
+        if code:
+            return code.endswith(":")
+    return False
 
 
 def parse(text: str) -> A.Program:
@@ -241,14 +353,27 @@ def parse(text: str) -> A.Program:
             "end of block" if tok.type == "_DEDENT" else repr(str(tok)))
         line = tok.line if tok.line is not None and tok.line > 0 else src.count("\n")
         column = tok.column if tok.column is not None and tok.column > 0 else 1
-        raise LeirSyntaxError(f"unexpected {what}; expected {_describe_expected(e.expected)}",
+        expected = _describe_expected(e.expected)
+        if set(e.expected) == {"_NL"} and _after_colon(src, line):
+            expected = "an indented block"
+        raise LeirSyntaxError(f"unexpected {what}; expected {expected}",
                               line, column, src) from None
     except UnexpectedEOF as e:
         raise LeirSyntaxError(f"unexpected end of input; expected {_describe_expected(e.expected)}",
                               src.count("\n"), 1, src) from None
+    except LeirSyntaxError as e:  # raised by the indenter
+        raise LeirSyntaxError(e.detail, e.line, e.column, src) from None
     except UnexpectedInput as e:  # pragma: no cover - other lark errors
         raise LeirSyntaxError(str(e).splitlines()[0], getattr(e, "line", None),
                               getattr(e, "column", None), src) from None
     except Exception as e:  # the indenter raises plain errors on inconsistent dedent
         raise LeirSyntaxError(f"inconsistent indentation ({e})", None, None) from None
-    return _Build().transform(tree)
+    try:
+        return _Build().transform(tree)
+    except VisitError as e:
+        orig = e.orig_exc
+        if isinstance(orig, _Positioned):
+            pos = orig.pos
+            raise LeirSyntaxError(orig.message, pos.line if pos else None,
+                                  pos.column if pos else None, src) from None
+        raise

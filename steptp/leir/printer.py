@@ -1,6 +1,6 @@
 """AST -> canonical LEIR text.
 
-One printing per program: two-space indentation, perfectly nested loops merged into one header,
+One printing per program: one-space indentation, perfectly nested loops merged into one header,
 the fewest parentheses that keep the tree, subscripts without spaces. ``parse(print(p)) == p``
 and ``print(parse(t))`` is a fixed point; the canonical hash is taken over this text.
 """
@@ -11,7 +11,9 @@ import math
 
 from . import ast as A
 
-INDENT = "  "
+# One space per level: every line starts with its indentation, and a single space merges
+# with the next token where two spaces cost one more token per line.
+INDENT = " "
 
 # Binding strength of each operator (higher binds tighter), as in Python.
 _PREC = {"or": 1, "and": 2, "not": 3,
@@ -90,56 +92,101 @@ def _fmt(e: A.Expr, need: int, compact: bool) -> str:
     raise TypeError(f"not a LEIR expression: {e!r}")
 
 
+def default_dtype(p: A.Program) -> str:
+    """The kernel's default dtype: the most common one among its tensors (first seen wins a
+    tie), so that the fewest declarations spell theirs out."""
+    counts: dict[str, int] = {}
+    for t in p.inputs + p.outputs + p.intermediates:
+        counts[t.dtype] = counts.get(t.dtype, 0) + 1
+    return max(counts, key=lambda d: counts[d]) if counts else "f32"
+
+
 def format_type(t: A.Tensor) -> str:
+    """The long form ``f32[8,64]`` (error messages and the v1 signature use it)."""
     if not t.shape:
         return t.dtype
     return f"{t.dtype}[{','.join(str(d) for d in t.shape)}]"
 
 
-def _stmt_lines(s: A.Stmt, depth: int, out: list[str]) -> None:
+def format_decl(t: A.Tensor, default: str, intermediate: bool = False) -> str:
+    shape = f"[{','.join(str(d) for d in t.shape)}]" if (t.shape or intermediate) else ""
+    dtype = "" if t.dtype == default else f" {t.dtype}"
+    scope = "" if t.scope == "global" else f" {t.scope}"
+    return f"{t.name}{shape}{dtype}{scope}"
+
+
+def _implicit_from(chain: list[A.Loop], stmt: A.Assign, bound: tuple[str, ...],
+                   tensors: dict[str, A.Tensor]) -> int:
+    """How many loops of a perfect serial chain ending in ``stmt`` must be written out; the
+    rest are exactly the loops the parser infers for a bare assignment (see
+    ``parser.implicit_loops``). Returns len(chain) when none can be left implicit."""
+    from .parser import implicit_loops
+
+    for k in range(len(chain) + 1):
+        rest = chain[k:]
+        if any(lp.kind != "serial" for lp in rest):
+            continue
+        loops = implicit_loops(stmt, frozenset(bound + tuple(lp.var for lp in chain[:k])), tensors)
+        if not isinstance(loops, str) and loops == [(lp.var, lp.extent) for lp in rest]:
+            return k
+    return len(chain)
+
+
+def _stmt_lines(s: A.Stmt, depth: int, out: list[str], bound: tuple[str, ...] = (),
+                tensors: dict[str, A.Tensor] | None = None) -> None:
     pad = INDENT * depth
+    tensors = tensors or {}
     if isinstance(s, A.Assign):
         lhs = s.tensor if not s.index else f"{s.tensor}[{','.join(_fmt(i, 0, True) for i in s.index)}]"
         out.append(f"{pad}{lhs} {s.op} {format_expr(s.value)}")
     elif isinstance(s, A.Loop):
-        heads = []
-        node: A.Stmt = s
-        while True:
-            kind = "" if node.kind == "serial" else f" {node.kind}"
-            heads.append(f"{node.var} in {node.extent}{kind}")
-            if len(node.body) == 1 and isinstance(node.body[0], A.Loop):
-                node = node.body[0]
-            else:
-                break
+        chain = [s]
+        while len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], A.Loop):
+            chain.append(chain[-1].body[0])
+        inner = chain[-1].body
+        if tensors and len(inner) == 1 and isinstance(inner[0], A.Assign):
+            k = _implicit_from(chain, inner[0], bound, tensors)
+            if k == 0:
+                _stmt_lines(inner[0], depth, out, bound, tensors)
+                return
+            chain, inner = chain[:k], (inner[0],)
+        heads = [f"{lp.var} in {lp.extent}{'' if lp.kind == 'serial' else ' ' + lp.kind}"
+                 for lp in chain]
         out.append(f"{pad}for {', '.join(heads)}:")
-        for b in node.body:
-            _stmt_lines(b, depth + 1, out)
+        inner_bound = bound + tuple(lp.var for lp in chain)
+        for b in inner:
+            _stmt_lines(b, depth + 1, out, inner_bound, tensors)
     elif isinstance(s, A.If):
         out.append(f"{pad}if {format_expr(s.cond)}:")
         for b in s.body:
-            _stmt_lines(b, depth + 1, out)
+            _stmt_lines(b, depth + 1, out, bound, tensors)
     else:
         raise TypeError(f"not a LEIR statement: {s!r}")
 
 
-def format_stmt(s: A.Stmt, depth: int = 0) -> str:
+def format_stmt(s: A.Stmt, depth: int = 0, program: A.Program | None = None,
+                bound: tuple[str, ...] = ()) -> str:
+    """Print one statement. Given its program (and the loop variables bound around it), loops
+    the parser can infer are left implicit, as in ``format_program``; without, all are written."""
     out: list[str] = []
-    _stmt_lines(s, depth, out)
+    _stmt_lines(s, depth, out, bound, program.tensors if program is not None else None)
     return "\n".join(out)
 
 
 def format_signature(p: A.Program) -> str:
-    ins = ", ".join(f"{t.name}: {format_type(t)}" for t in p.inputs)
-    outs = ", ".join(f"{t.name}: {format_type(t)}" for t in p.outputs)
-    return f"kernel {p.name}({ins}) -> {outs}"
+    d = default_dtype(p)
+    ins = ", ".join(format_decl(t, d) for t in p.inputs)
+    outs = ", ".join(format_decl(t, d) for t in p.outputs)
+    return f"kernel {d} {p.name}({ins}) -> {outs}"
 
 
 def format_program(p: A.Program) -> str:
     """The canonical text of a program (ends with a newline)."""
+    d = default_dtype(p)
     out = [format_signature(p)]
     for t in p.intermediates:
-        scope = "" if t.scope == "global" else f" {t.scope}"
-        out.append(f"{INDENT}{t.name}: {format_type(t)}{scope}")
+        out.append(f"{INDENT}{format_decl(t, d, intermediate=True)}")
+    tensors = p.tensors
     for s in p.body:
-        _stmt_lines(s, 1, out)
+        _stmt_lines(s, 1, out, (), tensors)
     return "\n".join(out) + "\n"

@@ -1,0 +1,143 @@
+"""Deterministic renaming of LEIR programs (docs/leir.md, "Canonical form").
+
+* tensors are lettered in one sequence, signature first (inputs then outputs, in argument
+  order), then intermediates in declaration order: ``A, B, ..., Z, AA, AB, ..., ZZ, AAA, ...``.
+  One capital letter is one token, so the names that fill every access cost least;
+* loop variables are named by nesting depth: ``i j k l m n o p q r s t u v w x y z``, then
+  ``i1, j1, ...``; sibling nests reuse names.
+
+The renaming is one simultaneous substitution over the tree (old name -> new name, with loop
+variables resolved in their scope), so an old name equal to some new name is never captured.
+Names that are neither declared nor bound by a loop (only in invalid programs) are left as they
+are. ``canonicalize`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Any
+
+from . import ast as A
+from .printer import format_program
+
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_LOOP_LETTERS = "ijklmnopqrstuvwxyz"
+
+
+def tensor_name(n: int) -> str:
+    """Canonical name of the n-th (0-based) tensor: kernel arguments first, then intermediates."""
+    name = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        name = _LETTERS[r] + name
+    return name
+
+
+def loop_name(depth: int) -> str:
+    """Canonical name of a loop variable at nesting depth ``depth`` (0 = outermost)."""
+    k = len(_LOOP_LETTERS)
+    return _LOOP_LETTERS[depth] if depth < k else f"{_LOOP_LETTERS[depth % k]}{depth // k}"
+
+
+def canonicalize(program: A.Program) -> tuple[A.Program, dict[str, Any]]:
+    """The canonically renamed program and the original names.
+
+    The metadata is JSON-ready: ``{"kernel": name, "tensors": {new: old}, "loops": [{"path":
+    [...], "new": ..., "old": ...}, ...]}`` with one entry per loop in program order (``path`` as in
+    ``steptp.leir.analysis``). The kernel name itself is kept.
+    """
+    tmap: dict[str, str] = {}
+    for n, t in enumerate(program.params + program.intermediates):
+        tmap.setdefault(t.name, tensor_name(n))
+    loops: list[dict[str, Any]] = []
+    r = _Renamer(tmap, loops)
+    new = A.Program(
+        program.name,
+        tuple(replace(t, name=tmap[t.name]) for t in program.inputs),
+        tuple(replace(t, name=tmap[t.name]) for t in program.outputs),
+        tuple(replace(t, name=tmap[t.name]) for t in program.intermediates),
+        r.body(program.body, (), {}),
+    )
+    tensors: dict[str, str] = {}
+    for t in program.params + program.intermediates:
+        tensors.setdefault(tmap[t.name], t.name)
+    return new, {"kernel": program.name, "tensors": tensors, "loops": loops}
+
+
+def restore_names(program: A.Program, meta: dict[str, Any]) -> A.Program:
+    """Undo ``canonicalize``: give a canonical program back its original names (``meta`` is the
+    metadata ``canonicalize`` returned; loops are matched by path)."""
+    tmap = {new: old for new, old in meta["tensors"].items()}
+    by_path = {tuple(e["path"]): e["old"] for e in meta["loops"]}
+    r = _Renamer(tmap, None, by_path)
+    return A.Program(
+        meta.get("kernel", program.name),
+        tuple(replace(t, name=tmap.get(t.name, t.name)) for t in program.inputs),
+        tuple(replace(t, name=tmap.get(t.name, t.name)) for t in program.outputs),
+        tuple(replace(t, name=tmap.get(t.name, t.name)) for t in program.intermediates),
+        r.body(program.body, (), {}),
+    )
+
+
+def canonical_text(program: A.Program) -> str:
+    """The canonical text of the canonically renamed program."""
+    return format_program(canonicalize(program)[0])
+
+
+def canonical_hash(program: A.Program) -> str:
+    """SHA-256 (hex) of the canonical text with the kernel name replaced by ``k``."""
+    p = replace(canonicalize(program)[0], name="k")
+    return hashlib.sha256(format_program(p).encode("utf-8")).hexdigest()
+
+
+class _Renamer:
+    """Rebuilds a tree with tensors renamed by ``tmap`` and loop variables by depth (or, when
+    ``by_path`` is given, by the loop's path)."""
+
+    def __init__(self, tmap: dict[str, str], log: list | None, by_path: dict | None = None):
+        self.tmap, self.log, self.by_path = tmap, log, by_path
+
+    def body(self, stmts, path: tuple[int, ...], env: dict[str, str]) -> tuple:
+        return tuple(self.stmt(s, path + (n,), env) for n, s in enumerate(stmts))
+
+    def stmt(self, s: A.Stmt, path: tuple[int, ...], env: dict[str, str]) -> A.Stmt:
+        """``env`` maps the old names of the enclosing loop variables to their new names; its
+        length is the nesting depth."""
+        if isinstance(s, A.Assign):
+            return replace(s, tensor=self.tmap.get(s.tensor, s.tensor),
+                           index=tuple(self.expr(i, env) for i in s.index),
+                           value=self.expr(s.value, env))
+        if isinstance(s, A.Loop):
+            if self.by_path is not None:
+                new = self.by_path.get(path, s.var)
+            else:
+                new = loop_name(len(env))
+            if self.log is not None:
+                self.log.append({"path": list(path), "new": new, "old": s.var})
+            inner = dict(env)
+            inner.pop(s.var, None)  # a shadowing loop (invalid) still counts one level deeper
+            inner[s.var] = new
+            if len(inner) == len(env):
+                inner[f"\0{len(env)}"] = ""
+            return replace(s, var=new, body=self.body(s.body, path, inner))
+        if isinstance(s, A.If):
+            return replace(s, cond=self.expr(s.cond, env), body=self.body(s.body, path, env))
+        raise TypeError(f"not a LEIR statement: {s!r}")
+
+    def expr(self, e: A.Expr, env: dict[str, str]) -> A.Expr:
+        if isinstance(e, A.Const):
+            return e
+        if isinstance(e, A.Var):
+            return replace(e, name=env.get(e.name, e.name))
+        if isinstance(e, A.Load):
+            return replace(e, tensor=self.tmap.get(e.tensor, e.tensor),
+                           index=tuple(self.expr(i, env) for i in e.index))
+        if isinstance(e, A.Unary):
+            return replace(e, operand=self.expr(e.operand, env))
+        if isinstance(e, A.Binary):
+            return replace(e, lhs=self.expr(e.lhs, env), rhs=self.expr(e.rhs, env))
+        if isinstance(e, A.Call):
+            return replace(e, args=tuple(self.expr(a, env) for a in e.args))
+        raise TypeError(f"not a LEIR expression: {e!r}")

@@ -1,0 +1,16 @@
+"""Rewrite strategies: the registry of atomic optimization decisions a Step-TP record makes.
+
+``candidates(program)`` enumerates every legal, non-trivial application; ``get(name)`` returns
+one strategy (``sites``/``params``/``check``/``apply``). Importing this package registers the
+loop family (``steptp.strategies.loops``).
+"""
+
+from .base import (EXACTNESS, TARGETS, Candidate, IllegalRewrite, Rejected, Site, Strategy,
+                   Verdict)
+from .registry import (all, apply, candidates, canonical, check, describe, for_target, get, names,
+                       register)
+from . import loops  # noqa: F401  (registers the loop family)
+
+__all__ = ["EXACTNESS", "TARGETS", "Candidate", "IllegalRewrite", "Rejected", "Site", "Strategy",
+           "Verdict", "all", "apply", "candidates", "canonical", "check", "describe",
+           "for_target", "get", "names", "register", "loops"]

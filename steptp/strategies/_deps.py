@@ -1,0 +1,267 @@
+"""Data-dependence tests for the loop strategies: sound (never misses a dependence), conservative
+(may report one that cannot happen).
+
+Every array access is collected with its enclosing loops. For two accesses to the same tensor, at
+least one a write, we ask whether some pair of their statement instances touches the same element
+under a **direction vector** over the loops they share: ``<`` (the first access's iteration is
+earlier), ``=`` or ``>``, and ``*`` (any). Each subscript that is affine in the loop variables gives
+one equation; a direction vector is infeasible as soon as one equation has no solution over the
+reals (Banerjee bounds: the extreme values of ``a*x - b*y`` over the polygon the direction cuts
+out of the iteration box) or over the integers (the GCD test). Subscripts that are not affine
+(gathers, ``//``, ``%``) give no equation, so they can only add dependences, never hide one.
+``if`` guards only shrink iteration domains and are ignored, again on the safe side.
+
+A reduction ``X[i] += e`` reads and writes ``X[i]``; a scalar tensor's single element is touched
+by every instance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from ..leir import ast as A
+from ._ir import Affine, Path, affine
+
+DIRS = ("<", "=", ">")
+
+
+@dataclass(frozen=True)
+class LoopRef:
+    path: Path
+    var: str
+    extent: int
+
+
+@dataclass(frozen=True)
+class Access:
+    tensor: str
+    index: tuple[Affine | None, ...]
+    write: bool
+    loops: tuple[LoopRef, ...]
+    stmt: Path          # the path of the statement (assignment or if) the access belongs to
+    text: str           # for messages, e.g. "T0[i] += ..."
+    reduction: bool = False
+
+
+def collect(body: Sequence[A.Stmt], base: Path = (), loops: tuple[LoopRef, ...] = ()) -> list[Access]:
+    """Every access of a statement list (paths relative to the program root via ``base``)."""
+    from ..leir.printer import format_expr, format_stmt
+
+    out: list[Access] = []
+
+    def reads_of(e: object, loops_, path, text) -> None:
+        for n in A.walk(e):
+            if isinstance(n, A.Load):
+                out.append(Access(n.tensor, tuple(affine(i) for i in n.index), False, loops_, path, text))
+
+    for k, s in enumerate(body):
+        p = base + (k,)
+        if isinstance(s, A.Loop):
+            out.extend(collect(s.body, p, loops + (LoopRef(p, s.var, s.extent),)))
+        elif isinstance(s, A.If):
+            reads_of(s.cond, loops, p, f"if {format_expr(s.cond)}")
+            out.extend(collect(s.body, p, loops))
+        else:
+            text = format_stmt(s).strip()
+            for i in s.index:
+                reads_of(i, loops, p, text)
+            reads_of(s.value, loops, p, text)
+            idx = tuple(affine(i) for i in s.index)
+            if s.is_reduction:
+                out.append(Access(s.tensor, idx, False, loops, p, text, True))
+            out.append(Access(s.tensor, idx, True, loops, p, text, s.is_reduction))
+    return out
+
+
+def collect_under(program: A.Program, path: Path) -> list[Access]:
+    """The accesses of the statement at ``path`` and everything inside it."""
+    from ._ir import chain
+
+    ch = chain(program, path)
+    if ch is None:
+        return []
+    loops = []
+    for q, s in zip(range(len(path)), ch):
+        if isinstance(s, A.Loop):
+            loops.append(LoopRef(tuple(path[:q + 1]), s.var, s.extent))
+    node = ch[-1]
+    if isinstance(node, A.Loop):
+        return collect(node.body, tuple(path), tuple(loops))
+    return _collect_single(node, tuple(path), tuple(loops))
+
+
+def _collect_single(node: A.Stmt, path: Path, loops: tuple[LoopRef, ...]) -> list[Access]:
+    accs = collect((node,), (), loops)
+    # re-root the statement paths: collect() numbered the node as (0,)
+    out = []
+    for a in accs:
+        out.append(Access(a.tensor, a.index, a.write, a.loops, path + a.stmt[1:], a.text, a.reduction))
+    return out
+
+
+# ----------------------------------------------------------------------------- feasibility
+def _term_range(a: int, b: int, n: int, d: str) -> tuple[float, float] | None:
+    """Bounds of ``a*x - b*y`` for ``x, y`` in ``[0, n-1]`` under direction ``d`` (None: the
+    direction is impossible, e.g. ``<`` on a loop of extent 1)."""
+    hi = n - 1
+    if d == "=":
+        pts = [(0, 0), (hi, hi)]
+    elif d == "<":
+        if n < 2:
+            return None
+        pts = [(0, 1), (0, hi), (hi - 1, hi)]
+    elif d == ">":
+        if n < 2:
+            return None
+        pts = [(1, 0), (hi, 0), (hi, hi - 1)]
+    else:
+        pts = [(0, 0), (0, hi), (hi, 0), (hi, hi)]
+    vals = [a * x - b * y for x, y in pts]
+    return min(vals), max(vals)
+
+
+def feasible(a: Access, b: Access, common: Sequence[tuple[str, str, int]], dirs: Sequence[str]) -> bool:
+    """May an instance of ``a`` and an instance of ``b`` touch the same element when the shared
+    loops ``common`` — triples (variable in a, variable in b, extent) — relate by ``dirs``?
+    Loops of ``a`` or ``b`` not in ``common`` range freely and independently."""
+    if a.tensor != b.tensor:
+        return False
+    for d, (_, _, n) in zip(dirs, common):
+        if d in "<>" and n < 2:
+            return False
+    a_common = {va for va, _, _ in common}
+    b_common = {vb for _, vb, _ in common}
+    a_ext = {lp.var: lp.extent for lp in a.loops}
+    b_ext = {lp.var: lp.extent for lp in b.loops}
+    for fa, fb in zip(a.index, b.index):
+        if fa is None or fb is None:
+            continue
+        ca, cb = fa[0], fb[0]
+        if any(v not in a_ext for v in ca) or any(v not in b_ext for v in cb):
+            continue  # a variable we cannot bound: no information
+        lo = hi = fa[1] - fb[1]
+        coefs: list[int] = []
+        for (va, vb, n), d in zip(common, dirs):
+            x, y = ca.get(va, 0), cb.get(vb, 0)
+            r = _term_range(x, y, n, d)
+            if r is None:
+                return False
+            lo += r[0]
+            hi += r[1]
+            coefs.extend([x - y] if d == "=" else [x, y])
+        for v, c in ca.items():
+            if v not in a_common:
+                n = a_ext[v]
+                lo += min(0, c * (n - 1))
+                hi += max(0, c * (n - 1))
+                coefs.append(c)
+        for v, c in cb.items():
+            if v not in b_common:
+                n = b_ext[v]
+                lo -= max(0, c * (n - 1))
+                hi -= min(0, c * (n - 1))
+                coefs.append(c)
+        if lo > 0 or hi < 0:
+            return False
+        g = 0
+        for c in coefs:
+            g = math.gcd(g, abs(c))
+        const = fa[1] - fb[1]
+        if g == 0:
+            if const != 0:
+                return False
+        elif const % g != 0:
+            return False
+    return True
+
+
+def common_loops(a: Access, b: Access) -> list[tuple[str, str, int]]:
+    out = []
+    for la, lb in zip(a.loops, b.loops):
+        if la.path != lb.path:
+            break
+        out.append((la.var, lb.var, la.extent))
+    return out
+
+
+def conflicting_pairs(accs: Sequence[Access], accs2: Sequence[Access] | None = None
+                      ) -> Iterator[tuple[Access, Access]]:
+    """Pairs of accesses to the same tensor with at least one write (within one list: unordered
+    pairs including each write with itself; across two lists: every cross pair)."""
+    if accs2 is None:
+        for i, a in enumerate(accs):
+            for b in accs[i:]:
+                if a.tensor == b.tensor and (a.write or b.write):
+                    yield a, b
+    else:
+        for a in accs:
+            for b in accs2:
+                if a.tensor == b.tensor and (a.write or b.write):
+                    yield a, b
+
+
+def directions(a: Access, b: Access, common: Sequence[tuple[str, str, int]],
+               fixed: dict[int, str] | None = None, free_from: int | None = None) -> list[tuple[str, ...]]:
+    """Feasible direction vectors over ``common``: levels in ``fixed`` are pinned, levels at or
+    after ``free_from`` stay ``*``, the others are refined to ``< = >`` (hierarchically)."""
+    fixed = fixed or {}
+    n = len(common)
+    stop = n if free_from is None else free_from
+    out: list[tuple[str, ...]] = []
+
+    def go(prefix: list[str]) -> None:
+        k = len(prefix)
+        vec = prefix + [fixed.get(j, "*") for j in range(k, n)]
+        if not feasible(a, b, common, vec):
+            return
+        if k >= stop:
+            out.append(tuple(vec))
+            return
+        if k in fixed:
+            go(prefix + [fixed[k]])
+        else:
+            for d in DIRS:
+                go(prefix + [d])
+
+    go([])
+    return out
+
+
+def carried_by(accs: Sequence[Access], loop_path: Path) -> tuple[Access, Access, tuple[str, ...]] | None:
+    """A witness that the loop at ``loop_path`` carries a dependence (two conflicting instances
+    in different iterations of it, within one iteration of every enclosing loop), or None."""
+    for a, b in conflicting_pairs(accs):
+        common = common_loops(a, b)
+        level = next((k for k, lp in enumerate(a.loops) if lp.path == loop_path), None)
+        if level is None or level >= len(common):
+            continue
+        for d in ("<", ">"):
+            vec = ["="] * level + [d] + ["*"] * (len(common) - level - 1)
+            if feasible(a, b, common, vec):
+                return a, b, tuple(vec)
+    return None
+
+
+def lex_sign(vec: Sequence[str]) -> int:
+    for d in vec:
+        if d == "<":
+            return 1
+        if d == ">":
+            return -1
+        if d == "*":
+            return 0  # unknown
+    return 0
+
+
+def flip(vec: Sequence[str]) -> tuple[str, ...]:
+    return tuple({"<": ">", ">": "<"}.get(d, d) for d in vec)
+
+
+def fmt_vec(vec: Sequence[str]) -> str:
+    return "(" + ",".join(vec) + ")"
+
+
+__all__ = ["Access", "LoopRef", "collect", "collect_under", "feasible", "common_loops",
+           "conflicting_pairs", "directions", "carried_by", "lex_sign", "flip", "fmt_vec"]

@@ -1,0 +1,243 @@
+"""AST plumbing shared by the rewrite strategies: paths, substitution, fresh names, affine forms.
+
+A **path** is a tuple of body indices from the program root: ``(0,)`` is ``program.body[0]`` and
+``(0, 1)`` is ``program.body[0].body[1]``. Nothing here mutates its input; every edit returns a
+new tree (the AST is made of frozen dataclasses anyway).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Iterator, Mapping, Sequence
+
+from ..leir import ast as A
+
+Path = tuple[int, ...]
+
+
+# ----------------------------------------------------------------------------- navigation
+def node_at(program: A.Program, path: Sequence[int]) -> A.Stmt | None:
+    """The statement at ``path``, or None when the path does not resolve."""
+    body: tuple = program.body
+    node = None
+    for k in path:
+        if not isinstance(k, int) or k < 0 or k >= len(body):
+            return None
+        node = body[k]
+        body = node.body if isinstance(node, (A.Loop, A.If)) else ()
+    return node
+
+
+def chain(program: A.Program, path: Sequence[int]) -> list[A.Stmt] | None:
+    """Every statement from the root down to ``path`` (inclusive), or None."""
+    body: tuple = program.body
+    out = []
+    for k in path:
+        if not isinstance(k, int) or k < 0 or k >= len(body):
+            return None
+        node = body[k]
+        out.append(node)
+        body = node.body if isinstance(node, (A.Loop, A.If)) else ()
+    return out
+
+
+def enclosing_loops(program: A.Program, path: Sequence[int]) -> list[A.Loop]:
+    """Loops strictly enclosing the statement at ``path``, outermost first."""
+    ch = chain(program, path) or []
+    return [s for s in ch[:-1] if isinstance(s, A.Loop)]
+
+
+def replace_at(program: A.Program, path: Sequence[int], new: Sequence[A.Stmt]) -> A.Program:
+    """A copy of ``program`` where the statement at ``path`` is replaced by the statements
+    ``new`` (zero, one or several)."""
+    path = tuple(path)
+    if not path:
+        raise ValueError("empty path")
+
+    def go(body: tuple, rest: tuple) -> tuple:
+        k = rest[0]
+        if len(rest) == 1:
+            return body[:k] + tuple(new) + body[k + 1:]
+        node = body[k]
+        return body[:k] + (replace(node, body=go(node.body, rest[1:])),) + body[k + 1:]
+
+    return replace(program, body=go(program.body, path))
+
+
+def iter_stmts(body: Sequence[A.Stmt], path: Path = ()) -> Iterator[tuple[Path, A.Stmt]]:
+    """Pre-order (path, statement) pairs of a statement list."""
+    for k, s in enumerate(body):
+        p = path + (k,)
+        yield p, s
+        if isinstance(s, (A.Loop, A.If)):
+            yield from iter_stmts(s.body, p)
+
+
+def band(program: A.Program, path: Sequence[int], kinds: tuple[str, ...] = ("serial",)) -> list[A.Loop]:
+    """The perfectly nested loop band starting at ``path``: the loop there, then its only child
+    while that child is a loop, stopping at a loop whose kind is not in ``kinds``."""
+    node = node_at(program, path)
+    out: list[A.Loop] = []
+    while isinstance(node, A.Loop) and node.kind in kinds:
+        out.append(node)
+        node = node.body[0] if len(node.body) == 1 else None
+    return out
+
+
+# ----------------------------------------------------------------------------- names
+def loop_vars(program: A.Program) -> list[str]:
+    seen: dict[str, None] = {}
+    for _, s in iter_stmts(program.body):
+        if isinstance(s, A.Loop):
+            seen.setdefault(s.var, None)
+    return list(seen)
+
+
+def fresh_name(base: str, used: set[str] | Sequence[str]) -> str:
+    """``base`` if unused, else ``base_1``, ``base_2``, ... (deterministic)."""
+    used = set(used)
+    if base not in used:
+        return base
+    n = 1
+    while f"{base}_{n}" in used:
+        n += 1
+    return f"{base}_{n}"
+
+
+def all_names(program: A.Program) -> set[str]:
+    """Every identifier a new name must avoid: tensors, loop variables, the kernel name."""
+    names = set(program.tensors) | set(loop_vars(program)) | {program.name}
+    return names
+
+
+def fresh_tensor(program: A.Program, prefix: str = "T") -> str:
+    used = all_names(program)
+    n = 0
+    while f"{prefix}{n}" in used:
+        n += 1
+    return f"{prefix}{n}"
+
+
+# ----------------------------------------------------------------------------- affine forms
+Affine = tuple[dict[str, int], int]
+
+
+def affine(e: A.Expr) -> Affine | None:
+    """``e`` as ``sum(coef[v]*v) + const`` (coefficients in first-appearance order, zeros
+    dropped), or None when it is not affine in the loop variables."""
+    if isinstance(e, A.Const):
+        return ({}, int(e.value)) if e.kind == "int" else None
+    if isinstance(e, A.Var):
+        return {e.name: 1}, 0
+    if isinstance(e, A.Unary) and e.op == "-":
+        a = affine(e.operand)
+        return None if a is None else ({v: -c for v, c in a[0].items()}, -a[1])
+    if isinstance(e, A.Binary) and e.op in ("+", "-", "*"):
+        la, ra = affine(e.lhs), affine(e.rhs)
+        if la is None or ra is None:
+            return None
+        if e.op == "*":
+            if la[0] and ra[0]:
+                return None
+            (coef, k), s = (la, ra[1]) if not ra[0] else (ra, la[1])
+            return {v: c * s for v, c in coef.items() if c * s}, k * s
+        sign = 1 if e.op == "+" else -1
+        coef = dict(la[0])
+        for v, c in ra[0].items():
+            coef[v] = coef.get(v, 0) + sign * c
+        return {v: c for v, c in coef.items() if c}, la[1] + sign * ra[1]
+    return None
+
+
+def affine_expr(coef: Mapping[str, int], const: int) -> A.Expr:
+    """Build ``sum(c*v) + const`` with the fewest nodes (``v``, ``v*c``, ``- v*c``, ``+ k``)."""
+    out: A.Expr | None = None
+    for v, c in coef.items():
+        if c == 0:
+            continue
+        term: A.Expr = A.Var(v) if abs(c) == 1 else A.Binary("*", A.Var(v), A.const(abs(c)))
+        if out is None:
+            out = term if c > 0 else A.Unary("-", term)
+        else:
+            out = A.Binary("+" if c > 0 else "-", out, term)
+    if out is None:
+        return A.const(int(const))
+    if const > 0:
+        out = A.Binary("+", out, A.const(int(const)))
+    elif const < 0:
+        out = A.Binary("-", out, A.const(int(-const)))
+    return out
+
+
+# ----------------------------------------------------------------------------- substitution
+def subst_expr(e: A.Expr, m: Mapping[str, A.Expr]) -> A.Expr:
+    """Replace loop variables by expressions; subscripts that changed and are affine are
+    re-simplified (``(io*4+ii)*16`` -> ``io*64+ii*16``)."""
+    if not m:
+        return e
+    if isinstance(e, A.Var):
+        return m.get(e.name, e)
+    if isinstance(e, A.Const):
+        return e
+    if isinstance(e, A.Load):
+        return replace(e, index=tuple(subst_index(i, m) for i in e.index))
+    if isinstance(e, A.Unary):
+        return replace(e, operand=subst_expr(e.operand, m))
+    if isinstance(e, A.Binary):
+        return replace(e, lhs=subst_expr(e.lhs, m), rhs=subst_expr(e.rhs, m))
+    if isinstance(e, A.Call):
+        return replace(e, args=tuple(subst_expr(a, m) for a in e.args))
+    raise TypeError(e)
+
+
+def subst_index(e: A.Expr, m: Mapping[str, A.Expr]) -> A.Expr:
+    new = subst_expr(e, m)
+    if new == e:
+        return e
+    a = affine(new)
+    return affine_expr(*a) if a is not None else new
+
+
+def subst_stmt(s: A.Stmt, m: Mapping[str, A.Expr]) -> A.Stmt:
+    if not m:
+        return s
+    if isinstance(s, A.Assign):
+        return replace(s, index=tuple(subst_index(i, m) for i in s.index), value=subst_expr(s.value, m))
+    if isinstance(s, A.If):
+        return replace(s, cond=subst_expr(s.cond, m), body=tuple(subst_stmt(b, m) for b in s.body))
+    if isinstance(s, A.Loop):
+        inner = {k: v for k, v in m.items() if k != s.var}  # the loop rebinds its own variable
+        return replace(s, body=tuple(subst_stmt(b, inner) for b in s.body))
+    raise TypeError(s)
+
+
+def map_body(body: Sequence[A.Stmt], f: Callable[[A.Stmt], A.Stmt]) -> tuple[A.Stmt, ...]:
+    return tuple(f(s) for s in body)
+
+
+def tensors_read(node: object) -> list[str]:
+    seen: dict[str, None] = {}
+    for n in A.walk(node):
+        if isinstance(n, A.Load):
+            seen.setdefault(n.tensor, None)
+        elif isinstance(n, A.Assign) and n.is_reduction:
+            seen.setdefault(n.tensor, None)
+    return list(seen)
+
+
+def tensors_written(node: object) -> list[str]:
+    seen: dict[str, None] = {}
+    for n in A.walk(node):
+        if isinstance(n, A.Assign):
+            seen.setdefault(n.tensor, None)
+    return list(seen)
+
+
+def reduction_axes(stmt: A.Assign, loops: Sequence[A.Loop]) -> list[str]:
+    """The enclosing loop variables a reduction statement reduces over (absent from its LHS)."""
+    if not stmt.is_reduction:
+        return []
+    used = set()
+    for i in stmt.index:
+        used.update(A.free_vars(i))
+    return [lp.var for lp in loops if lp.var not in used]

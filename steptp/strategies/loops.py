@@ -1,0 +1,904 @@
+"""The loop family: split, tiling, reorder, fusion, unrolling, parallelization, vectorization,
+GPU binding, reduction factorization (rfactor) and compute_at.
+
+Sites name loops by path and variable (``{"path": [0, 1], "loops": ["j"]}``); parameters are small
+JSON dicts (``{"factor": 4}``, ``{"order": ["j", "i"]}``). Legality comes from the dependence
+tests of ``_deps`` (sound: a dependence the test cannot rule out counts as present) plus
+structural rules, and every refusal says why.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+from ..leir import ast as A
+from ..leir.printer import format_stmt
+from . import _deps as D
+from ._ir import (Path, affine, affine_expr, all_names, band, chain, enclosing_loops, fresh_name,
+                  fresh_tensor, iter_stmts, node_at, reduction_axes, replace_at, subst_stmt, tensors_read, tensors_written)
+from .base import OK, Site, Strategy, Verdict, refuse
+from .registry import register
+
+MAX_UNROLL = 64          # longest loop unrolled
+MAX_VECTOR = 64          # widest vector (lanes); widths must be powers of two
+MAX_THREADS = 1024       # threads per block on every CUDA GPU we target
+MAX_PERMUTATIONS = 24    # reorder choices enumerated per band before sampling kicks in
+
+
+# ============================================================================ shared helpers
+def _loop_site(program: A.Program, site: Site, kinds: tuple[str, ...] | None = ("serial",)
+               ) -> tuple[A.Loop | None, Verdict]:
+    """Resolve a single-loop site; a refusal when the path does not name the given loop."""
+    node = node_at(program, site.path)
+    if not isinstance(node, A.Loop):
+        return None, refuse(f"no loop at path {list(site.path)}")
+    if site.loops and site.loops[0] != node.var:
+        return None, refuse(f"the loop at path {list(site.path)} is {node.var}, not {site.loops[0]}")
+    if kinds is not None and node.kind not in kinds:
+        return None, refuse(f"loop {node.var} is already {node.kind}")
+    return node, OK
+
+
+def _stmt_text(a: D.Access) -> str:
+    return f"`{a.text}`"
+
+
+def _dep_kind(a: D.Access, b: D.Access) -> str:
+    if a.write and b.write:
+        return "write-after-write"
+    return "read-after-write" if a.write else "write-after-read"
+
+
+def _carried_reason(program: A.Program, path: Path, loop: A.Loop, what: str) -> Verdict:
+    """Refuse ``what`` (e.g. "parallelize") when the loop carries a dependence."""
+    accs = D.collect_under(program, tuple(path))
+    w = D.carried_by(accs, tuple(path))
+    if w is None:
+        return OK
+    a, b, vec = w
+    for x in (a, b):
+        if x.reduction and x.write:
+            stmt = node_at(program, x.stmt)
+            if isinstance(stmt, A.Assign):
+                axes = reduction_axes(stmt, enclosing_loops(program, x.stmt))
+                if loop.var in axes:
+                    return refuse(f"cannot {what} {loop.var}: it is a reduction axis of "
+                                  f"{_stmt_text(x)} (every iteration updates the same {x.tensor} "
+                                  f"element)")
+    if lex_first_is_b(vec):
+        a, b = b, a  # report the dependence from the earlier instance to the later one
+    if a.stmt == b.stmt and a.write and b.write:
+        return refuse(f"cannot {what} {loop.var}: different iterations of it write the same "
+                      f"{a.tensor} element in {_stmt_text(a)}")
+    vec = D.flip(vec) if D.lex_sign(vec) < 0 else vec
+    return refuse(f"cannot {what} {loop.var}: it carries a {_dep_kind(a, b)} dependence on "
+                  f"{a.tensor} from {_stmt_text(a)} in one iteration to {_stmt_text(b)} in a later "
+                  f"one (direction {D.fmt_vec(vec)})")
+
+
+def lex_first_is_b(vec: Sequence[str]) -> bool:
+    """In a witness vector relating a's iteration to b's, does b run first?"""
+    return D.lex_sign(vec) < 0
+
+
+def _kinds_around(program: A.Program, path: Path) -> tuple[list[str], list[str]]:
+    """Kinds of the loops enclosing ``path`` and of the loops inside the statement there."""
+    outer = [lp.kind for lp in enclosing_loops(program, path)]
+    node = node_at(program, path)
+    inner = [s.kind for _, s in iter_stmts(node.body) if isinstance(s, A.Loop)] \
+        if isinstance(node, (A.Loop, A.If)) else []
+    return outer, inner
+
+
+def _is_band_start(program: A.Program, path: Path) -> bool:
+    if len(path) < 2:
+        return True
+    parent = node_at(program, path[:-1])
+    return not (isinstance(parent, A.Loop) and parent.kind == "serial" and len(parent.body) == 1)
+
+
+def _split(program: A.Program, path: Path, factor: int) -> tuple[A.Program, str, str]:
+    """Split the loop at ``path`` by ``factor`` (outer first); a guard when it does not divide."""
+    loop = node_at(program, path)
+    assert isinstance(loop, A.Loop)
+    used = all_names(program)
+    outer = fresh_name(f"{loop.var}_o", used)
+    inner = fresh_name(f"{loop.var}_i", used | {outer})
+    n, f = loop.extent, factor
+    idx = affine_expr({outer: f, inner: 1}, 0)
+    body = tuple(subst_stmt(s, {loop.var: idx}) for s in loop.body)
+    if n % f:
+        body = (A.If(A.Binary("<", idx, A.const(n)), body),)
+    new = A.Loop(outer, -(-n // f), loop.kind, (A.Loop(inner, f, "serial", body),))
+    return replace_at(program, path, [new]), outer, inner
+
+
+def _divisors(n: int) -> list[int]:
+    return [f for f in range(2, n) if n % f == 0]
+
+
+# ----------------------------------------------------------------------------- reorder core
+def _named_band(program: A.Program, path: Path, names: Sequence[str]) -> list[A.Loop] | None:
+    loops = band(program, path)
+    if len(loops) < len(names) or [lp.var for lp in loops[:len(names)]] != list(names):
+        return None
+    return loops[:len(names)]
+
+
+def _reorder_verdict(program: A.Program, path: Path, names: Sequence[str], order: Sequence[str]
+                     ) -> Verdict:
+    return _reorder_analysis(program, path, names, order)[0]
+
+
+def _reorder_analysis(program: A.Program, path: Path, names: Sequence[str], order: Sequence[str]
+                      ) -> tuple[Verdict, bool]:
+    """Is permuting the perfectly nested band ``names`` (at ``path``) into ``order`` legal, and
+    does it regroup a floating-point reduction (the result is then exact only up to rounding)?
+
+    For every pair of conflicting accesses inside the band and every feasible direction vector
+    (outer loops equal, band loops refined), the permuted vector must stay lexicographically
+    positive: the first non-``=`` entry, read in the new loop order, must still point from the
+    earlier instance to the later one.
+
+    One exception: the accumulator of a reduction ``X[..] op= e`` depends on itself across its
+    reduction axes only; when a direction vector is ``=`` on every other loop (the same element,
+    so the same spatial iteration), the updates of that element may be reordered because ``op``
+    is associative and commutative, and the identity initialisation still happens first (every
+    reduction axis runs from 0). Reordering a float ``+=``/``*=`` that way is a reassociation.
+    """
+    loops = _named_band(program, path, names)
+    if loops is None:
+        return refuse(f"loops {list(names)} are not a perfectly nested serial band at path "
+                      f"{list(path)}"), False
+    if sorted(order) != sorted(names) or len(set(order)) != len(order):
+        return refuse(f"order {list(order)} is not a permutation of {list(names)}"), False
+    inner_path = tuple(path) + (0,) * (len(names) - 1)
+    accs = D.collect_under(program, inner_path)
+    o = len(enclosing_loops(program, path))
+    m = len(names)
+    perm = [list(names).index(v) for v in order]
+    reassoc = False
+    for a, b in D.conflicting_pairs(accs):
+        common = D.common_loops(a, b)
+        if len(common) < o + m:
+            continue  # cannot happen: every access is inside the band
+        fixed = {k: "=" for k in range(o)}
+        red_axes: set[str] | None = None
+        if a.stmt == b.stmt and a.reduction and b.reduction:
+            stmt = node_at(program, a.stmt)
+            red_axes = set(reduction_axes(stmt, enclosing_loops(program, a.stmt)))
+        free_from = None if red_axes is not None else o + m
+        for vec in D.directions(a, b, common, fixed=fixed, free_from=free_from):
+            bv = vec[o:o + m]
+            s = D.lex_sign(bv)
+            if s == 0:
+                continue  # same band iteration: the body's own order decides, unchanged
+            src_dst = bv if s > 0 else D.flip(bv)
+            new = tuple(src_dst[k] for k in perm)
+            if D.lex_sign(new) > 0:
+                continue
+            if red_axes is not None and all(d == "=" or v in red_axes
+                                            for d, (v, _, _) in zip(vec, common)):
+                stmt = node_at(program, a.stmt)
+                if stmt.op in ("+=", "*=") and program.tensor(stmt.tensor).dtype in A.FLOAT_DTYPES:
+                    reassoc = True
+                continue
+            first, second = (a, b) if s > 0 else (b, a)
+            return refuse(
+                f"reordering ({','.join(names)}) -> ({','.join(order)}) reverses the "
+                f"{_dep_kind(first, second)} dependence on {a.tensor} from {_stmt_text(first)} "
+                f"to {_stmt_text(second)}: direction {D.fmt_vec(src_dst)} over "
+                f"({','.join(names)}) becomes {D.fmt_vec(new)}"), False
+    return OK, reassoc
+
+
+def _reorder(program: A.Program, path: Path, names: Sequence[str], order: Sequence[str]) -> A.Program:
+    loops = _named_band(program, path, names)
+    assert loops is not None
+    by_var = {lp.var: lp for lp in loops}
+    body = loops[-1].body
+    for v in reversed(list(order)):
+        lp = by_var[v]
+        body = (A.Loop(lp.var, lp.extent, lp.kind, body),)
+    return replace_at(program, path, list(body))
+
+
+def _band_sites(program: A.Program, min_len: int = 2) -> list[Site]:
+    out = []
+    for p, s in iter_stmts(program.body):
+        if isinstance(s, A.Loop) and s.kind == "serial" and _is_band_start(program, p):
+            loops = band(program, p)
+            if len(loops) >= min_len:
+                out.append(Site.make(p, [lp.var for lp in loops]))
+    return out
+
+
+# ============================================================================ strategies
+@register
+class LoopSplit(Strategy):
+    name = "loop_split"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("Split `for i in N` by a factor f into `for i_o in ceil(N/f), i_i in f` with "
+                   "i = i_o*f + i_i; a guard `if i_o*f+i_i < N` keeps a non-dividing split exact.")
+
+    def sites(self, program, analysis=None):
+        return [Site.make(p, [s.var]) for p, s in iter_stmts(program.body)
+                if isinstance(s, A.Loop) and s.kind == "serial" and s.extent >= 3]
+
+    def params(self, program, site, rng=None):
+        loop = node_at(program, site.path)
+        if not isinstance(loop, A.Loop):
+            return []
+        n = loop.extent
+        fs = _divisors(n)
+        tail = next((f for f in (3, 5, 7) if f < n and n % f), None)
+        if tail is not None:
+            fs.append(tail)
+        return [{"factor": f} for f in fs]
+
+    def check(self, program, site, params):
+        loop, v = _loop_site(program, site)
+        if loop is None:
+            return v
+        f = params.get("factor")
+        if not isinstance(f, int) or isinstance(f, bool):
+            return refuse("factor must be an integer")
+        if not 2 <= f < loop.extent:
+            return refuse(f"factor {f} must be in [2, {loop.extent - 1}] for loop {loop.var} "
+                          f"of extent {loop.extent}")
+        return OK
+
+    def rewrite(self, program, site, params):
+        return _split(program, site.path, int(params["factor"]))[0]
+
+
+@register
+class LoopReorder(Strategy):
+    name = "loop_reorder"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    inverse = "loop_reorder"
+    description = ("Permute a perfectly nested band of serial loops; legal iff every dependence "
+                   "direction vector stays lexicographically positive.")
+
+    def sites(self, program, analysis=None):
+        return _band_sites(program)
+
+    def params(self, program, site, rng=None):
+        names = list(site.loops)
+        perms = [list(p) for p in itertools.permutations(names) if list(p) != names]
+        if len(perms) > MAX_PERMUTATIONS:
+            if rng is None:
+                perms = perms[:MAX_PERMUTATIONS]
+            else:
+                keep = sorted(rng.sample(range(len(perms)), MAX_PERMUTATIONS))
+                perms = [perms[k] for k in keep]
+        return [{"order": p} for p in perms]
+
+    def check(self, program, site, params):
+        order = params.get("order")
+        if not isinstance(order, (list, tuple)) or not all(isinstance(v, str) for v in order):
+            return refuse("order must be a list of loop variables")
+        if len(order) < 2:
+            return refuse("a reorder needs at least two loops")
+        # the band named by the site may be longer than the permuted prefix
+        names = list(site.loops)[:len(order)]
+        return _reorder_verdict(program, site.path, names, order)
+
+    def exactness_for(self, program, site, params):
+        order = list(params.get("order") or ())
+        v, reassoc = _reorder_analysis(program, site.path, list(site.loops)[:len(order)], order)
+        return "reassociation" if v.ok and reassoc else "exact"
+
+    def rewrite(self, program, site, params):
+        order = list(params["order"])
+        return _reorder(program, site.path, list(site.loops)[:len(order)], order)
+
+
+@register
+class LoopTiling(Strategy):
+    name = "loop_tiling"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("Tile two adjacent loops of a band: split each by its factor and move the "
+                   "inner halves inside, `for i_o, j_o, i_i, j_i`. Factors must divide.")
+
+    def sites(self, program, analysis=None):
+        return _band_sites(program)
+
+    def params(self, program, site, rng=None):
+        loops = band(program, site.path)
+        out = []
+        for a, b in zip(loops, loops[1:]):
+            for fa in _divisors(a.extent):
+                for fb in _divisors(b.extent):
+                    out.append({"loops": [a.var, b.var], "factors": [fa, fb]})
+        return out
+
+    def _plan(self, program, site, params) -> tuple[Verdict, Any]:
+        names, factors = params.get("loops"), params.get("factors")
+        if (not isinstance(names, (list, tuple)) or len(names) != 2
+                or not isinstance(factors, (list, tuple)) or len(factors) != 2):
+            return refuse("params need loops [a, b] and factors [fa, fb]"), None
+        loops = band(program, site.path)
+        vars_ = [lp.var for lp in loops]
+        if site.loops and vars_[:len(site.loops)] != list(site.loops):
+            return refuse(f"no serial band {list(site.loops)} at path {list(site.path)}"), None
+        if names[0] not in vars_ or vars_.index(names[0]) + 1 >= len(vars_) \
+                or vars_[vars_.index(names[0]) + 1] != names[1]:
+            return refuse(f"{names[0]} and {names[1]} are not adjacent loops of the band "
+                          f"({', '.join(vars_)})"), None
+        k = vars_.index(names[0])
+        la, lb = loops[k], loops[k + 1]
+        for lp, f in ((la, factors[0]), (lb, factors[1])):
+            if not isinstance(f, int) or isinstance(f, bool) or not 2 <= f < lp.extent:
+                return refuse(f"tile factor {f} for {lp.var} must be in [2, {lp.extent - 1}]"), None
+            if lp.extent % f:
+                return refuse(f"tile factor {f} does not divide the extent {lp.extent} of "
+                              f"{lp.var} (use loop_split for a guarded split)"), None
+        pa = tuple(site.path) + (0,) * k
+        p1, ao, ai = _split(program, pa, factors[0])
+        p2, bo, bi = _split(p1, pa + (0, 0), factors[1])
+        v, reassoc = _reorder_analysis(p2, pa, [ao, ai, bo, bi], [ao, bo, ai, bi])
+        if not v.ok:
+            return refuse(f"tiling {names[0]},{names[1]} is illegal: {v.reason}"), None
+        return OK, (p2, pa, [ao, ai, bo, bi], [ao, bo, ai, bi], reassoc)
+
+    def exactness_for(self, program, site, params):
+        v, plan = self._plan(program, site, params)
+        return "reassociation" if v.ok and plan[-1] else "exact"
+
+    def check(self, program, site, params):
+        return self._plan(program, site, params)[0]
+
+    def rewrite(self, program, site, params):
+        v, plan = self._plan(program, site, params)
+        p2, pa, names, order, _ = plan
+        return _reorder(p2, pa, names, order)
+
+
+@register
+class LoopFusion(Strategy):
+    name = "loop_fusion"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("Merge two adjacent sibling loops of the same extent into one; legal iff no "
+                   "instance of the second body depends on a later iteration of the first.")
+
+    def sites(self, program, analysis=None):
+        out = []
+
+        def scan(body, base):
+            for k in range(len(body) - 1):
+                a, b = body[k], body[k + 1]
+                if (isinstance(a, A.Loop) and isinstance(b, A.Loop) and a.extent == b.extent
+                        and a.kind == "serial" and b.kind == "serial"):
+                    out.append(Site.make(base + (k,), [a.var, b.var]))
+
+        scan(program.body, ())
+        for p, s in iter_stmts(program.body):
+            if isinstance(s, (A.Loop, A.If)):
+                scan(s.body, p)
+        return out
+
+    def check(self, program, site, params):
+        first, v = _loop_site(program, site)
+        if first is None:
+            return v
+        p2 = tuple(site.path[:-1]) + (site.path[-1] + 1,)
+        second = node_at(program, p2)
+        if not isinstance(second, A.Loop):
+            return refuse(f"the statement after loop {first.var} is not a loop")
+        if len(site.loops) > 1 and site.loops[1] != second.var:
+            return refuse(f"the loop after {first.var} is {second.var}, not {site.loops[1]}")
+        if second.kind != "serial":
+            return refuse(f"loop {second.var} is {second.kind}")
+        if first.extent != second.extent:
+            return refuse(f"extents differ: {first.var} in {first.extent}, "
+                          f"{second.var} in {second.extent}")
+        acc1 = D.collect_under(program, tuple(site.path))
+        acc2 = D.collect_under(program, p2)
+        o = len(enclosing_loops(program, site.path))
+        for a, b in D.conflicting_pairs(acc1, acc2):
+            outer = D.common_loops(a, b)[:o]
+            common = outer + [(a.loops[o].var, b.loops[o].var, first.extent)]
+            vec = ["="] * o + [">"]
+            if not D.feasible(a, b, common, vec):
+                continue
+            if a.write and a.reduction:
+                stmt = node_at(program, a.stmt)
+                axes = reduction_axes(stmt, enclosing_loops(program, a.stmt))
+                if first.var in axes:
+                    return refuse(f"the first loop reduces {a.tensor} over {first.var} "
+                                  f"({_stmt_text(a)}); the second reads or writes it "
+                                  f"({_stmt_text(b)}) before the reduction is complete")
+            return refuse(f"fusing {first.var} and {second.var} would reverse the "
+                          f"{_dep_kind(a, b)} dependence on {a.tensor}: iteration {first.var}=x of "
+                          f"{_stmt_text(a)} must precede iteration {second.var}=y<x of "
+                          f"{_stmt_text(b)}")
+        return OK
+
+    def rewrite(self, program, site, params):
+        first = node_at(program, site.path)
+        p2 = tuple(site.path[:-1]) + (site.path[-1] + 1,)
+        second = node_at(program, p2)
+        bound2 = {s.var for _, s in iter_stmts(second.body) if isinstance(s, A.Loop)}
+        bound1 = {s.var for _, s in iter_stmts(first.body) if isinstance(s, A.Loop)}
+        var = first.var
+        if var != second.var and var in bound2:
+            var = fresh_name(first.var, all_names(program))
+        if second.var in bound1 and var == second.var:  # pragma: no cover - var is first.var
+            var = fresh_name(first.var, all_names(program))
+        b1 = tuple(subst_stmt(s, {first.var: A.Var(var)}) for s in first.body) \
+            if var != first.var else first.body
+        b2 = tuple(subst_stmt(s, {second.var: A.Var(var)}) for s in second.body) \
+            if var != second.var else second.body
+        fused = A.Loop(var, first.extent, "serial", b1 + b2)
+        prog = replace_at(program, p2, [])
+        return replace_at(prog, site.path, [fused])
+
+
+class _KindChange(Strategy):
+    """Shared shape of unrolling / parallelization / vectorization: one loop changes kind."""
+
+    kind = ""
+    verb = ""
+
+    def params(self, program, site, rng=None):
+        return [{}]
+
+    def rewrite(self, program, site, params):
+        loop = node_at(program, site.path)
+        return replace_at(program, site.path, [replace(loop, kind=self.kind)])
+
+
+@register
+class LoopUnrolling(_KindChange):
+    name = "loop_unrolling"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    kind = "unrolled"
+    description = f"Mark a serial loop of extent 2..{MAX_UNROLL} `unrolled`."
+
+    def sites(self, program, analysis=None):
+        return [Site.make(p, [s.var]) for p, s in iter_stmts(program.body)
+                if isinstance(s, A.Loop) and s.kind == "serial" and 2 <= s.extent <= MAX_UNROLL]
+
+    def check(self, program, site, params):
+        loop, v = _loop_site(program, site)
+        if loop is None:
+            return v
+        if not 2 <= loop.extent <= MAX_UNROLL:
+            return refuse(f"cannot unroll {loop.var}: extent {loop.extent} is outside "
+                          f"[2, {MAX_UNROLL}]")
+        outer, _ = _kinds_around(program, site.path)
+        if "vectorized" in outer:
+            return refuse(f"cannot unroll {loop.var}: it is inside a vectorized loop")
+        return OK
+
+
+@register
+class LoopParallelization(_KindChange):
+    name = "loop_parallelization"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu"})
+    kind = "parallel"
+    description = ("Run a serial loop's iterations on CPU threads; illegal on a reduction or "
+                   "scan axis or any loop that carries a dependence, and when nested in or "
+                   "around another parallel loop.")
+
+    def sites(self, program, analysis=None):
+        out = []
+        for p, s in iter_stmts(program.body):
+            if isinstance(s, A.Loop) and s.kind == "serial" and s.extent >= 2:
+                outer, _ = _kinds_around(program, p)
+                if all(k == "serial" for k in outer):
+                    out.append(Site.make(p, [s.var]))
+        return out
+
+    def check(self, program, site, params):
+        loop, v = _loop_site(program, site)
+        if loop is None:
+            return v
+        outer, inner = _kinds_around(program, site.path)
+        bad = [k for k in outer if k != "serial"]
+        if bad:
+            return refuse(f"cannot parallelize {loop.var}: it is inside a {bad[0]} loop")
+        bad = [k for k in inner if k == "parallel" or k.startswith(("blockIdx", "threadIdx"))]
+        if bad:
+            return refuse(f"cannot parallelize {loop.var}: it contains a {bad[0]} loop")
+        return _carried_reason(program, site.path, loop, "parallelize")
+
+
+@register
+class LoopVectorization(_KindChange):
+    name = "loop_vectorization"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    kind = "vectorized"
+    description = (f"Mark an innermost loop whose body is only assignments `vectorized`; the "
+                   f"extent must be a power of two in [2, {MAX_VECTOR}] and the loop must carry "
+                   f"no dependence (so no reduction over it).")
+
+    def sites(self, program, analysis=None):
+        return [Site.make(p, [s.var]) for p, s in iter_stmts(program.body)
+                if isinstance(s, A.Loop) and s.kind == "serial"
+                and all(isinstance(b, A.Assign) for b in s.body)]
+
+    def check(self, program, site, params):
+        loop, v = _loop_site(program, site)
+        if loop is None:
+            return v
+        if any(isinstance(b, A.Loop) for _, b in iter_stmts(loop.body)):
+            return refuse(f"cannot vectorize {loop.var}: it is not an innermost loop")
+        if not all(isinstance(b, A.Assign) for b in loop.body):
+            return refuse(f"cannot vectorize {loop.var}: its body has a guard")
+        n = loop.extent
+        if not (2 <= n <= MAX_VECTOR and n & (n - 1) == 0):
+            return refuse(f"cannot vectorize {loop.var}: extent {n} is not a power of two in "
+                          f"[2, {MAX_VECTOR}]")
+        outer, _ = _kinds_around(program, site.path)
+        if "vectorized" in outer:
+            return refuse(f"cannot vectorize {loop.var}: it is inside a vectorized loop")
+        return _carried_reason(program, site.path, loop, "vectorize")
+
+
+@register
+class LoopBinding(Strategy):
+    name = "loop_binding"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"gpu"})
+    description = ("Bind the outer loops of a top-level nest to GPU blocks and threads "
+                   "(`blockIdx.x`, then `threadIdx.x`); each bound loop must carry no dependence.")
+
+    def sites(self, program, analysis=None):
+        out = []
+        for k, s in enumerate(program.body):
+            if isinstance(s, A.Loop) and s.kind == "serial":
+                loops = band(program, (k,))
+                out.append(Site.make((k,), [lp.var for lp in loops[:2]]))
+        return out
+
+    def params(self, program, site, rng=None):
+        out = [{"axes": ["blockIdx.x"]}]
+        loops = band(program, site.path)
+        if len(loops) >= 2 and loops[1].extent <= MAX_THREADS:
+            out.append({"axes": ["blockIdx.x", "threadIdx.x"]})
+        if loops and loops[0].extent <= MAX_THREADS:
+            out.append({"axes": ["threadIdx.x"]})
+        return out
+
+    def check(self, program, site, params):
+        axes = params.get("axes")
+        if not isinstance(axes, (list, tuple)) or not axes or not all(
+                a in A.THREAD_KINDS for a in axes):
+            return refuse(f"axes must be a list of {', '.join(A.THREAD_KINDS)}")
+        if len(set(axes)) != len(axes):
+            return refuse("each thread axis may be bound once")
+        if len(site.path) != 1:
+            return refuse("only a top-level loop nest can be bound to the GPU grid")
+        loops = band(program, site.path)
+        if not loops:
+            return refuse(f"no serial loop at path {list(site.path)}")
+        if site.loops and site.loops[0] != loops[0].var:
+            return refuse(f"the loop at path {list(site.path)} is {loops[0].var}")
+        if len(axes) > len(loops):
+            return refuse(f"{len(axes)} axes but only {len(loops)} perfectly nested serial loops")
+        seen_thread = False
+        for a in axes:
+            if a.startswith("threadIdx"):
+                seen_thread = True
+            elif seen_thread:
+                return refuse("blockIdx loops must enclose threadIdx loops")
+        nest = node_at(program, site.path)
+        kinds = [s.kind for _, s in iter_stmts(nest.body) if isinstance(s, A.Loop)]
+        bound = [k for k in kinds if k in A.THREAD_KINDS or k == "parallel"]
+        if bound:
+            return refuse(f"the nest already contains a {bound[0]} loop")
+        path: Path = tuple(site.path)
+        for a, lp in zip(axes, loops):
+            if a.startswith("threadIdx") and lp.extent > MAX_THREADS:
+                return refuse(f"cannot bind {lp.var} (extent {lp.extent}) to {a}: more than "
+                              f"{MAX_THREADS} threads per block")
+            v = _carried_reason(program, path, lp, f"bind to {a}")
+            if not v.ok:
+                return v
+            path = path + (0,)
+        return OK
+
+    def rewrite(self, program, site, params):
+        axes = list(params["axes"])
+        loops = band(program, site.path)
+        body = loops[len(axes) - 1].body
+        for lp, a in reversed(list(zip(loops, axes))):
+            body = (A.Loop(lp.var, lp.extent, a, body),)
+        return replace_at(program, site.path, list(body))
+
+
+@register
+class ReductionFactorization(Strategy):
+    name = "reduction_factorization"
+    family = "loop"
+    exactness = "reassociation"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("rfactor: split the reduction loop k of `X[..] op= e` into k_o, k_i, "
+                   "accumulate partial results into a new `T[.., k_i]` (reducing over k_o), then "
+                   "reduce T over k_i into X.")
+
+    def _stmt(self, program: A.Program, site: Site) -> tuple[A.Loop | None, A.Assign | None, Verdict]:
+        loop, v = _loop_site(program, site)
+        if loop is None:
+            return None, None, v
+        if len(loop.body) != 1 or not isinstance(loop.body[0], A.Assign) or not loop.body[0].is_reduction:
+            return loop, None, refuse(f"the body of {loop.var} is not a single reduction statement")
+        s = loop.body[0]
+        loops = enclosing_loops(program, site.path) + [loop]
+        axes = reduction_axes(s, loops)
+        if loop.var not in axes:
+            return loop, s, refuse(f"{loop.var} is not a reduction axis of `{format_stmt(s)}`")
+        if axes != [loop.var]:
+            return loop, s, refuse(f"`{format_stmt(s)}` also reduces over "
+                                   f"{', '.join(a for a in axes if a != loop.var)}; rfactor needs "
+                                   f"{loop.var} to be its only reduction axis")
+        if s.tensor in tensors_read(s.value):
+            return loop, s, refuse(f"`{format_stmt(s)}` reads the tensor it reduces into")
+        return loop, s, OK
+
+    def sites(self, program, analysis=None):
+        out = []
+        for p, s in iter_stmts(program.body):
+            if isinstance(s, A.Loop) and s.extent >= 4 and _divisors(s.extent):
+                _, _, v = self._stmt(program, Site.make(p, [s.var]))
+                if v.ok:
+                    out.append(Site.make(p, [s.var]))
+        return out
+
+    def params(self, program, site, rng=None):
+        loop = node_at(program, site.path)
+        return [{"factor": f} for f in _divisors(loop.extent)] if isinstance(loop, A.Loop) else []
+
+    def check(self, program, site, params):
+        loop, s, v = self._stmt(program, site)
+        if not v.ok:
+            return v
+        f = params.get("factor")
+        if not isinstance(f, int) or isinstance(f, bool) or not 2 <= f < loop.extent:
+            return refuse(f"factor must be an integer in [2, {loop.extent - 1}]")
+        if loop.extent % f:
+            return refuse(f"factor {f} does not divide the extent {loop.extent} of {loop.var}")
+        return OK
+
+    def rewrite(self, program, site, params):
+        loop = node_at(program, site.path)
+        s = loop.body[0]
+        f = int(params["factor"])
+        used = all_names(program)
+        ko = fresh_name(f"{loop.var}_o", used)
+        ki = fresh_name(f"{loop.var}_i", used | {ko})
+        t = fresh_tensor(program)
+        x = program.tensor(s.tensor)
+        tmp = A.Tensor(t, x.dtype, tuple(x.shape) + (f,))
+        k_expr = affine_expr({ko: f, ki: 1}, 0)
+        value = subst_stmt(s, {loop.var: k_expr}).value
+        partial = A.Assign(t, tuple(s.index) + (A.Var(ki),), s.op, value)
+        nest1 = A.Loop(ko, loop.extent // f, "serial", (A.Loop(ki, f, "serial", (partial,)),))
+        final = A.Assign(s.tensor, s.index, s.op, A.Load(t, tuple(s.index) + (A.Var(ki),)))
+        nest2 = A.Loop(ki, f, "serial", (final,))
+        prog = replace(program, intermediates=program.intermediates + (tmp,))
+        return replace_at(prog, site.path, [nest1, nest2])
+
+
+@register
+class ComputeAt(Strategy):
+    name = "compute_at"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("Move an elementwise producer nest `T[..] = e` into the next nest, at a chosen "
+                   "loop, computing there only the region of T that one iteration reads "
+                   "(recomputing overlaps).")
+
+    # -- structure
+    def _producer(self, program: A.Program, path: Path) -> tuple[list[A.Loop], A.Assign | None, str]:
+        loops = band(program, path)
+        if not loops:
+            return [], None, "the producer is not a serial loop nest"
+        body = loops[-1].body
+        if len(body) != 1 or not isinstance(body[0], A.Assign):
+            return loops, None, "the producer nest does not end in a single assignment"
+        s = body[0]
+        if s.is_reduction:
+            return loops, None, "the producer is a reduction"
+        if s.tensor not in {t.name for t in program.intermediates}:
+            return loops, None, f"{s.tensor} is not an intermediate"
+        vars_ = [lp.var for lp in loops]
+        seen = []
+        for e in s.index:
+            if isinstance(e, A.Var) and e.name in vars_:
+                seen.append(e.name)
+            elif not (isinstance(e, A.Const) and e.kind == "int"):
+                return loops, None, f"the producer's subscript {format_stmt(s).split(' ')[0]} is " \
+                                    f"not a plain loop variable or constant in every dimension"
+        if sorted(seen) != sorted(vars_):
+            return loops, None, "the producer's loops do not each index one dimension of its output"
+        if s.tensor in tensors_read(s.value):
+            return loops, None, "the producer reads its own output"
+        return loops, s, ""
+
+    def _levels(self, program: A.Program, cpath: Path, tensor: str) -> list[Path]:
+        """Loops of the consumer nest, outermost first, that contain every read of ``tensor``."""
+        out: list[Path] = []
+        path = cpath
+        node = node_at(program, path)
+        while isinstance(node, A.Loop):
+            out.append(path)
+            holders = [k for k, b in enumerate(node.body) if tensor in tensors_read(b)]
+            if len(holders) != 1 or not isinstance(node.body[holders[0]], A.Loop):
+                break
+            path = path + (holders[0],)
+            node = node.body[holders[0]]
+        return out
+
+    def sites(self, program, analysis=None):
+        out = []
+        bodies = [((), program.body)] + [(p, s.body) for p, s in iter_stmts(program.body)
+                                          if isinstance(s, (A.Loop, A.If))]
+        for base, body in bodies:
+            for k in range(len(body) - 1):
+                p = base + (k,)
+                loops, s, _ = self._producer(program, p)
+                if s is None or not isinstance(body[k + 1], A.Loop):
+                    continue
+                if s.tensor in tensors_read(body[k + 1]):
+                    out.append(Site.make(p, [lp.var for lp in loops], consumer=list(base + (k + 1,)),
+                                         tensor=s.tensor))
+        return out
+
+    def params(self, program, site, rng=None):
+        cpath = tuple(site.get("consumer") or ())
+        tensor = site.get("tensor")
+        return [{"at": node_at(program, p).var} for p in self._levels(program, cpath, tensor)]
+
+    def _plan(self, program: A.Program, site: Site, params: Mapping[str, Any]):
+        loops, s, why = self._producer(program, tuple(site.path))
+        if s is None:
+            return refuse(why), None
+        if site.loops and [lp.var for lp in loops][:len(site.loops)] != list(site.loops):
+            return refuse(f"no producer nest {list(site.loops)} at path {list(site.path)}"), None
+        cpath = tuple(site.get("consumer") or ())
+        if cpath != tuple(site.path[:-1]) + (site.path[-1] + 1,):
+            return refuse("the consumer must be the statement right after the producer"), None
+        tensor = s.tensor
+        if site.get("tensor") not in (None, tensor):
+            return refuse(f"the producer writes {tensor}, not {site.get('tensor')}"), None
+        at = params.get("at")
+        levels = self._levels(program, cpath, tensor)
+        lpath = next((p for p in levels if node_at(program, p).var == at), None)
+        if lpath is None:
+            names = [node_at(program, p).var for p in levels]
+            return refuse(f"{at!r} is not a loop of the consumer nest that contains every read "
+                          f"of {tensor} (choices: {', '.join(names) or 'none'})"), None
+        consumer = node_at(program, cpath)
+        # every other use of the tensor must be inside the chosen loop
+        lnode = node_at(program, lpath)
+        for p, st in iter_stmts(program.body):
+            if isinstance(st, A.Assign) and st.tensor == tensor and p != tuple(site.path) + (0,) * len(loops):
+                return refuse(f"{tensor} is also written by `{format_stmt(st)}`"), None
+        reads_total = sum(1 for b in program.body for n in A.walk(b)
+                          if isinstance(n, A.Load) and n.tensor == tensor)
+        reads_inside = sum(1 for b in lnode.body for n in A.walk(b)
+                           if isinstance(n, A.Load) and n.tensor == tensor)
+        if reads_total != reads_inside:
+            return refuse(f"{tensor} is read outside loop {at}; computing it there would leave "
+                          f"those reads without values"), None
+        written_in_consumer = set(tensors_written(consumer))
+        clash = [t for t in tensors_read(s.value) if t in written_in_consumer]
+        if clash:
+            return refuse(f"the consumer nest writes {clash[0]}, which the producer reads"), None
+        ch = chain(program, lpath)
+        for st in ch[len(cpath) - 1:]:
+            if isinstance(st, A.Loop) and st.kind != "serial":
+                return refuse(f"loop {st.var} is {st.kind}: recomputed writes of {tensor} from "
+                              f"different iterations would race"), None
+        # the region of the tensor one iteration of the chosen loop reads
+        outer_ext = {lp.var: lp.extent for lp in enclosing_loops(program, lpath) + [lnode]}
+        reads: list[tuple[A.Load, dict[str, int]]] = []
+
+        def visit(body, inner: dict[str, int], guarded: bool):
+            for st in body:
+                if isinstance(st, A.Loop):
+                    if not visit(st.body, {**inner, st.var: st.extent}, guarded):
+                        return False
+                elif isinstance(st, A.If):
+                    if any(isinstance(n, A.Load) and n.tensor == tensor for n in A.walk(st)):
+                        return False
+                else:
+                    for n in A.walk(st):
+                        if isinstance(n, A.Load) and n.tensor == tensor:
+                            reads.append((n, inner))
+            return True
+
+        if not visit(lnode.body, {}, False):
+            return refuse(f"a read of {tensor} is under a guard; its region cannot be bounded "
+                          f"exactly"), None
+        prod_ext = {lp.var: lp.extent for lp in loops}
+        dims = []
+        for d, e in enumerate(s.index):
+            bases, los, his = [], [], []
+            for ld, inner in reads:
+                a = affine(ld.index[d])
+                if a is None or any(v not in inner and v not in outer_ext for v in a[0]):
+                    return refuse(f"the subscript {d} of a read of {tensor} is not affine in the "
+                                  f"loop variables"), None
+                base = {v: c for v, c in a[0].items() if v not in inner}
+                lo = hi = a[1]
+                for v, c in a[0].items():
+                    if v in inner:
+                        lo += min(0, c * (inner[v] - 1))
+                        hi += max(0, c * (inner[v] - 1))
+                bases.append(base)
+                los.append(lo)
+                his.append(hi)
+            if any(b != bases[0] for b in bases):
+                return refuse(f"reads of {tensor} move differently with the outer loops in "
+                              f"dimension {d}; no single region per iteration"), None
+            base, lo, hi = bases[0], min(los), max(his)
+            if isinstance(e, A.Const):
+                if base or lo != e.value or hi != e.value:
+                    return refuse(f"reads of {tensor} reach outside the written slice "
+                                  f"{e.value} of dimension {d}"), None
+                dims.append((None, base, lo, hi))
+                continue
+            n = prod_ext[e.name]
+            bmin = lo + sum(min(0, c * (outer_ext[v] - 1)) for v, c in base.items())
+            bmax = hi + sum(max(0, c * (outer_ext[v] - 1)) for v, c in base.items())
+            if bmin < 0 or bmax > n - 1:
+                return refuse(f"the region of {tensor} read per iteration leaves the producer's "
+                              f"domain [0, {n - 1}] in dimension {d}"), None
+            dims.append((e.name, base, lo, hi))
+        return OK, (loops, s, lpath, dims)
+
+    def check(self, program, site, params):
+        return self._plan(program, site, params)[0]
+
+    def rewrite(self, program, site, params):
+        _, plan = self._plan(program, site, params)
+        loops, s, lpath, dims = plan
+        lnode = node_at(program, lpath)
+        scope = {lp.var for lp in enclosing_loops(program, lpath)} | {lnode.var}
+        scope |= {st.var for _, st in iter_stmts(lnode.body) if isinstance(st, A.Loop)}
+        scope |= set(program.tensors)
+        mapping: dict[str, A.Expr] = {}
+        new_loops: list[tuple[str, int]] = []
+        by_var = {v: (base, lo, hi) for v, base, lo, hi in dims if v is not None}
+        for lp in loops:
+            base, lo, hi = by_var[lp.var]
+            if hi == lo:
+                mapping[lp.var] = affine_expr(base, lo)
+                continue
+            name = fresh_name(lp.var, scope)
+            scope.add(name)
+            new_loops.append((name, hi - lo + 1))
+            mapping[lp.var] = affine_expr({**base, name: 1}, lo)
+        stmt: A.Stmt = subst_stmt(s, mapping)
+        for name, ext in reversed(new_loops):
+            stmt = A.Loop(name, ext, "serial", (stmt,))
+        new_l = replace(lnode, body=(stmt,) + lnode.body)
+        prog = replace_at(program, lpath, [new_l])
+        return replace_at(prog, site.path, [])
+
+
+__all__ = ["LoopSplit", "LoopReorder", "LoopTiling", "LoopFusion", "LoopUnrolling",
+           "LoopParallelization", "LoopVectorization", "LoopBinding", "ReductionFactorization",
+           "ComputeAt"]

@@ -1,0 +1,1 @@
+"""The TVM TIR bridge: targets, LEIR -> PrimFunc lowering, building and running kernels."""

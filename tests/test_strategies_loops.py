@@ -1,0 +1,606 @@
+"""The strategy registry and the loop family: exact rewrites, refusals with reasons, and numeric
+equivalence of every candidate on the bundled examples."""
+
+from __future__ import annotations
+
+import json
+import random
+import textwrap
+
+import numpy as np
+import pytest
+
+import steptp.strategies as S
+from steptp import examples
+from steptp.leir import format_program, parse
+from steptp.strategies import registry
+from steptp.strategies.base import IllegalRewrite, Site, Strategy
+
+
+def P(text: str):
+    return parse(textwrap.dedent(text).strip() + "\n")
+
+
+def T(text: str) -> str:
+    """Expected output, written in any LEIR spelling, as canonical text."""
+    return format_program(parse(textwrap.dedent(text).strip() + "\n"))
+
+
+def applied(program, name, site, params):
+    """Apply through the registry (which also drops no-ops) and return the canonical text."""
+    return format_program(S.apply(program, name, site, params))
+
+
+def refusal(program, name, site, params) -> str:
+    v = S.check(program, name, site, params)
+    assert not v.ok, f"{name} at {site} with {params} should be refused"
+    with pytest.raises(IllegalRewrite):
+        S.get(name).apply(program, Site.from_json(site), params)
+    return v.reason
+
+
+ELEMENTWISE = P("""
+    kernel ew(A: f32[8,8]) -> B: f32[8,8]
+      for i in 8, j in 8:
+        B[i,j] = A[i,j] + 1.0
+""")
+
+MATMUL = P("""
+    kernel mm(A: f32[4,16], B: f32[16,8]) -> C: f32[4,8]
+      for i in 4, j in 8, k in 16:
+        C[i,j] += A[i,k] * B[k,j]
+""")
+
+ROWSUM = P("""
+    kernel rowsum(A: f32[4,16]) -> B: f32[4]
+      for i in 4:
+        for j in 16:
+          B[i] += A[i,j]
+""")
+
+# B[i+1,j] depends on B[i,j+1]: distance (1,-1), the classic loop that cannot be interchanged
+WAVEFRONT = P("""
+    kernel wave(A: f32[8,8]) -> B: f32[8,8]
+      for i in 7, j in 7:
+        B[i+1,j] = B[i,j+1] + A[i,j]
+""")
+
+CUMSUM = parse(examples.text("cumsum"))
+
+
+# ============================================================================ registry
+def test_registry_vocabulary_and_metadata():
+    names = S.names()
+    for n in ("loop_split", "loop_tiling", "loop_reorder", "loop_fusion", "loop_unrolling",
+              "loop_parallelization", "loop_vectorization", "loop_binding",
+              "reduction_factorization", "compute_at"):
+        assert n in names
+        s = S.get(n)
+        assert s.family == "loop" and s.exactness in S.EXACTNESS and s.targets <= {"cpu", "gpu"}
+    assert S.get("loop_binding").targets == {"gpu"}
+    assert S.get("loop_parallelization").targets == {"cpu"}
+    assert S.get("reduction_factorization").exactness == "reassociation"
+    assert S.get("loop_reorder").inverse == "loop_reorder"
+    with pytest.raises(KeyError):
+        S.get("no_such_strategy")
+    rows = S.describe()
+    assert json.loads(json.dumps(rows)) == rows
+
+
+def test_candidates_are_deterministic_and_json():
+    p = parse(examples.text("matmul_bias_gelu"))
+    a = S.candidates(p, seed=3, max_per_site=2)
+    b = S.candidates(p, seed=3, max_per_site=2)
+    assert [c.to_json() for c in a] == [c.to_json() for c in b]
+    assert [c.text for c in a] == [c.text for c in b]
+    for c in a:
+        d = c.to_json()
+        assert json.loads(json.dumps(d)) == d
+        assert Site.from_json(d["site"]) == c.site
+        # the site and params written back as JSON reproduce the candidate
+        assert S.apply(p, c.strategy, d["site"], d["params"]) == c.program
+    assert all(c.strategy != "loop_binding" for c in a)  # CPU target by default
+    gpu = S.candidates(p, target="gpu")
+    assert any(c.strategy == "loop_binding" for c in gpu)
+    assert all(c.strategy != "loop_parallelization" for c in gpu)
+
+
+def test_apply_never_mutates_and_rejects_illegal():
+    before = format_program(MATMUL)
+    S.candidates(MATMUL)
+    S.apply(MATMUL, "loop_split", {"path": [0], "loops": ["i"]}, {"factor": 2})
+    assert format_program(MATMUL) == before
+    with pytest.raises(IllegalRewrite, match="reduction axis"):
+        S.apply(MATMUL, "loop_parallelization", {"path": [0, 0, 0], "loops": ["k"]}, {})
+
+
+def test_noop_dropped_at_the_registry(monkeypatch):
+    @registry.register
+    class Identity(Strategy):
+        name = "test_identity"
+        family = "loop"
+
+        def sites(self, program, analysis=None):
+            return [Site.make((0,), ["i"])]
+
+        def check(self, program, site, params):
+            return S.Verdict(True)
+
+        def rewrite(self, program, site, params):
+            return program
+
+    try:
+        cands, rejected = S.candidates(ELEMENTWISE, "test_identity", with_rejected=True)
+        assert cands == []
+        assert [r.reason for r in rejected] == ["no-op: canonical text unchanged"]
+        with pytest.raises(IllegalRewrite, match="no-op"):
+            S.apply(ELEMENTWISE, "test_identity", {"path": [0], "loops": ["i"]}, {})
+    finally:
+        registry._REGISTRY.pop("test_identity", None)
+
+
+def test_rejected_choices_carry_reasons():
+    cands, rejected = S.candidates(parse(examples.text("softmax")), with_rejected=True)
+    reasons = {r.strategy: r.reason for r in rejected}
+    assert "reduction axis" in reasons["loop_parallelization"]
+    assert "before the reduction is complete" in reasons["loop_fusion"]
+
+
+# ============================================================================ loop_split
+def test_split_divisible():
+    got = applied(MATMUL, "loop_split", {"path": [0, 0, 0], "loops": ["k"]}, {"factor": 4})
+    assert got == T("""
+        kernel mm(A: f32[4,16], B: f32[16,8]) -> C: f32[4,8]
+          for i in 4, j in 8, k_o in 4, k_i in 4:
+            C[i,j] += A[i,k_o*4+k_i] * B[k_o*4+k_i,j]
+    """)
+
+
+def test_split_with_guard():
+    p = P("""
+        kernel k(A: f32[10]) -> B: f32[10]
+          for i in 10:
+            B[i] = A[i] * 2.0
+    """)
+    got = applied(p, "loop_split", {"path": [0], "loops": ["i"]}, {"factor": 3})
+    assert got == T("""
+        kernel k(A: f32[10]) -> B: f32[10]
+          for i_o in 4, i_i in 3:
+            if i_o * 3 + i_i < 10:
+              B[i_o*3+i_i] = A[i_o*3+i_i] * 2.0
+    """)
+
+
+def test_split_refusals():
+    assert "factor 1" in refusal(MATMUL, "loop_split", {"path": [0], "loops": ["i"]}, {"factor": 1})
+    assert "is i, not j" in refusal(MATMUL, "loop_split", {"path": [0], "loops": ["j"]}, {"factor": 2})
+    assert "no loop" in refusal(MATMUL, "loop_split", {"path": [5], "loops": ["i"]}, {"factor": 2})
+
+
+# ============================================================================ loop_reorder
+def test_reorder_matmul():
+    site = {"path": [0], "loops": ["i", "j", "k"]}
+    got = applied(MATMUL, "loop_reorder", site, {"order": ["k", "i", "j"]})
+    assert got == T("""
+        kernel mm(A: f32[4,16], B: f32[16,8]) -> C: f32[4,8]
+          for k in 16, i in 4, j in 8:
+            C[i,j] += A[i,k] * B[k,j]
+    """)
+    cands = S.candidates(MATMUL, "loop_reorder")
+    assert len(cands) == 5 and all(c.exactness == "exact" for c in cands)
+
+
+def test_reorder_refuses_a_reversed_dependence():
+    reason = refusal(WAVEFRONT, "loop_reorder", {"path": [0], "loops": ["i", "j"]},
+                     {"order": ["j", "i"]})
+    assert "reverses" in reason and "(<,>)" in reason and "(>,<)" in reason
+
+
+def test_reorder_of_a_scan_carried_by_the_inner_loop_keeps_it():
+    p = P("""
+        kernel scan(A: f64[4,32]) -> B: f64[4,32]
+          for j in 31, i in 4:
+            B[i,j+1] = B[i,j] + A[i,j+1]
+    """)
+    # interchange keeps the scan's direction: (<,=) becomes (=,<)
+    assert S.check(p, "loop_reorder", {"path": [0], "loops": ["j", "i"]}, {"order": ["i", "j"]}).ok
+    # a scan whose element is reused across the outer loop too cannot be interchanged
+    p2 = P("""
+        kernel scan2(A: f64[4,32]) -> B: f64[4,32]
+          for i in 3, j in 31:
+            B[i+1,j+1] = B[i,j+1] + B[i+1,j] + A[i,j]
+    """)
+    assert S.check(p2, "loop_reorder", {"path": [0], "loops": ["i", "j"]}, {"order": ["j", "i"]}).ok
+    p3 = P("""
+        kernel scan3(A: f64[8,8]) -> B: f64[8,8]
+          for i in 7, j in 7:
+            B[i+1,j] = B[i,j+1] * A[i,j]
+    """)
+    assert not S.check(p3, "loop_reorder", {"path": [0], "loops": ["i", "j"]}, {"order": ["j", "i"]}).ok
+
+
+def test_reorder_of_reduction_axes_is_a_reassociation():
+    p = P("""
+        kernel s(A: f32[4,8]) -> B: f32
+          for i in 4, j in 8:
+            B += A[i,j]
+    """)
+    site = {"path": [0], "loops": ["i", "j"]}
+    assert S.check(p, "loop_reorder", site, {"order": ["j", "i"]}).ok
+    assert S.get("loop_reorder").exactness_for(p, Site.from_json(site), {"order": ["j", "i"]}) \
+        == "reassociation"
+    # but not when another statement reads the partial sums in between
+    p2 = P("""
+        kernel s2(A: f32[4,8]) -> B: f32, C: f32[4,8]
+          for i in 4, j in 8:
+            B += A[i,j]
+            C[i,j] = B
+    """)
+    assert "reverses" in refusal(p2, "loop_reorder", site, {"order": ["j", "i"]})
+
+
+# ============================================================================ loop_tiling
+def test_tiling():
+    got = applied(ELEMENTWISE, "loop_tiling", {"path": [0], "loops": ["i", "j"]},
+                  {"loops": ["i", "j"], "factors": [2, 4]})
+    assert got == T("""
+        kernel ew(A: f32[8,8]) -> B: f32[8,8]
+          for i_o in 4, j_o in 2, i_i in 2, j_i in 4:
+            B[i_o*2+i_i,j_o*4+j_i] = A[i_o*2+i_i,j_o*4+j_i] + 1.0
+    """)
+
+
+def test_tiling_refusals():
+    site = {"path": [0], "loops": ["i", "j"]}
+    reason = refusal(WAVEFRONT, "loop_tiling", {"path": [0], "loops": ["i", "j"]},
+                     {"loops": ["i", "j"], "factors": [7, 7]})
+    assert "factor 7" in reason
+    p = P("""
+        kernel wave(A: f32[9,9]) -> B: f32[9,9]
+          for i in 8, j in 8:
+            B[i+1,j] = B[i,j+1] + A[i,j]
+    """)
+    assert "reverses" in refusal(p, "loop_tiling", site, {"loops": ["i", "j"], "factors": [2, 2]})
+    assert "does not divide" in refusal(ELEMENTWISE, "loop_tiling", site,
+                                        {"loops": ["i", "j"], "factors": [3, 2]})
+
+
+# ============================================================================ loop_fusion
+PRODUCER_CONSUMER = P("""
+    kernel pc(A: f32[8]) -> B: f32[8]
+      T0: f32[8]
+      for i in 8:
+        T0[i] = A[i] * 2.0
+      for j in 8:
+        B[j] = T0[j] + 1.0
+""")
+
+
+def test_fusion():
+    got = applied(PRODUCER_CONSUMER, "loop_fusion", {"path": [0], "loops": ["i", "j"]}, {})
+    assert got == T("""
+        kernel pc(A: f32[8]) -> B: f32[8]
+          T0: f32[8]
+          for i in 8:
+            T0[i] = A[i] * 2.0
+            B[i] = T0[i] + 1.0
+    """)
+
+
+def test_fusion_refuses_an_incomplete_reduction():
+    p = parse(examples.text("layer_norm"))
+    reason = refusal(p, "loop_fusion", {"path": [0, 0], "loops": ["j", "j"]}, {})
+    assert "reduces T0 over j" in reason and "before the reduction is complete" in reason
+
+
+def test_fusion_refuses_a_backward_read():
+    p = P("""
+        kernel rev(A: f32[8]) -> B: f32[8]
+          T0: f32[8]
+          for i in 8:
+            T0[i] = A[i] * 2.0
+          for i in 8:
+            B[i] = T0[7-i]
+    """)
+    reason = refusal(p, "loop_fusion", {"path": [0], "loops": ["i", "i"]}, {})
+    assert "read-after-write" in reason
+    # a write-after-read: the second loop overwrites what the first still has to read
+    p2 = P("""
+        kernel war(A: f32[8]) -> B: f32[8], C: f32[8]
+          for i in 8:
+            B[i] = A[i] + 1.0
+          for i in 8:
+            C[i] = B[7-i] * 2.0
+          for i in 8:
+            B[i] = A[i] * 3.0
+    """)
+    assert "write-after-read" in refusal(p2, "loop_fusion", {"path": [1], "loops": ["i", "i"]}, {})
+    assert "extents differ" in refusal(
+        P("""
+            kernel d(A: f32[8]) -> B: f32[8], C: f32[4]
+              for i in 8:
+                B[i] = A[i]
+              for i in 4:
+                C[i] = A[i]
+        """), "loop_fusion", {"path": [0], "loops": ["i", "i"]}, {})
+
+
+# ============================================================================ kinds
+def test_unrolling():
+    got = applied(ROWSUM, "loop_unrolling", {"path": [0], "loops": ["i"]}, {})
+    assert got == T("""
+        kernel rowsum(A: f32[4,16]) -> B: f32[4]
+          for i in 4 unrolled, j in 16:
+            B[i] += A[i,j]
+    """)
+    p = P("""
+        kernel big(A: f32[128]) -> B: f32[128]
+          for i in 128:
+            B[i] = A[i]
+    """)
+    assert "extent 128" in refusal(p, "loop_unrolling", {"path": [0], "loops": ["i"]}, {})
+
+
+def test_parallelization():
+    got = applied(ROWSUM, "loop_parallelization", {"path": [0], "loops": ["i"]}, {})
+    assert got == T("""
+        kernel rowsum(A: f32[4,16]) -> B: f32[4]
+          for i in 4 parallel, j in 16:
+            B[i] += A[i,j]
+    """)
+
+
+def test_parallelization_refusals():
+    reason = refusal(ROWSUM, "loop_parallelization", {"path": [0, 0], "loops": ["j"]}, {})
+    assert "reduction axis" in reason and "B[i] += A[i,j]" in reason
+    reason = refusal(CUMSUM, "loop_parallelization", {"path": [0, 1], "loops": ["j"]}, {})
+    assert "read-after-write" in reason and "B[i,j+1] = B[i,j] + A[i,j+1]" in reason
+    par = S.apply(ROWSUM, "loop_parallelization", {"path": [0], "loops": ["i"]}, {})
+    assert "inside a parallel loop" in refusal(par, "loop_parallelization",
+                                               {"path": [0, 0], "loops": ["j"]}, {})
+    assert "already parallel" in refusal(par, "loop_parallelization", {"path": [0], "loops": ["i"]}, {})
+
+
+def test_vectorization():
+    got = applied(ELEMENTWISE, "loop_vectorization", {"path": [0, 0], "loops": ["j"]}, {})
+    assert got == T("""
+        kernel ew(A: f32[8,8]) -> B: f32[8,8]
+          for i in 8, j in 8 vectorized:
+            B[i,j] = A[i,j] + 1.0
+    """)
+
+
+def test_vectorization_refusals():
+    assert "not an innermost loop" in refusal(ELEMENTWISE, "loop_vectorization",
+                                              {"path": [0], "loops": ["i"]}, {})
+    assert "reduction axis" in refusal(ROWSUM, "loop_vectorization",
+                                       {"path": [0, 0], "loops": ["j"]}, {})
+    p = P("""
+        kernel odd(A: f32[12]) -> B: f32[12]
+          for i in 12:
+            B[i] = A[i]
+    """)
+    assert "power of two" in refusal(p, "loop_vectorization", {"path": [0], "loops": ["i"]}, {})
+    assert "carries" in refusal(P("""
+        kernel sh(A: f32[9]) -> B: f32[9]
+          for i in 8:
+            B[i+1] = B[i] + A[i]
+    """), "loop_vectorization", {"path": [0], "loops": ["i"]}, {})
+
+
+def test_binding():
+    p = P("""
+        kernel g(A: f32[8,32]) -> B: f32[8,32]
+          for i in 8, j in 32:
+            B[i,j] = A[i,j] * 2.0
+    """)
+    got = applied(p, "loop_binding", {"path": [0], "loops": ["i", "j"]},
+                  {"axes": ["blockIdx.x", "threadIdx.x"]})
+    assert got == T("""
+        kernel g(A: f32[8,32]) -> B: f32[8,32]
+          for i in 8 blockIdx.x, j in 32 threadIdx.x:
+            B[i,j] = A[i,j] * 2.0
+    """)
+    reason = refusal(P("""
+        kernel r(A: f32[4,16]) -> B: f32[4]
+          for i in 4, j in 16:
+            B[i] += A[i,j]
+    """), "loop_binding", {"path": [0], "loops": ["i", "j"]}, {"axes": ["blockIdx.x", "threadIdx.x"]})
+    assert "reduction axis" in reason
+    assert "must enclose" in refusal(p, "loop_binding", {"path": [0], "loops": ["i", "j"]},
+                                     {"axes": ["threadIdx.x", "blockIdx.x"]})
+
+
+# ============================================================================ rfactor
+def test_reduction_factorization():
+    got = applied(ROWSUM, "reduction_factorization", {"path": [0, 0], "loops": ["j"]}, {"factor": 4})
+    assert got == T("""
+        kernel rowsum(A: f32[4,16]) -> B: f32[4]
+          T0: f32[4,4]
+          for i in 4:
+            for j_o in 4, j_i in 4:
+              T0[i,j_i] += A[i,j_o*4+j_i]
+            for j_i in 4:
+              B[i] += T0[i,j_i]
+    """)
+    cands = S.candidates(ROWSUM, "reduction_factorization")
+    assert [c.params["factor"] for c in cands] == [2, 4, 8]
+    assert {c.exactness for c in cands} == {"reassociation"}
+    # the partial loop j_i carries no dependence: it can now be vectorized
+    new = S.apply(ROWSUM, "reduction_factorization", {"path": [0, 0], "loops": ["j"]}, {"factor": 4})
+    assert S.check(new, "loop_vectorization", {"path": [0, 0, 0], "loops": ["j_i"]}, {}).ok
+
+
+def test_reduction_factorization_refusals():
+    p = P("""
+        kernel s(A: f32[4,8]) -> B: f32
+          for i in 4, j in 8:
+            B += A[i,j]
+    """)
+    assert "also reduces over i" in refusal(p, "reduction_factorization",
+                                            {"path": [0, 0], "loops": ["j"]}, {"factor": 2})
+    assert "not a reduction axis" in refusal(ROWSUM, "reduction_factorization",
+                                             {"path": [0], "loops": ["i"]}, {"factor": 2}) \
+        or "not a single reduction" in refusal(ROWSUM, "reduction_factorization",
+                                               {"path": [0], "loops": ["i"]}, {"factor": 2})
+    assert "does not divide" in refusal(ROWSUM, "reduction_factorization",
+                                        {"path": [0, 0], "loops": ["j"]}, {"factor": 3})
+
+
+# ============================================================================ compute_at
+TWO_STAGE = P("""
+    kernel two(A: f32[8,8]) -> B: f32[8,8]
+      T0: f32[8,8]
+      for i in 8, j in 8:
+        T0[i,j] = A[i,j] * 2.0
+      for i in 8, j in 8:
+        B[i,j] = T0[i,j] + 1.0
+""")
+
+
+def test_compute_at():
+    site = {"path": [0], "loops": ["i", "j"], "consumer": [1], "tensor": "T0"}
+    got = applied(TWO_STAGE, "compute_at", site, {"at": "i"})
+    assert got == T("""
+        kernel two(A: f32[8,8]) -> B: f32[8,8]
+          T0: f32[8,8]
+          for i in 8:
+            for j_1 in 8:
+              T0[i,j_1] = A[i,j_1] * 2.0
+            for j in 8:
+              B[i,j] = T0[i,j] + 1.0
+    """)
+    got = applied(TWO_STAGE, "compute_at", site, {"at": "j"})
+    assert got == T("""
+        kernel two(A: f32[8,8]) -> B: f32[8,8]
+          T0: f32[8,8]
+          for i in 8, j in 8:
+            T0[i,j] = A[i,j] * 2.0
+            B[i,j] = T0[i,j] + 1.0
+    """)
+
+
+def test_compute_at_conv_padding_into_the_conv_loop():
+    p = parse(examples.text("conv2d_relu"))
+    site = {"path": [0], "loops": ["i", "j", "k"], "consumer": [1], "tensor": "T0"}
+    got = applied(p, "compute_at", site, {"at": "k"})
+    assert "for i_1 in 4, j_1 in 3, k_1 in 3:\n   T0[0,i_1,j+j_1,k+k_1] = where(" in got
+
+
+def test_compute_at_refusals():
+    p = P("""
+        kernel three(A: f32[8,8]) -> B: f32[8,8], C: f32[8,8]
+          T0: f32[8,8]
+          for i in 8, j in 8:
+            T0[i,j] = A[i,j] * 2.0
+          for i in 8, j in 8:
+            B[i,j] = T0[i,j] + 1.0
+          for i in 8, j in 8:
+            C[i,j] = T0[j,i]
+    """)
+    site = {"path": [0], "loops": ["i", "j"], "consumer": [1], "tensor": "T0"}
+    assert "read outside loop i" in refusal(p, "compute_at", site, {"at": "i"})
+    assert "not a loop of the consumer" in refusal(TWO_STAGE, "compute_at", site, {"at": "q"})
+    par = S.apply(TWO_STAGE, "loop_parallelization", {"path": [1], "loops": ["i"]}, {})
+    assert "race" in refusal(par, "compute_at", site, {"at": "j"})
+
+
+# ============================================================================ numerics
+def _inputs(program, seed=0):
+    rng = np.random.default_rng(seed)
+    return {t.name: rng.standard_normal(t.shape).astype(t.tvm_dtype) for t in program.inputs}
+
+
+def _same(program, reference, exactness, inputs):
+    from steptp.leir.interp import run
+
+    want = run(reference, inputs, check_program=False)
+    got = run(program, inputs, check_program=False)
+    for k in want:
+        if exactness == "exact":
+            assert np.array_equal(got[k], want[k], equal_nan=True), k
+        else:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
+
+
+def _all_candidates(p, max_per_site=None):
+    return (S.candidates(p, target="cpu", max_per_site=max_per_site)
+            + S.candidates(p, "loop_binding", target="gpu", max_per_site=max_per_site))
+
+
+@pytest.mark.parametrize("name", ["matmul_bias_gelu", "softmax", "layer_norm", "conv2d_relu",
+                                  "cumsum", pytest.param("split_matmul", marks=pytest.mark.slow)])
+def test_candidates_compute_the_same_outputs(name):
+    """The NumPy interpreter runs a seeded sample of the candidates (every site, up to two
+    parameter choices each): exact rewrites must be bit-identical."""
+    p = parse(examples.text(name))
+    inputs = _inputs(p)
+    cands = _all_candidates(p, max_per_site=2)
+    assert cands
+    for c in cands:
+        _same(c.program, p, c.exactness, inputs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["matmul_bias_gelu", "softmax", "layer_norm", "conv2d_relu",
+                                  "cumsum", "split_matmul"])
+def test_every_candidate_computes_the_same_outputs(name):
+    """Every candidate, through the NumPy interpreter."""
+    p = parse(examples.text(name))
+    inputs = _inputs(p)
+    for c in _all_candidates(p):
+        _same(c.program, p, c.exactness, inputs)
+
+
+@pytest.mark.parametrize("name", ["matmul_bias_gelu", "layer_norm", "conv2d_relu", "cumsum"])
+def test_random_rewrite_sequences_stay_equivalent(name):
+    """Three seeded steps in a row (split then vectorize, compute_at then parallelize...)."""
+    p0 = parse(examples.text(name))
+    inputs = _inputs(p0, 1)
+    rng = random.Random(7)
+    for walk in range(3):
+        p, exact = p0, "exact"
+        for _ in range(3):
+            cands = S.candidates(p, seed=rng.randrange(1000), max_per_site=2)
+            if not cands:
+                break
+            c = rng.choice(cands)
+            p = c.program
+            if c.exactness != "exact":
+                exact = c.exactness
+        _same(p, p0, exact, inputs)
+
+
+def _verify_available():
+    try:
+        from steptp.measure.verify import verify  # noqa: F401
+        from steptp.tir import build  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
+@pytest.mark.parametrize("name", ["matmul_bias_gelu", "softmax", "layer_norm", "conv2d_relu",
+                                  "cumsum", "split_matmul"])
+def test_candidates_verify_with_tvm(name):
+    """A sample of the candidates, built and run with TVM against the original."""
+    from steptp.measure.verify import verify
+
+    p = parse(examples.text(name))
+    for c in S.candidates(p, seed=0, max_per_site=1):
+        r = verify(c.program, p, exactness=c.exactness, seeds=(0,))
+        assert r.passed, (c.strategy, c.to_json(), r.reason)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
+@pytest.mark.parametrize("name", ["matmul_bias_gelu", "softmax", "layer_norm", "conv2d_relu",
+                                  "cumsum", "split_matmul"])
+def test_every_candidate_verifies_with_tvm(name):
+    from steptp.measure.verify import verify
+
+    p = parse(examples.text(name))
+    for c in S.candidates(p):
+        r = verify(c.program, p, exactness=c.exactness, seeds=(0,))
+        assert r.passed, (c.strategy, c.to_json(), r.reason)
