@@ -71,27 +71,12 @@ def test_corpus_signature(programs):
         assert not {t.name for t in p.intermediates} & set(names + list(r["outputs"]))
 
 
-def _where_guarded_positions(p: A.Program) -> set:
-    """Positions of every node inside a branch of where(): only the chosen branch is evaluated
-    (lowering uses if_then_else), so padded reads there are in bounds at run time."""
-    out = set()
-    for n in A.walk(p):
-        if isinstance(n, A.Call) and n.func == "where":
-            for branch in n.args[1:]:
-                out.update(m.pos for m in A.walk(branch) if getattr(m, "pos", None) is not None)
-    return out
-
-
 def test_corpus_checks(programs):
     from steptp.leir.check import problems
 
     failures = []
     for r, p in programs:
-        guarded = _where_guarded_positions(p)
-        # Padding reads such as where(1<=c<129, A[..,c-1], 0) are in bounds whenever they are
-        # evaluated; tolerate the checker's range complaint for them (and only for them).
-        probs = [x for x in problems(p)
-                 if not ("out of range" in x.message and x.pos in guarded)]
+        probs = problems(p)
         if probs:
             failures.append(f"{r['workload']}: " + "; ".join(map(str, probs)))
     assert not failures, "\n".join(failures)

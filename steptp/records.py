@@ -1,0 +1,235 @@
+"""The one home of the dataset's record schemas: kernels, steps, trajectories, rejects.
+
+Each record is a pydantic model; ``table(records)`` turns a list of them into a polars DataFrame
+with a fixed schema, and ``write_table`` writes parquet atomically (temp file, then rename), so
+a crash never leaves half a file. Free-form mappings (sites, params, occurrences, CoT) are stored
+as canonical JSON strings: every reader (polars, pandas, ``datasets``) loads them the same way,
+and the parquet schema does not change with a strategy's parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Literal, Optional
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "steptp-1"
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: equal values give equal strings (hashable, diffable)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Fields stored as canonical JSON strings in the table.
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def row(self) -> dict[str, Any]:
+        d = self.model_dump()
+        for f in self.JSON_FIELDS:
+            d[f] = canonical_json(d[f])
+        return d
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]):
+        d = dict(row)
+        for f in cls.JSON_FIELDS:
+            if isinstance(d.get(f), str):
+                d[f] = json.loads(d[f])
+        return cls(**d)
+
+
+class TensorSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    dtype: str
+    shape: list[int]
+    role: Literal["input", "output"]
+
+
+class Occurrence(BaseModel):
+    """Where a kernel was found: which workload (model or operator) and how many times."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    workload: str
+    suite: str
+    count: int = 1
+    original_name: str = ""
+
+
+class KernelRecord(_Record):
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("signature", "occurrences", "names")
+
+    kernel_id: str = Field(description="stable id: the canonical LEIR hash (first 16 hex digits)")
+    name: str = Field(description="a readable name (the fused PrimFunc's name)")
+    leir: str = Field(description="canonical LEIR text")
+    leir_hash: str
+    tir_hash: str = Field(description="structural hash of the reference PrimFunc")
+    signature: list[TensorSpec]
+    occurrences: list[Occurrence]
+    weight: int = Field(description="total occurrences over all workloads")
+    flops: int
+    bytes_moved: int
+    tvmscript: str = Field(description="the reference PrimFunc as TVMScript")
+    target: str = Field(description="target key the kernel was extracted for")
+    raise_ok: bool
+    raise_max_abs_err: Optional[float] = None
+    raise_reason: str = ""
+    names: dict[str, Any] = Field(default_factory=dict, description="original names (canon metadata)")
+    schema_version: str = SCHEMA_VERSION
+
+
+Outcome = Literal["improved", "not_improved", "failed_verify", "failed_build", "timeout",
+                  "crashed", "noisy", "illegal"]
+
+
+class Timing(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    median_s: float
+    min_s: float
+    spread: float = Field(description="interquartile range over median")
+    repeats: int
+    number: int
+    noisy: bool = False
+
+
+class StepRecord(_Record):
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("site", "params", "cot")
+
+    trajectory_id: str
+    step_index: int
+    kernel_id: str
+    before_leir: str
+    after_leir: str
+    strategy: str
+    family: str
+    exactness: str
+    site: dict[str, Any]
+    params: dict[str, Any]
+    outcome: Outcome
+    verified: bool
+    max_abs_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+    reason: str = ""
+    before: Optional[Timing] = None
+    after: Optional[Timing] = None
+    step_speedup: Optional[float] = None
+    cumulative_speedup: Optional[float] = None
+    target: str = ""
+    fingerprint: str = ""
+    policy: str = ""
+    cot: dict[str, Any] = Field(default_factory=dict)
+    cot_text: str = ""
+    cot_source: str = ""
+    schema_version: str = SCHEMA_VERSION
+
+
+class TrajectoryRecord(_Record):
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("strategies",)
+
+    trajectory_id: str
+    kernel_id: str
+    policy: str
+    seed: int
+    n_steps: int
+    strategies: list[str]
+    baseline_s: float
+    best_s: float
+    speedup: float
+    final_leir: str
+    target: str = ""
+    fingerprint: str = ""
+    schema_version: str = SCHEMA_VERSION
+
+
+class RejectRecord(_Record):
+    """A step dropped by curation, and why (a rejects table, not silence)."""
+
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    trajectory_id: str
+    step_index: int
+    kernel_id: str
+    strategy: str
+    reason: str
+    schema_version: str = SCHEMA_VERSION
+
+
+def _polars_type(annotation: Any) -> pl.DataType:
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType):
+        return _polars_type(args[0])
+    if origin is Literal or annotation is str:
+        return pl.Utf8()
+    if annotation is bool:
+        return pl.Boolean()
+    if annotation is int:
+        return pl.Int64()
+    if annotation is float:
+        return pl.Float64()
+    if origin is list:
+        return pl.List(_polars_type(args[0]))
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return pl.Struct({n: _polars_type(f.annotation) for n, f in annotation.model_fields.items()})
+    raise TypeError(f"no parquet type for {annotation!r}")
+
+
+def polars_schema(kind: type[_Record]) -> dict[str, pl.DataType]:
+    """The fixed table schema of a record type (JSON fields are strings)."""
+    return {name: pl.Utf8() if name in kind.JSON_FIELDS else _polars_type(f.annotation)
+            for name, f in kind.model_fields.items()}
+
+
+def table(records: Iterable[_Record], kind: type[_Record] | None = None) -> pl.DataFrame:
+    """A DataFrame of records with the record type's fixed schema (also when empty)."""
+    records = list(records)
+    if kind is None:
+        if not records:
+            raise ValueError("table() of no records needs the record type")
+        kind = type(records[0])
+    return pl.DataFrame([r.row() for r in records], schema=polars_schema(kind), orient="row")
+
+
+def write_table(df: pl.DataFrame, path: str | os.PathLike) -> Path:
+    """Write parquet atomically: a temp file in the same folder, then rename over the target."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        df.write_parquet(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write a text file atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_records(path: str | os.PathLike, kind: type[_Record]) -> list:
+    return [kind.from_row(r) for r in pl.read_parquet(path).iter_rows(named=True)]
