@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(
@@ -16,7 +17,12 @@ app = typer.Typer(
     help="Build Step-TP datasets: verified, measured, explained step-level tensor-program "
          "optimizations. Programs are LEIR text (see docs/leir.md).")
 console = Console()
-err_console = Console(stderr=True)
+
+
+def _err(message: str) -> None:
+    """An error for the user: plain text on stderr (no markup, no wrapping, so subscripts like
+    [i] and quoted source lines come out exactly)."""
+    typer.echo(message, err=True)
 
 
 def _read(path: Path) -> str:
@@ -36,7 +42,7 @@ def _load_program(path: Path, what: str = "program"):
         check(prog)
         return prog
     except (LeirSyntaxError, LeirCheckError) as e:
-        err_console.print(f"[red]{path}[/red]: invalid {what}:\n{e}", markup=True, highlight=False)
+        _err(f"{path}: invalid {what}:\n{e}")
         raise typer.Exit(2) from None
 
 
@@ -84,7 +90,7 @@ def lower(file: Path = typer.Argument(..., help="a LEIR file"),
     try:
         print(do_lower(prog, _target(target)).script())
     except LowerError as e:
-        err_console.print(f"{file}: cannot lower for {target}: {e}", highlight=False)
+        _err(f"{file}: cannot lower for {target}: {e}")
         raise typer.Exit(2) from None
 
 
@@ -116,7 +122,7 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
         try:
             ref = tvm.script.from_source(_read(reference))
         except Exception as e:  # noqa: BLE001 - TVM's parser raises several kinds
-            err_console.print(f"{reference}: not a TVMScript PrimFunc: {e}", highlight=False)
+            _err(f"{reference}: not a TVMScript PrimFunc: {e}")
             raise typer.Exit(2) from None
         if isinstance(ref, tvm.IRModule):
             ref = ref["main"]
@@ -127,9 +133,9 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
         print(json.dumps(res.to_dict() if hasattr(res, "to_dict") else res.model_dump(), indent=2))
     else:
         status = "[green]PASS[/green]" if res.passed else "[red]FAIL[/red]"
-        console.print(f"{status} {candidate} vs {reference} ({exactness}): "
+        console.print(f"{status} {escape(str(candidate))} vs {escape(str(reference))} ({exactness}): "
                       f"max abs err {res.max_abs_err:.3g}, max rel err {res.max_rel_err:.3g}"
-                      + ("" if res.passed else f"\n  {res.reason}"), highlight=False)
+                      + ("" if res.passed else f"\n  {res.reason}"))
     raise typer.Exit(0 if res.passed else 1)
 
 
@@ -156,12 +162,12 @@ def v1(corpus: Optional[Path] = typer.Option(None, help="a Step-TP v1 JSONL corp
         try:
             prog = read_v1(row["leir_v1"], sig, name=row.get("workload", "kernel"), bind_as=bind_as)
         except ValueError as e:
-            err_console.print(f"{path}:{lineno}: {e}", highlight=False)
+            _err(f"{path}:{lineno}: {e}")
             continue
         sys.stdout.write(format_program(prog) + "\n")
         n += 1
     if n == 0:
-        err_console.print("no program printed", highlight=False)
+        _err("no program printed")
         raise typer.Exit(1)
 
 
@@ -177,13 +183,13 @@ def demo():
         table.add_column(col, justify="right" if col != "kernel" else "left")
     for r in rows:
         ratio = f"{r.leir_tokens / r.tvmscript_tokens:.2f}" if r.tvmscript_tokens else "-"
-        table.add_row(r.name, "[green]ok[/green]" if r.ok else f"[red]FAIL[/red] {r.error[:60]}",
+        table.add_row(r.name, "[green]ok[/green]" if r.ok else f"[red]FAIL[/red] {escape(r.error[:60])}",
                       str(r.leir_tokens), str(r.tvmscript_tokens), ratio,
                       f"{r.max_abs_err_vs_numpy:.2g}", f"{r.seconds:.2f}")
     console.print(table)
     failed = [r for r in rows if not r.ok]
     for r in failed:
-        err_console.print(f"{r.name}: {r.error}", highlight=False)
+        _err(f"{r.name}: {r.error}")
     console.print(f"{len(rows) - len(failed)}/{len(rows)} kernels parsed, checked, lowered, built "
                   f"and verified")
     raise typer.Exit(1 if failed else 0)
