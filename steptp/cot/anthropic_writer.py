@@ -1,0 +1,384 @@
+"""The Anthropic writer: an LLM fills the CoT schema from the facts, through the ``anthropic`` SDK.
+
+* Model, sampling parameters, limits and prices come from :class:`~steptp.cot.config.AnthropicConfig`.
+* The static instructions are a system prompt block marked ``cache_control: ephemeral`` (prompt
+  caching); the tool definition (whose ``input_schema`` is ``Cot.model_json_schema()``) precedes it
+  in the cached prefix, and ``tool_choice`` forces the answer into the schema.
+* 408/409/429/5xx/529 (``overloaded_error``) are retried by the SDK's own retry loop with
+  exponential backoff that honours ``retry-after`` (``http_max_retries``); a client-side
+  ``requests_per_minute`` cap and a ``concurrency`` limit apply on top.
+* Large runs use the Message Batches API (:meth:`AnthropicWriter.propose_batch`): create, poll
+  ``retrieve`` until ``processing_status == "ended"``, then stream ``results``.
+* Every call's input/output/cache tokens and cost (from the config's price table; batch calls at
+  the batch discount) are added to :attr:`AnthropicWriter.meter`.
+* Responses are cached on disk by SHA-256 of (writer version, prompt, model, params).
+* The API key is read from ``ANTHROPIC_API_KEY`` only. Errors are re-raised as
+  :class:`CotWriterError` with the key scrubbed and no chained SDK exception (which holds the
+  request); a logging filter scrubs it from the SDK's and this package's log records.
+
+The HTTP client is injectable (``http_client=``): tests pass an ``httpx2.Client`` (the HTTP
+library SDK 2.x is built on) whose ``MockTransport`` serves recorded API responses, so the SDK's
+real request, retry and parsing code runs without a network.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from ..records import StepRecord
+from .cache import ResponseCache, cache_key
+from .config import AnthropicConfig
+from .facts import Facts
+from .schema import SCHEMA_VERSION, Cot
+
+WRITER_VERSION = f"anthropic-1/{SCHEMA_VERSION}"
+TOOL_NAME = "write_step_reasoning"
+log = logging.getLogger("steptp.cot")
+
+SYSTEM_PROMPT = f"""You write the reasoning of one step of a tensor-program optimization dataset \
+(Step-TP). Each step applies one atomic rewrite (a strategy at a site with parameters) to a kernel \
+written in LEIR, a Python-shaped loop language: `for i in 16, j in 32:` nests loops, `X[i,j] += e` \
+is a reduction over the enclosing loop variables absent from the left-hand side, a variable no \
+`for` binds is an implicit loop over the dimension it indexes. You are given the program before \
+the step, the step that was applied (strategy, site, params), the program after it, and FACTS: \
+loop extents, reduction axes, per-statement iterations and operations, the stride in elements of \
+each access along the innermost loop, footprints and bytes moved, arithmetic intensity, and \
+measured runtimes.
+
+Explain the decision as an expert would think it through before acting, by calling the tool \
+`{TOOL_NAME}` exactly once. Rules — the answer is checked automatically and rejected if it breaks one:
+1. decision: strategy, site and params exactly as applied (same keys, same values).
+2. candidates: at least two different strategies from the registry list given; exactly one has \
+verdict "chosen" and it is the applied strategy; each has a one-line reason for or against.
+3. Write every program name (loop variable, tensor, statement, strategy) in backticks, e.g. `k`, \
+`B[k,j]`, `loop_split`. Name only loop variables and tensors that exist in the program before the \
+step; only expected_effect and check may also name what the step introduces (e.g. `k_o`).
+4. Every number you write must be one of the FACTS (rounded or truncated is fine; units s, ms, \
+us, ns, bytes, KiB, MiB, FLOP, %, x are understood). Do not invent estimates. Small counts 0-4 are fine.
+5. expected_effect.direction must agree with the measured step speedup given in the facts \
+(faster if it is clearly above 1, slower if clearly below, neutral if within noise); a step whose \
+value is enabling a later one may be "preparatory" with `enables` set to that strategy.
+6. check: the step's exactness class and all kernel outputs, and why they stay equal.
+Be concrete and brief: one or two sentences per text field. Do not cite the after-program's \
+runtime in observation or bottleneck: reason from what is known before acting."""
+
+
+class CotWriterError(RuntimeError):
+    """An API call failed for good (after the SDK's retries). The message never holds the key."""
+
+
+# ============================================================================ redaction
+_KEY_SHAPE = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}")
+
+
+def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
+    for s in secrets:
+        if s:
+            text = text.replace(s, "[REDACTED]")
+    return _KEY_SHAPE.sub("[REDACTED]", text)
+
+
+class RedactingFilter(logging.Filter):
+    """Formats a record's message and removes the secrets from it (and from exception text)."""
+
+    def __init__(self, secrets: tuple[str, ...]):
+        super().__init__()
+        self.secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            msg = record.getMessage()
+        except Exception:  # noqa: BLE001 - a broken record is still scrubbed as best we can
+            msg = str(record.msg)
+        record.msg, record.args = scrub(msg, self.secrets), None
+        if record.exc_info:
+            import traceback
+
+            record.exc_text = scrub("".join(traceback.format_exception(*record.exc_info)), self.secrets)
+            record.exc_info = None
+        return True
+
+
+_REDACTED_LOGGERS = ("steptp.cot", "anthropic", "anthropic._base_client", "anthropic._response",
+                     "httpx2", "httpx", "httpcore")
+
+
+def install_redaction(secret: str) -> None:
+    for name in _REDACTED_LOGGERS:
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, RedactingFilter) and secret in f.secrets for f in lg.filters):
+            lg.addFilter(RedactingFilter((secret,)))
+
+
+# ============================================================================ accounting
+@dataclass
+class Meter:
+    """Requests, tokens and cost of one writer (thread-safe)."""
+
+    requests: int = 0
+    cache_hits: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    batches: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, usage: dict[str, Any], prices, factor: float = 1.0) -> float:
+        i = int(usage.get("input_tokens") or 0)
+        o = int(usage.get("output_tokens") or 0)
+        cr = int(usage.get("cache_read_input_tokens") or 0)
+        cw = int(usage.get("cache_creation_input_tokens") or 0)
+        cost = 0.0
+        if prices is not None:
+            cost = factor * (i * prices.input + o * prices.output + cr * prices.cache_read
+                             + cw * prices.cache_write) / 1e6
+        with self._lock:
+            self.requests += 1
+            self.input_tokens += i
+            self.output_tokens += o
+            self.cache_read_tokens += cr
+            self.cache_write_tokens += cw
+            self.cost_usd += cost
+        return cost
+
+    def hit(self) -> None:
+        with self._lock:
+            self.cache_hits += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "cache_hits": self.cache_hits, "batches": self.batches,
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cache_read_tokens": self.cache_read_tokens,
+                "cache_write_tokens": self.cache_write_tokens, "cost_usd": round(self.cost_usd, 8)}
+
+
+class _RateLimiter:
+    def __init__(self, per_minute: Optional[float], sleep: Callable[[float], None]):
+        self.interval = 60.0 / per_minute if per_minute else 0.0
+        self.next = 0.0
+        self.lock = threading.Lock()
+        self.sleep = sleep
+
+    def wait(self) -> None:
+        if not self.interval:
+            return
+        with self.lock:
+            now = time.monotonic()
+            delay = self.next - now
+            self.next = max(now, self.next) + self.interval
+        if delay > 0:
+            self.sleep(delay)
+
+
+# ============================================================================ prompt
+def tool_definition() -> dict[str, Any]:
+    return {"name": TOOL_NAME,
+            "description": "Record the structured reasoning of this optimization step.",
+            "input_schema": Cot.model_json_schema()}
+
+
+def user_prompt(step: StepRecord, f: Facts) -> str:
+    from .. import strategies as S
+
+    reg = [{"name": s.name, "family": s.family, "exactness": s.exactness} for s in S.all()]
+    parts = [
+        "PROGRAM BEFORE:\n" + step.before_leir.rstrip(),
+        "APPLIED STEP:\n" + json.dumps({"strategy": step.strategy, "family": step.family,
+                                        "exactness": step.exactness, "site": step.site,
+                                        "params": step.params}, sort_keys=True),
+        "PROGRAM AFTER:\n" + step.after_leir.rstrip(),
+        "FACTS:\n" + json.dumps(f.prompt(), sort_keys=True),
+        "REGISTERED STRATEGIES:\n" + json.dumps(reg),
+    ]
+    return "\n\n".join(parts)
+
+
+def tool_input(message: dict[str, Any]) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """The forced tool call's input, and its id (None, None when the answer has none)."""
+    for block in message.get("content") or []:
+        if block.get("type") == "tool_use" and block.get("name") == TOOL_NAME:
+            return block.get("input"), block.get("id")
+    return None, None
+
+
+# ============================================================================ the writer
+class AnthropicWriter:
+    name = "anthropic"
+    tool_name = TOOL_NAME
+    version = WRITER_VERSION
+
+    def __init__(self, config: Optional[AnthropicConfig] = None, *, http_client: Any = None,
+                 cache_dir: Optional[str] = None, sleep: Callable[[float], None] = time.sleep):
+        import anthropic
+
+        self.config = config or AnthropicConfig()
+        key = os.environ.get("ANTHROPIC_API_KEY", "")
+        if not key:
+            raise CotWriterError("ANTHROPIC_API_KEY is not set; the anthropic writer reads the key "
+                                 "from the environment only")
+        self._secrets = (key,)
+        install_redaction(key)
+        self.client = anthropic.Anthropic(api_key=key, http_client=http_client,
+                                          max_retries=self.config.http_max_retries,
+                                          timeout=self.config.timeout_s)
+        self.cache = ResponseCache(cache_dir)
+        self.meter = Meter()
+        self._sleep = sleep
+        self._limiter = _RateLimiter(self.config.requests_per_minute, sleep)
+        self._tool = tool_definition()
+
+    def __repr__(self) -> str:
+        return f"AnthropicWriter(model={self.config.model!r})"
+
+    # ------------------------------------------------------------------ requests
+    def _params(self) -> dict[str, Any]:
+        p: dict[str, Any] = {"max_tokens": self.config.max_tokens}
+        if self.config.temperature is not None:
+            p["temperature"] = self.config.temperature
+        return p
+
+    @staticmethod
+    def _sdk_kwargs(req: dict[str, Any]) -> dict[str, Any]:
+        """``messages.create`` keyword arguments: sampling parameters the SDK has no argument for
+        travel in ``extra_body``."""
+        kw = dict(req)
+        if "temperature" in kw:
+            kw["extra_body"] = {"temperature": kw.pop("temperature")}
+        return kw
+
+    def request(self, step: StepRecord, f: Facts,
+                history: list[tuple[dict[str, Any], str]] = ()) -> dict[str, Any]:
+        """The ``messages.create`` arguments: the cached system prompt, the forced tool, the
+        user prompt, then for each failed attempt the assistant's answer and the validator's
+        error as an error ``tool_result``."""
+        messages: list[dict[str, Any]] = [{"role": "user", "content": user_prompt(step, f)}]
+        for msg, error in history:
+            _, tool_id = tool_input(msg)
+            messages.append({"role": "assistant", "content": msg.get("content") or []})
+            feedback = (f"Your answer was rejected by the validator:\n{error}\n"
+                        f"Call `{TOOL_NAME}` again with a corrected answer.")
+            if tool_id:
+                messages.append({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": tool_id, "is_error": True, "content": feedback}]})
+            else:
+                messages.append({"role": "user", "content": feedback})
+        return {"model": self.config.model, **self._params(),
+                "system": [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
+                "tools": [self._tool], "tool_choice": {"type": "tool", "name": TOOL_NAME},
+                "messages": messages}
+
+    def _key(self, req: dict[str, Any]) -> str:
+        prompt = {k: req[k] for k in ("system", "tools", "tool_choice", "messages")}
+        return cache_key(self.version, req["model"], self._params(), prompt)
+
+    def _fail(self, e: Exception) -> CotWriterError:
+        """A CotWriterError describing an SDK error, key scrubbed, no reference to the SDK error."""
+        status = getattr(e, "status_code", None)
+        body = getattr(e, "body", None)
+        etype = None
+        if isinstance(body, dict):
+            etype = (body.get("error") or {}).get("type")
+        what = f"HTTP {status}" + (f" {etype}" if etype else "") if status else type(e).__name__
+        return CotWriterError(scrub(f"Anthropic API call failed ({what}): {e}", self._secrets))
+
+    def call(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One ``messages.create`` (or its cached response) as the API's JSON message."""
+        key = self._key(req)
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.meter.hit()
+            return hit
+        import anthropic
+
+        self._limiter.wait()
+        failure: Optional[CotWriterError] = None
+        try:
+            msg = self.client.messages.create(**self._sdk_kwargs(req)).model_dump(mode="json",
+                                                                                  exclude_none=True)
+        except anthropic.AnthropicError as e:
+            failure = self._fail(e)
+        if failure is not None:  # raised outside the except block: no chained SDK exception
+            log.warning("%s", failure)
+            raise failure
+        self.meter.add(msg.get("usage") or {}, self.config.price())
+        self.cache.put(key, msg)
+        return msg
+
+    def propose(self, step: StepRecord, f: Facts,
+                history: list[tuple[dict[str, Any], str]] = ()) -> tuple[Optional[dict], dict]:
+        """(the tool input, the message) for one attempt; history holds failed attempts."""
+        msg = self.call(self.request(step, f, history))
+        return tool_input(msg)[0], msg
+
+    # ------------------------------------------------------------------ batches
+    def propose_batch(self, items: list[tuple[str, StepRecord, Facts]]
+                      ) -> dict[str, tuple[Optional[dict], dict] | CotWriterError]:
+        """First attempts of many steps through the Message Batches API. ``items`` are
+        (custom_id, step, facts); custom ids must match ``[A-Za-z0-9_-]{1,64}``. Cached requests
+        are not resubmitted. Returns custom_id -> (tool input, message) or the error."""
+        import anthropic
+
+        out: dict[str, Any] = {}
+        pending: dict[str, tuple[str, dict]] = {}
+        for cid, step, f in items:
+            req = self.request(step, f)
+            key = self._key(req)
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.meter.hit()
+                out[cid] = (tool_input(hit)[0], hit)
+            else:
+                pending[cid] = (key, req)
+        if not pending:
+            return out
+        failure: Optional[CotWriterError] = None
+        try:
+            batch = self.client.messages.batches.create(
+                requests=[{"custom_id": cid, "params": req} for cid, (_, req) in pending.items()])
+            self.meter.batches += 1
+            log.info("submitted message batch %s with %d requests", batch.id, len(pending))
+            start = time.monotonic()
+            while batch.processing_status != "ended":
+                if time.monotonic() - start > self.config.batch_timeout_s:
+                    raise CotWriterError(f"message batch {batch.id} did not end within "
+                                         f"{self.config.batch_timeout_s:.0f} s")
+                self._sleep(self.config.batch_poll_s)
+                batch = self.client.messages.batches.retrieve(batch.id)
+            prices = self.config.price()
+            for line in self.client.messages.batches.results(batch.id):
+                cid = line.custom_id
+                if cid not in pending:
+                    continue
+                res = line.result
+                if res.type == "succeeded":
+                    msg = res.message.model_dump(mode="json", exclude_none=True)
+                    self.meter.add(msg.get("usage") or {}, prices, self.config.batch_discount)
+                    self.cache.put(pending[cid][0], msg)
+                    out[cid] = (tool_input(msg)[0], msg)
+                else:
+                    detail = ""
+                    if res.type == "errored":
+                        err = res.error.model_dump(mode="json") if hasattr(res.error, "model_dump") else res.error
+                        detail = ": " + json.dumps(err)
+                    out[cid] = CotWriterError(scrub(f"batch request {cid} {res.type}{detail}", self._secrets))
+        except anthropic.AnthropicError as e:
+            failure = self._fail(e)
+        if failure is not None:
+            log.warning("%s", failure)
+            raise failure
+        for cid in pending:
+            out.setdefault(cid, CotWriterError(f"batch request {cid}: no result returned"))
+        return out
+
+
+__all__ = ["AnthropicWriter", "CotWriterError", "Meter", "SYSTEM_PROMPT", "TOOL_NAME", "WRITER_VERSION",
+           "scrub", "tool_definition", "tool_input", "user_prompt"]

@@ -1,0 +1,157 @@
+"""``write_cot(steps, writer)``: fill the CoT columns of step records, validated, with fallback.
+
+For each step: the writer proposes an answer; :func:`steptp.cot.validate.validate` checks it; a
+failure is fed back to the writer (an LLM sees the validator's message) up to ``max_retries``
+times; after that — or when the API fails for good — the step falls back to the template writer
+and is marked ``cot_source="template-fallback"``. The run always continues. With ``batch=True``
+(and a writer that has ``propose_batch``), first attempts go through the Message Batches API and
+only retries are interactive.
+
+The summary holds, per writer: steps, ok, retries, fallbacks, failed, and the writer's requests,
+cache hits, tokens and cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional
+
+from ..records import StepRecord
+from .facts import Facts, facts as compute_facts
+from .schema import Cot, cot_record, render
+from .template import TemplateWriter
+from .validate import CotInvalid, validate
+
+log = logging.getLogger("steptp.cot")
+
+
+def _answer(step: StepRecord) -> dict[str, Any]:
+    return {"strategy": step.strategy, "site": step.site, "params": step.params, "program": step.after_leir}
+
+
+def with_cot(step: StepRecord, cot: Cot, source: str) -> StepRecord:
+    return step.model_copy(update={"cot": cot_record(cot), "cot_text": render(cot, _answer(step)),
+                                   "cot_source": source})
+
+
+def _custom_id(n: int, f: Facts) -> str:
+    import hashlib
+
+    return f"s{n}-" + hashlib.sha256(f.step_key.encode()).hexdigest()[:16]
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.ok = self.retries = self.fallbacks = self.failed = 0
+        self.errors: list[str] = []
+
+
+def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int = 2, seed: int = 0,
+              batch: bool = False, concurrency: int = 1) -> tuple[list[StepRecord], dict[str, Any]]:
+    """Return the steps with ``cot``, ``cot_text`` and ``cot_source`` set, and a summary."""
+    template = TemplateWriter(seed=seed)
+    writer = writer or template
+    is_template = isinstance(writer, TemplateWriter)
+    stats = _Stats()
+    import threading
+
+    lock = threading.Lock()
+    out: list[Optional[StepRecord]] = [None] * len(steps)
+    fs: list[Optional[Facts]] = []
+    for n, st in enumerate(steps):
+        try:
+            fs.append(compute_facts(st))
+        except Exception as e:  # noqa: BLE001 - a step whose program does not parse gets no CoT
+            fs.append(None)
+            stats.failed += 1
+            stats.errors.append(f"step {st.trajectory_id}/{st.step_index}: no facts: {e}")
+            out[n] = st.model_copy(update={"cot": {}, "cot_text": "", "cot_source": "failed"})
+
+    def fallback(n: int, why: str) -> None:
+        st, f = steps[n], fs[n]
+        try:
+            cot = validate(template.write(st, f), st, f)
+        except Exception as e:  # noqa: BLE001 - recorded, the run continues
+            with lock:
+                stats.failed += 1
+                stats.errors.append(f"step {st.trajectory_id}/{st.step_index}: template failed: {e}")
+            out[n] = st.model_copy(update={"cot": {}, "cot_text": "", "cot_source": "failed"})
+            return
+        with lock:
+            stats.fallbacks += 1
+            stats.errors.append(f"step {st.trajectory_id}/{st.step_index}: {why}")
+        out[n] = with_cot(st, cot, "template-fallback")
+
+    def attempt(n: int, first: Optional[tuple[Optional[dict], dict]] = None) -> None:
+        st, f = steps[n], fs[n]
+        if is_template:
+            try:
+                out[n] = with_cot(st, validate(writer.write(st, f), st, f), "template")
+                with lock:
+                    stats.ok += 1
+            except Exception as e:  # noqa: BLE001
+                with lock:
+                    stats.failed += 1
+                    stats.errors.append(f"step {st.trajectory_id}/{st.step_index}: template failed: {e}")
+                out[n] = st.model_copy(update={"cot": {}, "cot_text": "", "cot_source": "failed"})
+            return
+        history: list[tuple[dict, str]] = []
+        for k in range(max_retries + 1):
+            try:
+                raw, msg = first if (k == 0 and first is not None) else writer.propose(st, f, history)
+            except Exception as e:  # noqa: BLE001 - API failure after the SDK's retries
+                fallback(n, f"{writer.name} failed: {e}")
+                return
+            try:
+                if raw is None:
+                    raise CotInvalid([f"the answer has no `{getattr(writer, 'tool_name', 'tool')}` call "
+                                      f"(stop_reason={msg.get('stop_reason')!r})"])
+                cot = validate(raw, st, f)
+            except CotInvalid as e:
+                history.append((msg, str(e)))
+                log.info("step %s/%s attempt %d rejected: %s", st.trajectory_id, st.step_index, k + 1,
+                         re.sub(r"\s+", " ", str(e))[:300])
+                if k < max_retries:
+                    with lock:
+                        stats.retries += 1
+                continue
+            out[n] = with_cot(st, cot, writer.name)
+            with lock:
+                stats.ok += 1
+            return
+        fallback(n, f"{writer.name}: still invalid after {max_retries} retries: {history[-1][1]}")
+
+    todo = [n for n in range(len(steps)) if fs[n] is not None]
+    firsts: dict[int, Any] = {}
+    if batch and not is_template and hasattr(writer, "propose_batch") and todo:
+        ids = {_custom_id(n, fs[n]): n for n in todo}
+        try:
+            res = writer.propose_batch([(cid, steps[n], fs[n]) for cid, n in ids.items()])
+        except Exception as e:  # noqa: BLE001 - the whole batch failed: go interactive
+            log.warning("batch failed, continuing interactively: %s", e)
+            res = {}
+        for cid, n in ids.items():
+            r = res.get(cid)
+            if isinstance(r, tuple):
+                firsts[n] = r
+    if concurrency > 1 and not is_template and len(todo) > 1:
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            list(pool.map(lambda n: attempt(n, firsts.get(n)), todo))
+    else:
+        for n in todo:
+            attempt(n, firsts.get(n))
+    summary: dict[str, Any] = {
+        "writer": writer.name, "writer_version": writer.version, "steps": len(steps), "ok": stats.ok,
+        "retries": stats.retries, "fallbacks": stats.fallbacks, "failed": stats.failed,
+        "errors": stats.errors,
+    }
+    meter = getattr(writer, "meter", None)
+    if meter is not None:
+        summary.update(meter.as_dict())
+        summary["model"] = writer.config.model
+    return [s for s in out if s is not None], summary
+
+
+__all__ = ["write_cot", "with_cot"]

@@ -1,0 +1,295 @@
+"""Checks a step's reasoning: the schema first, then the semantics against ``facts(step)``.
+
+``validate(raw, step)`` returns the :class:`~steptp.cot.schema.Cot` or raises :class:`CotInvalid`
+whose message lists every problem, one per line, each naming the field — the text fed back to an
+LLM on a retry. The semantic checks:
+
+* **decision** — strategy, site and params equal the applied ones; exactly one candidate is
+  ``chosen`` and it is the applied strategy; at least two distinct strategies are considered,
+  all from the registry; ``check.exactness`` is the step's and ``check.outputs`` the kernel's
+  outputs;
+* **names** — every loop variable and tensor named (in backticks, in structured fields, or after
+  words such as "loop"/"tensor") exists in the before-program; the fields about the result
+  (``expected_effect``, ``check``) may also name what the step introduces (``k_o``...);
+* **numbers** — every number in the text matches some fact within rounding (units s/ms/us/ns,
+  B/KB/KiB/MB..., FLOP/MFLOP..., %, x are understood); small counts 0-4 are free, and digits in
+  identifiers (``T0``) or inside a verbatim quote of the program do not count;
+* **effect** — the expected direction is not contradicted by the measured speedup beyond the
+  noise level, unless the step is declared ``preparatory`` (then ``enables`` names a strategy).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Iterable, Optional
+
+from pydantic import ValidationError
+
+from .. import strategies as S
+from ..leir import ast as A
+from ..records import StepRecord
+from .facts import Facts, facts as compute_facts
+from .schema import Cot
+
+
+class CotInvalid(ValueError):
+    """The reasoning failed validation; ``problems`` lists each failure with its field."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("CoT failed validation:\n" + "\n".join(f"- {p}" for p in self.problems))
+
+
+# ============================================================================ helpers
+SMALL_COUNTS = frozenset({0.0, 1.0, 2.0, 3.0, 4.0})
+
+# words that may appear in code spans besides program names
+_LEIR_WORDS = frozenset({"kernel", "for", "in", "if", "and", "or", "not", "true", "false", "inf",
+                         "serial", "parallel", "vectorized", "unrolled", "blockIdx", "threadIdx",
+                         "x", "y", "z", "global", "shared", "local", "e"}) \
+    | frozenset(A.INTRINSICS) | frozenset(A.DTYPES) | frozenset({"max=", "min="})
+
+_CODE = re.compile(r"`([^`]*)`")
+_IDENT = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z_0-9]*")
+_UNIT = (r"(?:\s?(?P<u1>%|×|x|s|ms|us|µs|μs|ns|B|bytes?|KB|KiB|kB|MB|MiB|GB|GiB|"
+         r"FLOPs?|flops?|kFLOPs?|MFLOPs?|GFLOPs?|ops|FLOP/B|FLOP/byte)|(?P<u2>[kKMG]))?")
+_NUM = re.compile(r"(?<![A-Za-z_0-9.])(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)"
+                  + _UNIT + r"(?![A-Za-z_0-9])")
+_BY = re.compile(r"(\d)\s?[x×]\s?(\d)")
+# prose that names a program object: "loop k", "tensor B", "the input A"
+_NAMED = re.compile(r"\b(?:loops?|axis|axes|variables?|dimensions?|tensors?|buffers?|arrays?|"
+                    r"inputs?|outputs?|intermediates?)\s+([A-Za-z_][A-Za-z_0-9]*)\b")
+_LOOPLIKE = re.compile(r"^[a-z](?:_[a-z]+|\d+)?$")
+_TENSORLIKE = re.compile(r"^[A-Z][A-Z0-9]{0,2}$")
+
+_SCALES: dict[str, tuple[float, ...]] = {
+    "": (1.0,), "%": (1.0, 0.01), "×": (1.0,), "x": (1.0,),
+    "s": (1.0,), "ms": (1e-3,), "us": (1e-6,), "µs": (1e-6,), "μs": (1e-6,), "ns": (1e-9,),
+    "B": (1.0,), "byte": (1.0,), "bytes": (1.0,), "KB": (1e3, 1024.0), "kB": (1e3, 1024.0),
+    "KiB": (1024.0,), "MB": (1e6, 2.0 ** 20), "MiB": (2.0 ** 20,), "GB": (1e9, 2.0 ** 30),
+    "GiB": (2.0 ** 30,), "FLOP": (1.0,), "FLOPs": (1.0,), "flop": (1.0,), "flops": (1.0,),
+    "ops": (1.0,), "kFLOP": (1e3,), "kFLOPs": (1e3,), "MFLOP": (1e6,), "MFLOPs": (1e6,),
+    "GFLOP": (1e9,), "GFLOPs": (1e9,), "FLOP/B": (1.0,), "FLOP/byte": (1.0,),
+    "k": (1e3, 1024.0), "K": (1e3, 1024.0), "M": (1e6, 2.0 ** 20), "G": (1e9, 2.0 ** 30),
+}
+
+
+def _norm(v: Any) -> Any:
+    """JSON value with integral floats as ints and tuples as lists (for equality)."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, dict):
+        return {str(k): _norm(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_norm(x) for x in v]
+    return v
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(_norm(a), sort_keys=True) == json.dumps(_norm(b), sort_keys=True)
+
+
+def _ulp(num: str) -> float:
+    """One unit in the last place of a written number ("1.23" -> 0.01, "2.1e6" -> 1e5)."""
+    num = num.replace(",", "")
+    mant, _, exp = num.lower().partition("e")
+    dec = len(mant.split(".")[1]) if "." in mant else 0
+    return 10.0 ** (-dec) * (10.0 ** int(exp) if exp else 1.0)
+
+
+def number_matches(num: str, unit: str, fact_values: Iterable[float]) -> bool:
+    """Whether a written number (with its unit) equals some fact within rounding or truncation."""
+    v = float(num.replace(",", ""))
+    tol = _ulp(num)
+    for scale in _SCALES.get(unit, (1.0,)):
+        x, u = v * scale, tol * scale
+        for f in fact_values:
+            f = abs(f)
+            eps = 1e-9 * max(f, u)
+            if abs(x - f) <= u / 2 + eps or x - eps <= f < x + u - eps:   # rounded, or truncated
+                return True
+    return False
+
+
+def _ws(s: str) -> str:
+    return " ".join(s.split())
+
+
+def cited_numbers(text: str, quotes: Iterable[str] = ()) -> list[tuple[str, str, str]]:
+    """(number, unit, context) of every number in ``text`` that must match a fact. Code spans that
+    quote ``quotes`` verbatim (the programs) are skipped; digits inside identifiers never count."""
+    quotes = [_ws(q) for q in quotes]
+
+    def blank(m: re.Match) -> str:
+        inner = _ws(m.group(1))
+        if inner and any(inner in q for q in quotes):
+            return " "
+        return " " + m.group(1) + " "
+
+    t = _CODE.sub(blank, text)
+    t = _BY.sub(r"\1 by \2", _BY.sub(r"\1 by \2", t))
+    out = []
+    for m in _NUM.finditer(t):
+        unit = m.group("u1") or m.group("u2") or ""
+        ctx = t[max(0, m.start() - 25):m.end() + 10].strip()
+        out.append((m.group("num"), unit, ctx))
+    return out
+
+
+def named_identifiers(text: str) -> list[str]:
+    """Program names a text refers to: identifiers in backtick code spans, and identifier-shaped
+    words after "loop", "tensor", "input"... in prose."""
+    names: list[str] = []
+    for m in _CODE.finditer(text):
+        code = re.sub(r"(?<![A-Za-z_0-9.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", " ", m.group(1))
+        code = re.sub(r'"[^"]*"', " ", code)   # JSON keys / strings in a quoted site
+        names += _IDENT.findall(code)
+    prose = _CODE.sub(" ", text)
+    for m in _NAMED.finditer(prose):
+        w = m.group(1)
+        if _LOOPLIKE.match(w) or _TENSORLIKE.match(w):
+            names.append(w)
+    return names
+
+
+# ============================================================================ validation
+TEXT_FIELDS = ("observation.computes", "observation.work", "bottleneck.text",
+               "expected_effect.text", "check.text")
+AFTER_FIELDS = ("expected_effect.text", "check.text")
+
+
+def _texts(cot: Cot) -> list[tuple[str, str]]:
+    out = [("observation.computes", cot.observation.computes), ("observation.work", cot.observation.work),
+           ("bottleneck.text", cot.bottleneck.text)]
+    out += [(f"candidates[{n}].reason", c.reason) for n, c in enumerate(cot.candidates)]
+    out += [("expected_effect.text", cot.expected_effect.text), ("check.text", cot.check.text)]
+    return out
+
+
+def parse_cot(raw: Any) -> Cot:
+    """Schema validation only; raises CotInvalid with one line per schema error."""
+    if isinstance(raw, Cot):
+        return raw
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise CotInvalid([f"not JSON: {e}"]) from None
+    if isinstance(raw, dict) and "schema_version" in raw:
+        raw = {k: v for k, v in raw.items() if k != "schema_version"}
+    try:
+        return Cot.model_validate(raw)
+    except ValidationError as e:
+        probs = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+            probs.append(f"schema: {loc}: {err['msg']}")
+        raise CotInvalid(probs) from None
+
+
+def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
+    probs: list[str] = []
+    # ---------------------------------------------------------------- decision
+    d = cot.decision
+    if d.strategy != step.strategy:
+        probs.append(f"decision.strategy is {d.strategy!r} but the applied strategy is {step.strategy!r}")
+    if not _same(d.site, step.site):
+        probs.append(f"decision.site is {json.dumps(d.site)} but the applied site is {json.dumps(step.site)}")
+    if not _same(d.params, step.params):
+        probs.append(f"decision.params is {json.dumps(d.params)} but the applied params are "
+                     f"{json.dumps(step.params)}")
+    known = set(S.names())
+    chosen = [c for c in cot.candidates if c.verdict == "chosen"]
+    if len(chosen) != 1:
+        probs.append(f"candidates: exactly one must be 'chosen', found {len(chosen)}")
+    elif chosen[0].strategy != step.strategy:
+        probs.append(f"candidates: the chosen candidate is {chosen[0].strategy!r} but the applied "
+                     f"strategy is {step.strategy!r}")
+    distinct = {c.strategy for c in cot.candidates}
+    if len(distinct) < 2:
+        probs.append(f"candidates: at least two different strategies must be considered, found "
+                     f"only {sorted(distinct)}")
+    for n, c in enumerate(cot.candidates):
+        if c.strategy not in known:
+            probs.append(f"candidates[{n}].strategy {c.strategy!r} is not a registered strategy "
+                         f"(known: {', '.join(sorted(known))})")
+        for v in (c.site or {}).get("loops", []) or []:
+            if v not in f.before.loop_vars:
+                probs.append(f"candidates[{n}].site names loop {v!r}, which is not a loop of the "
+                             f"program before the step (loops: {', '.join(f.before.loop_vars) or 'none'})")
+    if cot.check.exactness != step.exactness:
+        probs.append(f"check.exactness is {cot.check.exactness!r} but the step is {step.exactness!r}")
+    outs = set(f.outputs)
+    if set(cot.check.outputs) != outs:
+        probs.append(f"check.outputs is {sorted(cot.check.outputs)} but the kernel's outputs are "
+                     f"{sorted(outs)}: every output must stay equal")
+    # ---------------------------------------------------------------- names
+    loops_b, tensors_b = f.before.loop_vars, tuple(f.before.tensors)
+    vocab = set(_LEIR_WORDS) | known | {f.kernel}
+    for k in list(step.site) + list(step.params):
+        vocab.add(str(k))
+    if cot.bottleneck.loop is not None and cot.bottleneck.loop not in loops_b:
+        probs.append(f"bottleneck.loop {cot.bottleneck.loop!r} is not a loop variable of the program "
+                     f"before the step (loops: {', '.join(loops_b) or 'none'})")
+    if cot.bottleneck.tensor is not None and cot.bottleneck.tensor not in tensors_b:
+        probs.append(f"bottleneck.tensor {cot.bottleneck.tensor!r} is not a tensor of the program "
+                     f"before the step (tensors: {', '.join(tensors_b)})")
+    for field_, text in _texts(cot):
+        allowed = set(f.names_before) | vocab
+        if field_ in AFTER_FIELDS:
+            allowed |= f.names_after
+        bad = [n for n in dict.fromkeys(named_identifiers(text)) if n not in allowed]
+        for n in bad:
+            what = "loop variable" if _LOOPLIKE.match(n) else "tensor" if _TENSORLIKE.match(n) else "name"
+            probs.append(f"{field_} names {what} `{n}`, which does not exist in the program before "
+                         f"the step (loop variables: {', '.join(loops_b) or 'none'}; tensors: "
+                         f"{', '.join(tensors_b)})")
+    # ---------------------------------------------------------------- numbers
+    values = list(f.numbers.values())
+    quotes = [step.before_leir, step.after_leir]
+    for field_, text in _texts(cot):
+        for num, unit, ctx in cited_numbers(text, quotes):
+            v = float(num.replace(",", ""))
+            if not unit and v in SMALL_COUNTS:
+                continue
+            if not number_matches(num, unit, values):
+                probs.append(f"{field_} cites {num}{(' ' + unit) if unit else ''} (\"…{ctx}…\"), which "
+                             f"matches no fact of this step within rounding; cite only the given facts")
+    # ---------------------------------------------------------------- effect
+    e = cot.expected_effect
+    if e.direction == "preparatory":
+        if e.enables is None:
+            probs.append("expected_effect: a preparatory step must say which strategy it enables "
+                         "(expected_effect.enables)")
+        elif e.enables not in known:
+            probs.append(f"expected_effect.enables {e.enables!r} is not a registered strategy")
+    elif f.step_speedup is not None and f.after_s is not None:
+        sp, tol = f.step_speedup, max(0.03, f.noise)
+        contradicted = {
+            "faster": sp < 1 - tol,
+            "slower": sp > 1 + tol,
+            "neutral": abs(sp - 1) > 2 * tol,
+        }[e.direction]
+        if contradicted:
+            probs.append(f"expected_effect.direction is {e.direction!r} but the measured step speedup "
+                         f"is {sp:.3g}x (noise ±{tol:.0%}); state the effect the measurement supports, "
+                         f"or declare the step 'preparatory' with what it enables")
+    return probs
+
+
+def validate(raw: Any, step: StepRecord, f: Optional[Facts] = None) -> Cot:
+    """Schema, then semantic checks. Returns the Cot or raises CotInvalid listing every problem."""
+    cot = parse_cot(raw)
+    f = f if f is not None else compute_facts(step)
+    probs = semantic_problems(cot, step, f)
+    if probs:
+        raise CotInvalid(probs)
+    return cot
+
+
+__all__ = ["CotInvalid", "validate", "parse_cot", "semantic_problems", "cited_numbers",
+           "named_identifiers", "number_matches"]
