@@ -1,0 +1,689 @@
+"""The memory / layout family: caching a tensor region in a staging buffer (cache_read_write),
+transposing a tensor's layout, choosing an intermediate's storage scope, padding its innermost
+dimension, and precomputing index arithmetic into an integer table.
+
+Every rewrite here is exact: values are only copied, re-addressed or stored elsewhere, never
+recomputed differently. Sites name a loop or a statement by path, with the tensor concerned in
+``tensor`` (and ``mode`` for caches); parameters are small JSON dicts (``{"scope": "local"}``,
+``{"perm": [1, 0]}``, ``{"pad": 1}``, ``{"expr": "i*16+j"}``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any, Sequence
+
+from ..leir import ast as A
+from ..leir.analysis import ITEMSIZE
+from ..leir.printer import format_expr, format_stmt
+from . import _deps as D
+from ._ir import (Path, affine, affine_expr, all_names, enclosing_loops, fresh_name, fresh_tensor,
+                  iter_stmts, node_at, reduction_axes, replace_at, tensors_read, tensors_written)
+from .base import OK, Site, Strategy, Verdict, refuse
+from .graph import load_sites, map_expr, map_stmt_exprs, value_nodes, writers
+from .registry import register
+
+MAX_LOCAL_BYTES = 64 * 1024     # a `local` buffer must fit the stack / registers
+MAX_SHARED_BYTES = 48 * 1024    # static shared memory per block on every CUDA GPU
+SERIAL_KINDS = ("serial", "unrolled")
+CONCURRENT_KINDS = ("parallel",) + A.THREAD_KINDS
+
+
+def _bytes(t: A.Tensor) -> int:
+    return t.size * ITEMSIZE[t.dtype]
+
+
+def _stmt(s: A.Stmt) -> str:
+    return "`" + format_stmt(s).strip().split("\n")[0] + "`"
+
+
+def _copy(shape: Sequence[int], names: set[str], dst: str, dst_idx, src: str, src_idx) -> A.Stmt:
+    """A nest over ``shape`` with fresh variables ``c0, c1...``: ``dst[dst_idx(vs)] = src[src_idx(vs)]``."""
+    vs: list[str] = []
+    for k in range(len(shape)):
+        vs.append(fresh_name(f"c{k}", names | set(vs)))
+    s: A.Stmt = A.Assign(dst, tuple(dst_idx(vs)), "=", A.Load(src, tuple(src_idx(vs))))
+    for v, n in reversed(list(zip(vs, shape))):
+        s = A.Loop(v, n, "serial", (s,))
+    return s
+
+
+# ============================================================================ cache_read_write
+def _identity(op: str, dtype: str) -> A.Const:
+    """The identity of a reduction op as a literal (what LEIR's implicit init stores)."""
+    if op == "+=":
+        return A.const(0.0 if dtype in A.FLOAT_DTYPES else 0)
+    if op == "*=":
+        return A.const(1.0 if dtype in A.FLOAT_DTYPES else 1)
+    if dtype in A.FLOAT_DTYPES:
+        return A.Const(float("-inf") if op == "max=" else float("inf"), "float")
+    import numpy as np
+    info = np.iinfo(np.dtype(A.DTYPES[dtype]))
+    return A.const(int(info.min if op == "max=" else info.max))
+
+
+def _fill(shape: Sequence[int], names: set[str], dst: str, value: A.Expr) -> A.Stmt:
+    vs: list[str] = []
+    for k in range(len(shape)):
+        vs.append(fresh_name(f"c{k}", names | set(vs)))
+    s: A.Stmt = A.Assign(dst, tuple(A.Var(v) for v in vs), "=", value)
+    for v, n in reversed(list(zip(vs, shape))):
+        s = A.Loop(v, n, "serial", (s,))
+    return s
+
+
+def _region(program: A.Program, lpath: Path, tensor: str, accs: Sequence[D.Access]):
+    """The box of ``tensor`` one iteration of the loop at ``lpath`` touches: per dimension
+    (base coefficients over the loop and its enclosing loops, lo, hi). None and a reason when the
+    accesses are not affine or move differently with the outer loops."""
+    depth = len(lpath)
+    t = program.tensor(tensor)
+    dims = []
+    for d in range(len(t.shape)):
+        bases, los, his = [], [], []
+        for a in accs:
+            f = a.index[d]
+            if f is None:
+                return None, f"subscript {d} of an access `{a.text}` to {tensor} is not affine"
+            inner = {lp.var: lp.extent for lp in a.loops if len(lp.path) > depth}
+            outer = {lp.var for lp in a.loops if len(lp.path) <= depth}
+            if any(v not in inner and v not in outer for v in f[0]):
+                return None, f"subscript {d} of `{a.text}` uses a variable no loop binds"
+            base = {v: c for v, c in f[0].items() if v in outer}
+            lo = hi = f[1]
+            for v, c in f[0].items():
+                if v in inner:
+                    lo += min(0, c * (inner[v] - 1))
+                    hi += max(0, c * (inner[v] - 1))
+            bases.append(base)
+            los.append(lo)
+            his.append(hi)
+        if any(b != bases[0] for b in bases):
+            return None, (f"accesses to {tensor} move differently with the outer loops in dimension "
+                          f"{d}: no single region per iteration")
+        dims.append((bases[0], min(los), max(his)))
+    # the box must stay inside the tensor for every value of the outer loops
+    ext = {lp.var: lp.extent for lp in enclosing_loops(program, lpath) + [node_at(program, lpath)]}
+    for d, (base, lo, hi) in enumerate(dims):
+        bmin = lo + sum(min(0, c * (ext[v] - 1)) for v, c in base.items())
+        bmax = hi + sum(max(0, c * (ext[v] - 1)) for v, c in base.items())
+        if bmin < 0 or bmax > t.shape[d] - 1:
+            return None, (f"the region of {tensor} one iteration touches leaves [0, {t.shape[d] - 1}] "
+                          f"in dimension {d}")
+    return dims, ""
+
+
+def _rebase(index: Sequence[A.Expr], dims, keep: Sequence[int]) -> tuple[A.Expr, ...]:
+    out = []
+    for d in keep:
+        coef, const = affine(index[d])
+        base, lo, _ = dims[d]
+        rest = {v: c for v, c in coef.items() if v not in base}
+        out.append(affine_expr(rest, const - lo))
+    return tuple(out)
+
+
+@register
+class CacheReadWrite(Strategy):
+    name = "cache_read_write"
+    family = "memory"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("cache_read: at the start of each iteration of a loop, copy the region of a "
+                   "tensor the iteration reads into a small staging buffer and read from it. "
+                   "cache_write: redirect every access of a tensor inside the loop to a staging "
+                   "buffer (accumulating there) and copy it back at the end of the iteration "
+                   "(copying in first unless one statement overwrites the whole region before any "
+                   "read). The buffer is `local` when it fits 64 KiB, else `global`.")
+
+    def sites(self, program, analysis=None):
+        out = []
+        for p, s in iter_stmts(program.body):
+            if not isinstance(s, A.Loop):
+                continue
+            if any(lp.kind not in SERIAL_KINDS for lp in enclosing_loops(program, p) + [s]):
+                continue
+            written = tensors_written(s)
+            for t in tensors_read(s):
+                if t not in written:
+                    out.append(Site.make(p, [s.var], tensor=t, mode="read"))
+            for t in written:
+                out.append(Site.make(p, [s.var], tensor=t, mode="write"))
+        return out
+
+    def params(self, program, site, rng=None):
+        v, plan = self._plan(program, site, {"scope": "global"})
+        if not v.ok:
+            return [{"scope": "global"}]
+        shape = plan[1]
+        t = program.tensors[site.get("tensor")]
+        n = 1
+        for x in shape:
+            n *= x
+        return [{"scope": "local" if n * ITEMSIZE[t.dtype] <= MAX_LOCAL_BYTES else "global"}]
+
+    def _plan(self, program, site, params) -> tuple[Verdict, Any]:
+        path = tuple(site.path)
+        loop = node_at(program, path)
+        if not isinstance(loop, A.Loop):
+            return refuse(f"no loop at path {list(path)}"), None
+        if site.loops and site.loops[0] != loop.var:
+            return refuse(f"the loop at path {list(path)} is {loop.var}, not {site.loops[0]}"), None
+        bad = [lp for lp in enclosing_loops(program, path) + [loop] if lp.kind not in SERIAL_KINDS]
+        if bad:
+            return refuse(f"loop {bad[0].var} is {bad[0].kind}: one staging buffer would be shared "
+                          f"by its concurrent iterations"), None
+        tensor, mode = site.get("tensor"), site.get("mode")
+        if tensor not in program.tensors:
+            return refuse(f"no tensor {tensor!r}"), None
+        if mode not in ("read", "write"):
+            return refuse("mode must be read or write"), None
+        scope = params.get("scope", "local")
+        if scope not in ("local", "global"):
+            return refuse("the staging buffer's scope must be local or global (use "
+                          "set_storage_scope for shared)"), None
+        accs = [a for a in D.collect_under(program, path) if a.tensor == tensor]
+        if not accs:
+            return refuse(f"loop {loop.var} does not access {tensor}"), None
+        written = any(a.write for a in accs)
+        if mode == "read" and written:
+            w = next(a for a in accs if a.write)
+            return refuse(f"{tensor} is written inside loop {loop.var} (`{w.text}`): a read cache "
+                          f"would go stale (use mode write)"), None
+        if mode == "write" and not written:
+            return refuse(f"{tensor} is only read inside loop {loop.var}: nothing to cache_write"), None
+        if mode == "write" and any(isinstance(n, A.Load) and n.tensor == tensor for _, s in iter_stmts(loop.body)
+                                   if isinstance(s, A.Assign) for i in s.index for n in A.walk(i)):
+            return refuse(f"{tensor} is read inside a subscript"), None
+        dims, why = _region(program, path, tensor, accs)
+        if dims is None:
+            return refuse(why), None
+        keep = [d for d, (_, lo, hi) in enumerate(dims) if hi > lo]
+        shape = tuple(dims[d][2] - dims[d][1] + 1 for d in keep)
+        t = program.tensor(tensor)
+        n = 1
+        for x in shape:
+            n *= x
+        if mode == "read" and n < 2:
+            return refuse(f"one iteration of {loop.var} reads a single element of {tensor}: "
+                          f"nothing to stage"), None
+        if n >= t.size and mode == "read":
+            return refuse(f"one iteration of {loop.var} reads all of {tensor}: the cache would be "
+                          f"a full copy every iteration"), None
+        if scope == "local" and n * ITEMSIZE[t.dtype] > MAX_LOCAL_BYTES:
+            return refuse(f"a {n * ITEMSIZE[t.dtype]}-byte staging buffer exceeds the "
+                          f"{MAX_LOCAL_BYTES}-byte limit of local memory"), None
+        copy_in = mode == "read" or self._needs_copy_in(program, path, tensor, accs, dims)
+        reduction = None
+        if mode == "write":
+            red = [node_at(program, a.stmt) for a in accs if a.write and a.reduction]
+            if red:
+                if copy_in:
+                    return refuse(f"{_stmt(red[0])} does not reduce a whole region of {tensor} "
+                                  f"from scratch within one iteration of {loop.var} (or other "
+                                  f"statements read it first): a cache_write would restart or "
+                                  f"split its accumulation"), None
+                reduction = red[0].op
+        if copy_in and mode == "write" and tensor in {x.name for x in program.intermediates}:
+            first = min(q for q, _ in writers(program, tensor))
+            if first >= path:
+                return refuse(f"the cache would copy {tensor} in before anything writes it"), None
+        return OK, (dims, shape, keep, copy_in, reduction)
+
+    def _needs_copy_in(self, program, path, tensor, accs, dims) -> bool:
+        """False when one statement overwrites the whole region each iteration before any read."""
+        ws = {a.stmt for a in accs if a.write}
+        if len(ws) != 1:
+            return True
+        wpath = next(iter(ws))
+        w = node_at(program, wpath)
+        if tensor in tensors_read(w.value) or any(tensor in tensors_read(i) for i in w.index):
+            return True
+        loops = enclosing_loops(program, wpath)
+        inner = {lp.var: lp.extent for lp in loops[len(enclosing_loops(program, path)) + 1:]}
+        if w.is_reduction:
+            axes = reduction_axes(w, loops)
+            if any(v not in inner for v in axes):
+                return True
+        for d, e in enumerate(w.index):
+            base, lo, hi = dims[d]
+            coef, const = affine(e)
+            rest = {v: c for v, c in coef.items() if v not in base}
+            if hi == lo:
+                if rest or const != lo:
+                    return True
+            elif not (len(rest) == 1 and list(rest.values())[0] == 1 and const == lo
+                      and inner.get(list(rest)[0]) == hi - lo + 1):
+                return True
+        top = wpath[len(path)]
+        for a in accs:
+            if not a.write and not (a.stmt == wpath) and a.stmt[len(path)] <= top:
+                return True
+        return False
+
+    def check(self, program, site, params):
+        return self._plan(program, site, params)[0]
+
+    def rewrite(self, program, site, params):
+        path = tuple(site.path)
+        _, (dims, shape, keep, copy_in, reduction) = self._plan(program, site, params)
+        loop = node_at(program, path)
+        tensor, mode = site.get("tensor"), site.get("mode")
+        t = program.tensor(tensor)
+        cname = fresh_tensor(program)
+        cache = A.Tensor(cname, t.dtype, shape, params.get("scope", "local"))
+        names = all_names(program) | {cname}
+
+        def f(n):
+            if isinstance(n, A.Load) and n.tensor == tensor:
+                return A.Load(cname, _rebase(n.index, dims, keep))
+            return None
+
+        def redirect(s):
+            if isinstance(s, (A.Loop, A.If)):
+                if isinstance(s, A.If):
+                    s = replace(s, cond=map_expr(s.cond, f))
+                return replace(s, body=tuple(redirect(b) for b in s.body))
+            s = map_stmt_exprs(s, f)
+            if mode == "write" and s.tensor == tensor:
+                idx = _rebase(s.index, dims, keep)
+                if s.is_reduction:  # explicit init (the copy-in nest) + update: see _plan
+                    cur = A.Load(cname, idx)
+                    if s.op in ("max=", "min="):
+                        val: A.Expr = A.Call(s.op[:3], (cur, s.value))
+                    else:
+                        val = A.Binary(s.op[0], cur, s.value)
+                    s = A.Assign(cname, idx, "=", val)
+                else:
+                    s = replace(s, tensor=cname, index=idx)
+            return s
+
+        def full(vs):
+            it = iter(vs)
+            out = []
+            for d, (base, lo, hi) in enumerate(dims):
+                off = affine_expr(base, lo)
+                if hi > lo:
+                    v = A.Var(next(it))
+                    off = v if off == A.const(0) else A.Binary("+", off, v)
+                out.append(off)
+            return out
+
+        def local(vs):
+            return [A.Var(v) for v in vs]
+
+        body = tuple(redirect(s) for s in loop.body)
+        if copy_in:
+            body = (_copy(shape, names, cname, local, tensor, full),) + body
+        elif reduction is not None:
+            body = (_fill(shape, names, cname, _identity(reduction, t.dtype)),) + body
+        if mode == "write":
+            body = body + (_copy(shape, names, tensor, full, cname, local),)
+        prog = replace(program, intermediates=program.intermediates + (cache,))
+        return replace_at(prog, path, [replace(loop, body=body)])
+
+
+# ============================================================================ layout
+def _perms(shape: Sequence[int]) -> list[list[int]]:
+    n = len(shape)
+    if n <= 3:
+        cands = [list(p) for p in itertools.permutations(range(n))]
+    else:
+        cands = []
+        for a, b in itertools.combinations(range(n), 2):
+            p = list(range(n))
+            p[a], p[b] = p[b], p[a]
+            cands.append(p)
+    out = []
+    for p in cands:
+        moved = [d for d in p if shape[d] > 1]
+        if moved != sorted(moved):
+            out.append(p)
+    return out
+
+
+def _permute_accesses(program: A.Program, tensor: str, perm: Sequence[int], new_name: str,
+                      loads_only: bool) -> A.Program:
+    def f(n):
+        if isinstance(n, A.Load) and n.tensor == tensor:
+            idx = tuple(map_expr(i, f) for i in n.index)
+            return A.Load(new_name, tuple(idx[d] for d in perm))
+        return None
+
+    def go(s):
+        if isinstance(s, (A.Loop, A.If)):
+            if isinstance(s, A.If):
+                s = replace(s, cond=map_expr(s.cond, f))
+            return replace(s, body=tuple(go(b) for b in s.body))
+        s = map_stmt_exprs(s, f)
+        if not loads_only and s.tensor == tensor:
+            s = replace(s, tensor=new_name, index=tuple(s.index[d] for d in perm))
+        return s
+
+    return replace(program, body=tuple(go(s) for s in program.body))
+
+
+@register
+class LayoutTransformation(Strategy):
+    name = "layout_transformation"
+    family = "memory"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    inverse = "layout_transformation"
+    description = ("Store a tensor with its dimensions permuted: an intermediate `T[a,b]` becomes "
+                   "`T[b,a]` with every access rewritten; an input gets a transposed copy at the "
+                   "start of the kernel that every read uses. Outputs keep their layout.")
+
+    def sites(self, program, analysis=None):
+        out = []
+        for t in program.inputs:
+            if len(t.shape) >= 2 and load_sites(program, t.name) and _perms(t.shape):
+                out.append(Site.make((), [], tensor=t.name))
+        for t in program.intermediates:
+            ws = writers(program, t.name)
+            if len(t.shape) >= 2 and ws and _perms(t.shape):
+                out.append(Site.make(ws[0][0], [], tensor=t.name))
+        return out
+
+    def params(self, program, site, rng=None):
+        t = program.tensors.get(site.get("tensor"))
+        return [{"perm": p} for p in _perms(t.shape)] if t is not None else []
+
+    def check(self, program, site, params):
+        name = site.get("tensor")
+        t = program.tensors.get(name)
+        if t is None:
+            return refuse(f"no tensor {name!r}")
+        if t in program.outputs:
+            return refuse(f"{name} is a kernel output: its layout is part of the kernel's signature")
+        perm = params.get("perm")
+        if not isinstance(perm, (list, tuple)) or sorted(perm) != list(range(len(t.shape))):
+            return refuse(f"perm must be a permutation of 0..{len(t.shape) - 1}")
+        if list(perm) == list(range(len(t.shape))):
+            return refuse("the identity permutation changes nothing")
+        if t in program.inputs and not load_sites(program, name):
+            return refuse(f"nothing reads {name}")
+        return OK
+
+    def rewrite(self, program, site, params):
+        name = site.get("tensor")
+        perm = [int(d) for d in params["perm"]]
+        t = program.tensor(name)
+        shape = tuple(t.shape[d] for d in perm)
+        if t in program.intermediates:
+            prog = _permute_accesses(program, name, perm, name, loads_only=False)
+            inter = tuple(replace(x, shape=shape) if x.name == name else x for x in prog.intermediates)
+            return replace(prog, intermediates=inter)
+        new = fresh_tensor(program)
+        prog = _permute_accesses(program, name, perm, new, loads_only=True)
+        names = all_names(program) | {new}
+        copy = _copy(t.shape, names, new, lambda vs: [A.Var(vs[d]) for d in perm], name,
+                     lambda vs: [A.Var(v) for v in vs])
+        return replace(prog, intermediates=prog.intermediates + (A.Tensor(new, t.dtype, shape),),
+                       body=(copy,) + prog.body)
+
+
+# ============================================================================ storage scope
+def _access_loops(program: A.Program, tensor: str) -> list[tuple[Path, list[A.Loop], list[Path]]]:
+    """(statement path, enclosing loops, their paths) of every statement touching ``tensor``."""
+    out = []
+    for p, s in iter_stmts(program.body):
+        touches = False
+        if isinstance(s, A.Assign):
+            touches = s.tensor == tensor or tensor in tensors_read(s)
+        elif isinstance(s, A.If):
+            touches = any(isinstance(n, A.Load) and n.tensor == tensor for n in A.walk(s.cond))
+        if touches:
+            loops = enclosing_loops(program, p)
+            paths = [p[:k] for k in range(1, len(p)) if isinstance(node_at(program, p[:k]), A.Loop)]
+            out.append((p, loops, paths))
+    return out
+
+
+def _private_to(program: A.Program, tensor: str, kinds: Sequence[str], what: str) -> Verdict:
+    """Every loop of one of ``kinds`` around an access of ``tensor`` must enclose all its accesses
+    and carry no dependence on it (each concurrent iteration then touches its own elements)."""
+    uses = _access_loops(program, tensor)
+    accs = [a for a in D.collect(program.body) if a.tensor == tensor]
+    for p, loops, paths in uses:
+        for lp, lpath in zip(loops, paths):
+            if lp.kind not in kinds:
+                continue
+            for q, _, _ in uses:
+                if q[:len(lpath)] != lpath:
+                    return refuse(f"{tensor} is used both inside and outside the {lp.kind} loop "
+                                  f"{lp.var}: a {what} buffer would not be shared between them")
+            if D.carried_by(accs, lpath) is not None:
+                return refuse(f"iterations of the {lp.kind} loop {lp.var} share elements of "
+                              f"{tensor}: a {what} buffer is private to each of them")
+    return OK
+
+
+@register
+class SetStorageScope(Strategy):
+    name = "set_storage_scope"
+    family = "memory"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    inverse = "set_storage_scope"
+    description = (f"Move an intermediate to another storage scope. `local` (registers / stack) "
+                   f"needs at most {MAX_LOCAL_BYTES // 1024} KiB and no sharing across parallel or "
+                   f"thread-bound iterations; `shared` exists only on GPUs: every use must sit under "
+                   f"the same blockIdx-bound loops, which share no element, within "
+                   f"{MAX_SHARED_BYTES // 1024} KiB; `global` is always legal.")
+
+    def sites(self, program, analysis=None):
+        out = []
+        for t in program.intermediates:
+            ws = writers(program, t.name)
+            if ws:
+                out.append(Site.make(ws[0][0], [], tensor=t.name))
+        return out
+
+    def params(self, program, site, rng=None):
+        t = program.tensors.get(site.get("tensor"))
+        return [{"scope": s} for s in A.SCOPES if t is not None and s != t.scope]
+
+    def check(self, program, site, params):
+        name = site.get("tensor")
+        t = program.tensors.get(name)
+        if t is None or t not in program.intermediates:
+            return refuse(f"{name!r} is not an intermediate (kernel arguments live in global memory)")
+        scope = params.get("scope")
+        if scope not in A.SCOPES:
+            return refuse(f"scope must be one of {', '.join(A.SCOPES)}")
+        if scope == t.scope:
+            return refuse(f"{name} is already {scope}")
+        if scope == "global":
+            return OK
+        if scope == "local":
+            if _bytes(t) > MAX_LOCAL_BYTES:
+                return refuse(f"{name} takes {_bytes(t)} bytes: more than the {MAX_LOCAL_BYTES} "
+                              f"bytes a local buffer may hold")
+            return _private_to(program, name, CONCURRENT_KINDS, "local")
+        # shared
+        uses = _access_loops(program, name)
+        for p, loops, _ in uses:
+            if not any(lp.kind.startswith("blockIdx") for lp in loops):
+                return refuse(f"shared memory exists only on a GPU, per thread block: "
+                              f"{_stmt(node_at(program, p))} uses {name} outside any blockIdx-bound "
+                              f"loop")
+        if len({p[0] for p, _, _ in uses}) != 1:
+            return refuse(f"{name} is used by several kernels (top-level nests); shared memory "
+                          f"lives only as long as one")
+        if _bytes(t) > MAX_SHARED_BYTES:
+            return refuse(f"{name} takes {_bytes(t)} bytes: more than {MAX_SHARED_BYTES} bytes of "
+                          f"shared memory per block")
+        return _private_to(program, name, ("parallel",) + tuple(k for k in A.THREAD_KINDS
+                                                                 if k.startswith("blockIdx")), "shared")
+
+    def rewrite(self, program, site, params):
+        name = site.get("tensor")
+        inter = tuple(replace(x, scope=params["scope"]) if x.name == name else x
+                      for x in program.intermediates)
+        return replace(program, intermediates=inter)
+
+
+# ============================================================================ storage layout
+@register
+class SetStorageLayout(Strategy):
+    name = "set_storage_layout"
+    family = "memory"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("Grow an intermediate's innermost dimension without changing any access: "
+                   "`pad` adds elements (e.g. +1 so that rows fall in different shared-memory "
+                   "banks), `align` rounds it up to a multiple (e.g. 16 for aligned vector rows). "
+                   "The extra elements are never read.")
+
+    def sites(self, program, analysis=None):
+        out = []
+        for t in program.intermediates:
+            ws = writers(program, t.name)
+            if len(t.shape) >= 2 and ws:
+                out.append(Site.make(ws[0][0], [], tensor=t.name))
+        return out
+
+    def params(self, program, site, rng=None):
+        t = program.tensors.get(site.get("tensor"))
+        if t is None or not t.shape:
+            return []
+        out = [{"pad": 1}]
+        if t.shape[-1] % 16:
+            out.append({"align": 16})
+        return out
+
+    def check(self, program, site, params):
+        name = site.get("tensor")
+        t = program.tensors.get(name)
+        if t is None or t not in program.intermediates:
+            return refuse(f"{name!r} is not an intermediate: a kernel argument's shape is fixed by "
+                          f"its caller")
+        if len(t.shape) < 1:
+            return refuse(f"{name} is a scalar")
+        new = self._size(t, params)
+        if new is None:
+            return refuse("params must be {pad: 1..16} or {align: 2..64, a power of two}")
+        if new == t.shape[-1]:
+            return refuse(f"the innermost dimension of {name} ({t.shape[-1]}) is already aligned")
+        if t.scope == "local" and t.size // t.shape[-1] * new * ITEMSIZE[t.dtype] > MAX_LOCAL_BYTES:
+            return refuse(f"the padded {name} would exceed {MAX_LOCAL_BYTES} bytes of local memory")
+        return OK
+
+    def _size(self, t: A.Tensor, params) -> int | None:
+        n = t.shape[-1]
+        if "pad" in params:
+            p = params["pad"]
+            return n + p if isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= 16 else None
+        if "align" in params:
+            a = params["align"]
+            if isinstance(a, int) and not isinstance(a, bool) and 2 <= a <= 64 and a & (a - 1) == 0:
+                return -(-n // a) * a
+        return None
+
+    def rewrite(self, program, site, params):
+        name = site.get("tensor")
+        t = program.tensor(name)
+        shape = t.shape[:-1] + (self._size(t, params),)
+        inter = tuple(replace(x, shape=shape) if x.name == name else x for x in program.intermediates)
+        return replace(program, intermediates=inter)
+
+
+# ============================================================================ precompute indices
+def _nontrivial_index(e: A.Expr) -> bool:
+    """Index arithmetic worth a table: affine over two or more variables or with a coefficient
+    other than +-1, or floor division / modulo of loop variables; no tensor reads."""
+    if any(isinstance(n, A.Load) for n in A.walk(e)) or not A.free_vars(e):
+        return False
+    a = affine(e)
+    if a is not None:
+        return len(a[0]) >= 2 or any(abs(c) != 1 for c in a[0].values())
+    return any(isinstance(n, A.Binary) and n.op in ("//", "%") for n in A.walk(e))
+
+
+def _index_exprs(s: A.Assign) -> list[A.Expr]:
+    seen: dict[A.Expr, None] = {}
+    for n in value_nodes(s.value):
+        if isinstance(n, A.Load):
+            for i in n.index:
+                if _nontrivial_index(i):
+                    seen.setdefault(i, None)
+    return list(seen)
+
+
+@register
+class PrecomputeIndices(Strategy):
+    name = "precompute_indices"
+    family = "memory"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("Hoist index arithmetic out of a loop nest: a subscript such as `i*16+j` read "
+                   "in a statement is computed once into an i32 table `Idx[i,j] = i*16+j` by a nest "
+                   "placed before the statement's top-level nest, and the reads become gathers "
+                   "`A[Idx[i,j],l]`. Only reads are rewritten (reduction targets keep plain "
+                   "subscripts).")
+
+    def sites(self, program, analysis=None):
+        return [Site.make(p, [lp.var for lp in enclosing_loops(program, p)])
+                for p, s in iter_stmts(program.body) if isinstance(s, A.Assign) and _index_exprs(s)]
+
+    def params(self, program, site, rng=None):
+        s = node_at(program, site.path)
+        return [{"expr": format_expr(e)} for e in _index_exprs(s)] if isinstance(s, A.Assign) else []
+
+    def _expr(self, program, site, params):
+        s = node_at(program, site.path)
+        if not isinstance(s, A.Assign):
+            return None, None, refuse(f"no assignment at path {list(site.path)}")
+        e = next((x for x in _index_exprs(s) if format_expr(x) == params.get("expr")), None)
+        if e is None:
+            return s, None, refuse(f"{params.get('expr')!r} is not a non-trivial subscript read by "
+                                   f"{_stmt(s)}")
+        return s, e, OK
+
+    def check(self, program, site, params):
+        s, e, v = self._expr(program, site, params)
+        if not v.ok:
+            return v
+        from ..leir.analysis import interval
+        loops = enclosing_loops(program, tuple(site.path))
+        ranges = {lp.var: (0, lp.extent - 1) for lp in loops}
+        r = interval(e, ranges)
+        if r is None:
+            return refuse(f"the range of {format_expr(e)} cannot be bounded")
+        if r[0] < -2 ** 31 or r[1] >= 2 ** 31:
+            return refuse(f"{format_expr(e)} does not fit in i32")
+        size = 1
+        for lp in loops:
+            if lp.var in A.free_vars(e):
+                size *= lp.extent
+        if size > 1 << 20:
+            return refuse(f"the table for {format_expr(e)} would hold {size} entries")
+        return OK
+
+    def rewrite(self, program, site, params):
+        path = tuple(site.path)
+        s, e, _ = self._expr(program, site, params)
+        loops = [lp for lp in enclosing_loops(program, path) if lp.var in A.free_vars(e)]
+        name = fresh_tensor(program, "Idx") if "Idx" in all_names(program) else "Idx"
+        load = A.Load(name, tuple(A.Var(lp.var) for lp in loops))
+
+        def f(n):
+            if isinstance(n, A.Load):
+                return replace(n, index=tuple(load if i == e else map_expr(i, f) for i in n.index))
+            return None
+
+        new = replace(s, value=map_expr(s.value, f))
+        prog = replace_at(program, path, [new])
+        table: A.Stmt = A.Assign(name, load.index, "=", A.Call("i32", (e,)))
+        for lp in reversed(loops):
+            table = A.Loop(lp.var, lp.extent, "serial", (table,))
+        top = path[0]
+        prog = replace(prog, body=prog.body[:top] + (table,) + prog.body[top:],
+                       intermediates=prog.intermediates + (A.Tensor(name, "i32", tuple(lp.extent for lp in loops)),))
+        return prog
+
+
+__all__ = ["CacheReadWrite", "LayoutTransformation", "SetStorageScope", "SetStorageLayout",
+           "PrecomputeIndices"]
