@@ -1,6 +1,34 @@
-"""Verification (and, later, measurement) of candidate kernels against references."""
+"""Verification and measurement of candidate kernels.
+
+* ``verify`` (numerical verification against a reference, in-process);
+* ``Measurer`` (THE entry point for stages: cached, isolated, parallel verification and
+  serialized timing; ``steptp.measure.service``);
+* ``measure`` / ``MeasureConfig`` / ``torch_eager_baseline`` (the timing protocol);
+* ``Fingerprint`` / ``current`` (what a timing was measured on); ``Cache`` (SQLite results);
+* ``WorkerPool`` (isolated worker processes with timeouts); ``RPCBackend`` (remote devices).
+
+Only ``verify`` is imported eagerly with TVM; the rest is imported on first use.
+"""
 
 from .verify import EXACTNESS, TOLERANCES, SeedResult, VerifyResult, random_inputs, tolerance, verify
 
+_LAZY = {
+    "Measurer": "service", "VerifyJob": "service", "VerifyOutcome": "service",
+    "TimingOutcome": "service", "MeasureConfig": "timing", "MeasureError": "timing",
+    "measure": "timing", "torch_eager_baseline": "timing", "Fingerprint": "fingerprint",
+    "current_fingerprint": "fingerprint", "Cache": "cache", "WorkerPool": "worker",
+    "WorkerResult": "worker", "RPCBackend": "rpc",
+}
+
 __all__ = ["EXACTNESS", "TOLERANCES", "SeedResult", "VerifyResult", "random_inputs", "tolerance",
-           "verify"]
+           "verify", *_LAZY]
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'steptp.measure' has no attribute {name!r}")
+    import importlib
+
+    m = importlib.import_module(f".{mod}", __name__)
+    return getattr(m, "current" if name == "current_fingerprint" else name)

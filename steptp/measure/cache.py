@@ -1,0 +1,184 @@
+"""A local SQLite cache of measurement and verification results.
+
+Timings are keyed by (canonical program hash, target key, fingerprint id, measurement-config
+hash); verdicts by (canonical before hash, canonical after hash, target key, fingerprint id,
+verification-config hash: exactness and seeds). A changed machine, TVM, LLVM or thread count
+changes the fingerprint id and so misses the cache.
+
+Location: ``$STEPTP_CACHE`` or ``.steptp/cache.sqlite`` under the working directory. Safe for
+concurrent writers (threads and processes): WAL journal, a busy timeout, one short transaction
+per write, retries with backoff on ``database is locked``, and a fresh connection per operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+DEFAULT_PATH = Path(".steptp") / "cache.sqlite"
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS timings (
+    program_hash TEXT NOT NULL,
+    target_key TEXT NOT NULL,
+    fingerprint_id TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    result TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (program_hash, target_key, fingerprint_id, config_hash)
+);
+CREATE TABLE IF NOT EXISTS verifications (
+    before_hash TEXT NOT NULL,
+    after_hash TEXT NOT NULL,
+    target_key TEXT NOT NULL,
+    fingerprint_id TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    result TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (before_hash, after_hash, target_key, fingerprint_id, config_hash)
+);
+"""
+
+
+def default_path() -> Path:
+    env = os.environ.get("STEPTP_CACHE")
+    return Path(env) if env else Path.cwd() / DEFAULT_PATH
+
+
+def program_hash(program: Any) -> str:
+    """The cache identity of a program: ``leir:<canonical hash>`` for LEIR (text or Program),
+    ``tvms:<sha256 of the stripped text>`` for TVMScript."""
+    from ..leir import ast as A
+    from ..leir.canon import canonical_hash
+    from .timing import is_tvmscript
+
+    if isinstance(program, A.Program):
+        return "leir:" + canonical_hash(program)
+    if not isinstance(program, str):
+        raise TypeError(f"cannot hash a {type(program).__name__}; pass LEIR or TVMScript text")
+    if is_tvmscript(program):
+        return "tvms:" + hashlib.sha256(program.strip().encode("utf-8")).hexdigest()
+    from ..leir import parse
+
+    return "leir:" + canonical_hash(parse(program))
+
+
+class Cache:
+    """The result cache at ``path`` (default: ``default_path()``)."""
+
+    def __init__(self, path: str | os.PathLike | None = None, timeout_s: float = 30.0,
+                 retries: int = 20):
+        self.path = Path(path) if path is not None else default_path()
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._retry(self._init)
+
+    # ------------------------------------------------------------------ plumbing
+    def _connect(self) -> sqlite3.Connection:
+        con = sqlite3.connect(str(self.path), timeout=self.timeout_s, isolation_level=None)
+        con.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
+        return con
+
+    def _init(self) -> None:
+        con = self._connect()
+        try:
+            con.execute("PRAGMA journal_mode = WAL")
+            con.execute("PRAGMA synchronous = NORMAL")
+            con.executescript(_SCHEMA)
+        finally:
+            con.close()
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        delay = 0.01
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                msg = str(e).lower()
+                if ("locked" not in msg and "busy" not in msg) or attempt == self.retries:
+                    raise
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    def _get(self, sql: str, args: tuple) -> dict | None:
+        def op():
+            con = self._connect()
+            try:
+                row = con.execute(sql, args).fetchone()
+            finally:
+                con.close()
+            return json.loads(row[0]) if row else None
+
+        return self._retry(op)
+
+    def _put(self, sql: str, args: tuple) -> None:
+        def op():
+            con = self._connect()
+            try:
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    con.execute(sql, args)
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+            finally:
+                con.close()
+
+        self._retry(op)
+
+    # ------------------------------------------------------------------ timings
+    def get_timing(self, program_hash: str, target_key: str, fingerprint_id: str,
+                   config_hash: str) -> dict | None:
+        return self._get(
+            "SELECT result FROM timings WHERE program_hash=? AND target_key=? AND "
+            "fingerprint_id=? AND config_hash=?",
+            (program_hash, target_key, fingerprint_id, config_hash))
+
+    def put_timing(self, program_hash: str, target_key: str, fingerprint_id: str,
+                   config_hash: str, result: dict) -> None:
+        self._put("INSERT OR REPLACE INTO timings VALUES (?, ?, ?, ?, ?, ?)",
+                  (program_hash, target_key, fingerprint_id, config_hash,
+                   json.dumps(result, sort_keys=True), time.time()))
+
+    # ------------------------------------------------------------------ verdicts
+    def get_verification(self, before_hash: str, after_hash: str, target_key: str,
+                         fingerprint_id: str, config_hash: str) -> dict | None:
+        return self._get(
+            "SELECT result FROM verifications WHERE before_hash=? AND after_hash=? AND "
+            "target_key=? AND fingerprint_id=? AND config_hash=?",
+            (before_hash, after_hash, target_key, fingerprint_id, config_hash))
+
+    def put_verification(self, before_hash: str, after_hash: str, target_key: str,
+                         fingerprint_id: str, config_hash: str, result: dict) -> None:
+        self._put("INSERT OR REPLACE INTO verifications VALUES (?, ?, ?, ?, ?, ?, ?)",
+                  (before_hash, after_hash, target_key, fingerprint_id, config_hash,
+                   json.dumps(result, sort_keys=True), time.time()))
+
+    # ------------------------------------------------------------------ housekeeping
+    def counts(self) -> dict[str, int]:
+        def op():
+            con = self._connect()
+            try:
+                return {t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                        for t in ("timings", "verifications")}
+            finally:
+                con.close()
+
+        return self._retry(op)
+
+    def clear(self) -> None:
+        self._put("DELETE FROM timings", ())
+        self._put("DELETE FROM verifications", ())
+
+    def __repr__(self) -> str:
+        return f"Cache({str(self.path)!r})"

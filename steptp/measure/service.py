@@ -1,0 +1,336 @@
+"""THE entry point other stages call to verify and time kernels: ``Measurer``.
+
+    with Measurer(target, MeasureConfig(), cache=True, jobs=4) as m:
+        verdicts = m.verify_many([(before_leir, after_leir, "exact"), ...])
+        timings = m.time_many([leir_text, ...])
+
+* every request consults the cache first (``steptp.measure.cache``) and reports ``cached=True``
+  when it was answered from it; duplicates within one call are run once;
+* misses run in isolated workers (``steptp.measure.worker``) with timeouts, so a hanging or
+  crashing kernel is one failed outcome with a reason and the others go on;
+* verification runs ``jobs`` workers in parallel, each with one TVM thread;
+* timing runs in ONE worker per Measurer with ``config.num_threads`` TVM threads, and every
+  timing holds an exclusive per-device file lock (``<lock dir>/<device>.lock``), so timings on one
+  machine are serialized even across processes;
+* only real answers are cached: verdicts the verifier reached and successful timings; a timeout
+  or crash is not (it may be transient) and is retried next time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from ..records import Timing
+from ..tir.target import Target
+from .cache import Cache, program_hash
+from .fingerprint import Fingerprint, current
+from .timing import MeasureConfig
+from .verify import VerifyResult, tolerance
+from .worker import WorkerError, WorkerPool, WorkerResult
+
+
+# ---------------------------------------------------------------------------- requests / results
+@dataclass(frozen=True)
+class VerifyJob:
+    """Verify that ``after`` (the candidate) computes what ``before`` (the reference) does."""
+
+    before: str
+    after: str
+    exactness: str = "exact"
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+    @property
+    def config_hash(self) -> str:
+        blob = json.dumps({"exactness": self.exactness, "seeds": list(self.seeds)},
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+class VerifyOutcome(BaseModel):
+    """A verdict. ``status``: ok (the verifier ran: see ``result.passed``) | error | timeout |
+    crash (the worker failed: ``result.passed`` is False and ``result.reason`` says why)."""
+
+    model_config = ConfigDict(extra="forbid")
+    result: VerifyResult
+    status: str = "ok"
+    cached: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.result.passed
+
+    @property
+    def reason(self) -> Optional[str]:
+        return self.result.reason
+
+
+class TimingOutcome(BaseModel):
+    """A timing, or why there is none. ``status``: ok | error (does not parse/build/run) |
+    timeout | crash."""
+
+    model_config = ConfigDict(extra="forbid")
+    program_hash: str = ""
+    timing: Optional[Timing] = None
+    status: str = "ok"
+    reason: Optional[str] = None
+    cached: bool = False
+    fingerprint: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.timing is not None
+
+
+# ---------------------------------------------------------------------------- device lock
+def lock_dir() -> Path:
+    env = os.environ.get("STEPTP_LOCK_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / "steptp-locks"
+
+
+def device_name(target: Target) -> str:
+    return "cuda0" if target.is_gpu else "cpu"
+
+
+@contextmanager
+def device_lock(name: str, directory: Path | None = None) -> Iterator[None]:
+    """Hold the exclusive lock of device ``name`` (blocks other timings on this machine)."""
+    d = Path(directory) if directory is not None else lock_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------------- the service
+def _open_cache(cache) -> Cache | None:
+    if cache is None or cache is False:
+        return None
+    if cache is True:
+        return Cache()
+    if isinstance(cache, Cache):
+        return cache
+    return Cache(cache)
+
+
+class Measurer:
+    """Verify and time kernels for ``target`` with ``config``; see the module docstring.
+
+    ``cache``: a ``Cache``, a path, ``True`` (the default location) or ``None``/``False`` (no
+    cache). ``jobs``: parallel verification workers. ``backend``: ``None`` (this machine) or an
+    ``RPCBackend`` (time on a remote device through a TVM RPC tracker; verification stays
+    local). ``verify_timeout_s``: per verification (default ``config.timeout_s``).
+    """
+
+    def __init__(self, target: Target | dict | None = None, config: MeasureConfig | None = None,
+                 cache: Any = True, jobs: int = 1, backend=None,
+                 verify_timeout_s: float | None = None, fingerprint: Fingerprint | None = None,
+                 memory_limit_mb: int | None = None, lock_directory: str | os.PathLike | None = None):
+        if isinstance(target, dict):
+            target = Target.from_dict(target)
+        if target is None:
+            from ..tir.build import default_target
+
+            target = default_target()
+        self.target: Target = target
+        self.config = config or MeasureConfig()
+        self.cache = _open_cache(cache)
+        self.jobs = max(1, int(jobs))
+        self.backend = backend
+        self.verify_timeout_s = verify_timeout_s or self.config.timeout_s
+        self.memory_limit_mb = memory_limit_mb
+        self.lock_directory = Path(lock_directory) if lock_directory else None
+        self._fingerprint = fingerprint
+        self._verify_pool: WorkerPool | None = None
+        self._time_pool: WorkerPool | None = None
+        self._pool_lock = threading.Lock()
+        self.stats = {"verify_runs": 0, "verify_hits": 0, "time_runs": 0, "time_hits": 0}
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def fingerprint(self) -> Fingerprint:
+        if self._fingerprint is None:
+            if self.backend is not None:
+                self._fingerprint = self.backend.fingerprint(self.target, self.config.num_threads)
+            else:
+                self._fingerprint = current(self.target, self.config.num_threads)
+        return self._fingerprint
+
+    @property
+    def local_fingerprint(self) -> Fingerprint:
+        """The fingerprint verification is keyed by (always this machine)."""
+        if self.backend is None:
+            return self.fingerprint
+        return current(self.target, 1)
+
+    # ------------------------------------------------------------------ pools
+    def _pool(self, kind: str) -> WorkerPool:
+        with self._pool_lock:
+            if kind == "verify":
+                if self._verify_pool is None:
+                    self._verify_pool = WorkerPool(self.jobs, num_threads=1,
+                                                   timeout_s=self.verify_timeout_s,
+                                                   memory_limit_mb=self.memory_limit_mb)
+                return self._verify_pool
+            if self._time_pool is None:
+                self._time_pool = WorkerPool(1, num_threads=self.config.num_threads,
+                                             timeout_s=self.config.timeout_s,
+                                             memory_limit_mb=self.memory_limit_mb)
+            return self._time_pool
+
+    @property
+    def worker_starts(self) -> int:
+        return sum(p.starts for p in (self._verify_pool, self._time_pool) if p is not None)
+
+    # ------------------------------------------------------------------ verification
+    def verify_many(self, pairs: Sequence[Any]) -> list[VerifyOutcome]:
+        """Verify each pair: a ``VerifyJob``, a dict of its fields, or a tuple ``(before,
+        after)`` / ``(before, after, exactness)`` of LEIR (or TVMScript) texts, ``after`` being
+        the candidate. Results in input order."""
+        jobs = [self._as_job(p) for p in pairs]
+        out: list[VerifyOutcome | None] = [None] * len(jobs)
+        fp = self.local_fingerprint.id
+        keys: list[tuple | None] = [None] * len(jobs)
+        todo: dict[tuple, list[int]] = {}
+        for i, job in enumerate(jobs):
+            try:
+                tolerance(job.exactness, "f32")
+                key = (program_hash(job.before), program_hash(job.after), self.target.key, fp,
+                       job.config_hash)
+            except Exception as e:  # noqa: BLE001 - a program that does not parse
+                out[i] = VerifyOutcome(result=VerifyResult(
+                    passed=False, exactness=job.exactness, target=self.target.key,
+                    reason=f"{type(e).__name__}: {e}"), status="error")
+                continue
+            keys[i] = key
+            hit = self.cache.get_verification(*key) if self.cache is not None else None
+            if hit is not None:
+                self.stats["verify_hits"] += 1
+                out[i] = VerifyOutcome(result=VerifyResult(**hit), cached=True)
+            else:
+                todo.setdefault(key, []).append(i)
+        if todo:
+            groups = list(todo.items())
+            payloads = [{"before": jobs[idx[0]].before, "after": jobs[idx[0]].after,
+                         "exactness": jobs[idx[0]].exactness, "seeds": list(jobs[idx[0]].seeds),
+                         "target": self.target.to_dict()} for _, idx in groups]
+            results = self._pool("verify").map("verify", payloads)
+            self.stats["verify_runs"] += len(results)
+            for (key, idx), r in zip(groups, results):
+                job = jobs[idx[0]]
+                if r.ok:
+                    res = VerifyResult(**r.value["result"])
+                    if self.cache is not None:
+                        self.cache.put_verification(*key, res.model_dump())
+                    oc = VerifyOutcome(result=res, wall_s=r.wall_s)
+                else:
+                    oc = VerifyOutcome(result=VerifyResult(
+                        passed=False, exactness=job.exactness, target=self.target.key,
+                        reason=r.reason), status=r.status, wall_s=r.wall_s)
+                for i in idx:
+                    out[i] = oc
+        return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _as_job(p: Any) -> VerifyJob:
+        if isinstance(p, VerifyJob):
+            return p
+        if isinstance(p, dict):
+            return VerifyJob(**{**p, "seeds": tuple(p.get("seeds", (0, 1, 2)))})
+        if isinstance(p, (tuple, list)) and len(p) in (2, 3):
+            return VerifyJob(*p)
+        raise TypeError("a verification is a VerifyJob, a dict, or (before, after[, exactness])")
+
+    def verify(self, before: str, after: str, exactness: str = "exact") -> VerifyOutcome:
+        return self.verify_many([(before, after, exactness)])[0]
+
+    # ------------------------------------------------------------------ timing
+    def time_many(self, programs: Sequence[str]) -> list[TimingOutcome]:
+        """Time each program (LEIR or TVMScript text), one at a time on the device. Results in
+        input order; a failure is a ``TimingOutcome`` with ``timing=None`` and a ``reason``."""
+        fp = self.fingerprint.id
+        chash = self.config.hash
+        out: list[TimingOutcome | None] = [None] * len(programs)
+        todo: dict[str, list[int]] = {}
+        for i, prog in enumerate(programs):
+            try:
+                ph = program_hash(prog)
+            except Exception as e:  # noqa: BLE001
+                out[i] = TimingOutcome(status="error", reason=f"{type(e).__name__}: {e}",
+                                       fingerprint=fp)
+                continue
+            hit = (self.cache.get_timing(ph, self.target.key, fp, chash)
+                   if self.cache is not None else None)
+            if hit is not None:
+                self.stats["time_hits"] += 1
+                out[i] = TimingOutcome(program_hash=ph, timing=Timing(**hit), cached=True,
+                                       fingerprint=fp)
+            else:
+                todo.setdefault(ph, []).append(i)
+        for ph, idx in todo.items():
+            r = self._time_one(programs[idx[0]])
+            self.stats["time_runs"] += 1
+            if r.ok:
+                timing = Timing(**r.value["timing"])
+                if self.cache is not None:
+                    self.cache.put_timing(ph, self.target.key, fp, chash, timing.model_dump())
+                oc = TimingOutcome(program_hash=ph, timing=timing, fingerprint=fp,
+                                   wall_s=r.wall_s)
+            else:
+                oc = TimingOutcome(program_hash=ph, status=r.status, reason=r.reason,
+                                   fingerprint=fp, wall_s=r.wall_s)
+            for i in idx:
+                out[i] = oc
+        return out  # type: ignore[return-value]
+
+    def _time_one(self, program: str) -> WorkerResult:
+        payload = {"program": program, "target": self.target.to_dict(),
+                   "config": self.config.model_dump()}
+        pool = self._pool("time")
+        if self.backend is not None:
+            payload["backend"] = self.backend.to_dict()
+            return pool.run("rpc_time", payload)
+        try:
+            pool.workers[0].start()  # start-up is not measurement: do it outside the lock
+        except WorkerError as e:
+            return WorkerResult("crash", reason=str(e))
+        with device_lock(device_name(self.target), self.lock_directory):
+            return pool.run("time", payload)
+
+    def time(self, program: str) -> TimingOutcome:
+        return self.time_many([program])[0]
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        for p in (self._verify_pool, self._time_pool):
+            if p is not None:
+                p.close()
+        self._verify_pool = self._time_pool = None
+
+    def __enter__(self) -> "Measurer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["Measurer", "VerifyJob", "VerifyOutcome", "TimingOutcome", "device_lock", "device_name",
+           "lock_dir"]

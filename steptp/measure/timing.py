@@ -1,0 +1,242 @@
+"""Timing one kernel: build once, warm up, calibrate, repeat, summarize, remeasure when noisy.
+
+``measure(program, target, config)`` runs in the calling process; the ``Measurer`` runs it in an
+isolated worker (``steptp.measure.service``). The protocol:
+
+1. build the kernel once (LEIR text, a LEIR ``Program``, TVMScript text or a PrimFunc) and make
+   seeded inputs (``random_inputs(kernel, config.seed)``);
+2. warm up: ``config.warmup`` plain runs (JIT link, caches, page faults);
+3. calibrate ``number`` (calls averaged per repeat) so that one repeat lasts at least
+   ``min_repeat_ms``: grow ``number`` tenfold until a repeat lasts a tenth of that, then scale;
+4. ``repeats`` (>= 5) repeats with TVM's ``time_evaluator``; median, min, and
+   spread = interquartile range / median;
+5. spread above ``max_spread``: measure again, up to ``remeasure_tries`` more times, keeping the
+   attempt with the smallest spread; still above: ``noisy=True``.
+
+The unscheduled baseline of a kernel is simply ``measure`` of its unscheduled program.
+``torch_eager_baseline`` times a PyTorch module in eager mode with the same protocol and thread
+count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time as _time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..records import Timing
+from .fingerprint import available_cores
+
+
+class MeasureConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_repeat_ms: float = Field(50.0, ge=0, description="a repeat lasts at least this long")
+    repeats: int = Field(7, ge=5, description="timed repeats per attempt (at least 5)")
+    max_spread: float = Field(0.1, gt=0, description="IQR/median above this is noisy")
+    remeasure_tries: int = Field(2, ge=0, description="extra attempts when noisy")
+    num_threads: int = Field(default_factory=available_cores, ge=1,
+                             description="TVM_NUM_THREADS (and torch threads) when timing")
+    timeout_s: float = Field(60.0, gt=0, description="per kernel: build + warm-up + timing")
+    warmup: int = Field(1, ge=0, description="untimed runs before calibration")
+    seed: int = 0
+    max_number: int = Field(1_000_000, ge=1)
+
+    @field_validator("num_threads", mode="before")
+    @classmethod
+    def _default_threads(cls, v):
+        return available_cores() if v is None else v
+
+    def key_fields(self) -> dict[str, Any]:
+        """The fields that change a timing (not the timeout)."""
+        return self.model_dump(exclude={"timeout_s"})
+
+    @property
+    def hash(self) -> str:
+        blob = json.dumps(self.key_fields(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+class MeasureError(RuntimeError):
+    """A kernel could not be measured (it does not parse, build or run)."""
+
+
+# ---------------------------------------------------------------------------- statistics
+def summarize(per_call_s: Sequence[float], number: int, max_spread: float) -> Timing:
+    """A ``Timing`` of per-call seconds (one value per repeat)."""
+    xs = np.asarray(list(per_call_s), dtype=np.float64)
+    if xs.size == 0:
+        raise MeasureError("no timing results")
+    med = float(np.median(xs))
+    q1, q3 = np.percentile(xs, [25, 75])
+    spread = float((q3 - q1) / med) if med > 0 else math.inf
+    return Timing(median_s=med, min_s=float(xs.min()), spread=spread, repeats=int(xs.size),
+                  number=int(number), noisy=not (spread <= max_spread))
+
+
+def calibrate(run: Callable[[int], float], min_repeat_ms: float, max_number: int) -> int:
+    """``number`` such that ``number`` calls last at least ``min_repeat_ms``; ``run(n)`` returns
+    the seconds per call of ``n`` calls."""
+    target_s = min_repeat_ms / 1000.0
+    if target_s <= 0:
+        return 1
+    n = 1
+    while True:
+        per_call = max(run(n), 1e-9)
+        total = per_call * n
+        if total >= target_s / 10 or n >= max_number:
+            break
+        n = min(n * 10, max_number)
+    number = int(min(max_number, max(1, math.ceil(target_s / per_call))))
+    if number <= n and total >= 0.8 * target_s:
+        return number  # already measured at (about) this number: a slow kernel
+    for _ in range(3):  # check the extrapolation (per-call overhead shrinks as number grows)
+        per_call = max(run(number), 1e-9)
+        if per_call * number >= 0.8 * target_s or number >= max_number:
+            break
+        number = int(min(max_number, math.ceil(target_s / per_call)))
+    return number
+
+
+def repeat_until_quiet(time_repeats: Callable[[int, int], list[float]], number: int,
+                       config: MeasureConfig) -> Timing:
+    """Attempts of ``config.repeats`` repeats until spread <= max_spread (or tries run out);
+    the attempt with the smallest spread wins."""
+    best: Timing | None = None
+    for _ in range(1 + config.remeasure_tries):
+        t = summarize(time_repeats(number, config.repeats), number, config.max_spread)
+        if best is None or t.spread < best.spread:
+            best = t
+        if not t.noisy:
+            break
+    assert best is not None
+    return best
+
+
+# ---------------------------------------------------------------------------- kernels
+def is_tvmscript(text: str) -> bool:
+    """TVMScript (a printed PrimFunc/IRModule) rather than LEIR text."""
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        return s.startswith(("@", "from ", "import ", "class ", "def "))
+    return False
+
+
+def load_kernel(program: Any):
+    """A LEIR ``Program`` or a TVM PrimFunc from text (LEIR or TVMScript) or an object."""
+    if not isinstance(program, str):
+        return program
+    if is_tvmscript(program):
+        import tvm
+
+        try:
+            obj = tvm.script.from_source(program)
+        except Exception as e:  # noqa: BLE001
+            raise MeasureError(f"TVMScript does not parse: {type(e).__name__}: {e}") from e
+        if isinstance(obj, tvm.IRModule):
+            funcs = [f for _, f in obj.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+            if len(funcs) != 1:
+                raise MeasureError(f"the TVMScript module has {len(funcs)} PrimFuncs; need one")
+            obj = funcs[0]
+        return obj
+    from ..leir import parse
+
+    try:
+        return parse(program)
+    except Exception as e:  # noqa: BLE001
+        raise MeasureError(f"LEIR does not parse: {type(e).__name__}: {e}") from e
+
+
+def measure(program: Any, target=None, config: MeasureConfig | None = None) -> Timing:
+    """Build ``program`` once for ``target`` and time it (see the module docstring). Runs in
+    this process: use ``Measurer`` (or ``measure_isolated``) for untrusted kernels."""
+    from ..tir import build as B
+    from ..tir.target import Target
+    from .verify import random_inputs
+
+    config = config or MeasureConfig()
+    if isinstance(target, dict):
+        target = Target.from_dict(target)
+    target = target or B.default_target()
+    kernel = load_kernel(program)
+    try:
+        built = B.build(kernel, target)
+    except Exception as e:  # noqa: BLE001
+        raise MeasureError(f"build failed: {e}") from e
+    inputs = random_inputs(kernel, config.seed)
+    for _ in range(config.warmup):
+        B.run(built, inputs)
+
+    def per_call(n: int) -> float:
+        return B.time(built, inputs, number=n, repeat=1).median
+
+    number = calibrate(per_call, config.min_repeat_ms, config.max_number)
+
+    def repeats(n: int, r: int) -> list[float]:
+        return list(B.time(built, inputs, number=n, repeat=r).results)
+
+    return repeat_until_quiet(repeats, number, config)
+
+
+def measure_isolated(program: str, target=None, config: MeasureConfig | None = None) -> Timing:
+    """``measure`` in a fresh isolated worker (for one-off use; ``Measurer`` reuses workers)."""
+    from .service import Measurer
+
+    with Measurer(target, config, cache=None) as m:
+        out = m.time_many([program])[0]
+    if out.timing is None:
+        raise MeasureError(out.reason or "measurement failed")
+    return out.timing
+
+
+# ---------------------------------------------------------------------------- PyTorch
+def torch_eager_baseline(workload_module, inputs: Sequence[Any], num_threads: int | None = None,
+                         config: MeasureConfig | None = None) -> Timing:
+    """Time ``workload_module(*inputs)`` in PyTorch eager mode (``torch.no_grad``, eval mode)
+    with ``torch.set_num_threads(num_threads)`` (default: ``config.num_threads``), by the same
+    warm-up / calibrate / repeat / remeasure protocol as ``measure``. The thread count is
+    restored afterwards."""
+    import torch
+
+    config = config or MeasureConfig()
+    threads = int(num_threads or config.num_threads)
+    args = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+    was_training = getattr(workload_module, "training", False)
+    if hasattr(workload_module, "eval"):
+        workload_module.eval()
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            for _ in range(max(1, config.warmup)):
+                workload_module(*args)
+
+            def per_call(n: int) -> float:
+                t0 = _time.perf_counter()
+                for _ in range(n):
+                    workload_module(*args)
+                return (_time.perf_counter() - t0) / n
+
+            number = calibrate(per_call, config.min_repeat_ms, config.max_number)
+
+            def repeats(n: int, r: int) -> list[float]:
+                return [per_call(n) for _ in range(r)]
+
+            return repeat_until_quiet(repeats, number, config)
+    finally:
+        torch.set_num_threads(old_threads)
+        if was_training and hasattr(workload_module, "train"):
+            workload_module.train()
+
+
+def env_threads() -> int | None:
+    v = os.environ.get("TVM_NUM_THREADS")
+    return int(v) if v and v.isdigit() else None

@@ -1,0 +1,448 @@
+"""Isolated worker processes: a kernel that hangs or crashes costs one candidate, not the run.
+
+A ``WorkerPool`` keeps up to ``size`` long-lived worker processes (``python -m
+steptp.measure.worker``). Each one imports TVM once (about 3.5 s) and then runs tasks one at a
+time. A task is a name from ``TASKS`` (``"verify"``, ``"time"``, ``"rpc_time"``, ...) and a payload
+of plain data (program text, target dict, config dict); the answer is plain data too. Nothing of
+TVM ever crosses the process boundary (pickling TIR objects is fragile with tvm-ffi).
+
+Failure handling is done by the parent, never trusted to the worker:
+
+* hang: the parent waits on the worker's pipe with a deadline; past ``timeout_s`` it SIGKILLs the
+  worker's whole process group and reports ``"timeout after 10.0 s"``. (A watchdog thread inside
+  the worker, as in ``tvm.support.popen_pool``, only fires if the stuck code releases the GIL.)
+* crash: the pipe closes; the parent reaps the worker and reports ``"worker crashed (signal 11,
+  SIGSEGV)"`` or ``"worker exited with code 3"``, with the last line the worker wrote on stderr.
+* a Python exception in the task (``MemoryError``, a build error): the worker survives and
+  reports it; status ``"error"``.
+
+A killed or crashed worker is restarted lazily for the next task. Workers get their
+environment (``TVM_NUM_THREADS`` above all) from the parent at spawn time, so it is set before
+TVM is imported; they die with their parent (``PR_SET_PDEATHSIG``).
+
+Protocol: 4-byte little-endian length + pickle, on two dedicated pipes (stdout/stderr of the
+worker go to a log file, so a kernel that prints cannot corrupt the channel).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import queue
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+# Task name -> "module:function". The function takes the payload dict and returns plain data.
+TASKS: dict[str, str] = {
+    "verify": "steptp.measure.tasks:verify_task",
+    "time": "steptp.measure.tasks:time_task",
+    "rpc_time": "steptp.measure.rpc:rpc_time_task",
+    "ping": "steptp.measure.worker:ping_task",
+    # Test-only entry point: misbehaves on purpose (abort, segfault, exit, hang, MemoryError) so
+    # the tests exercise the failure paths through exactly the machinery real tasks use.
+    "selftest": "steptp.measure.worker:selftest_task",
+}
+
+_HEADER = struct.Struct("<Q")
+_READY = "steptp-worker-ready"
+
+
+class WorkerError(RuntimeError):
+    """A worker could not be started."""
+
+
+@dataclass
+class WorkerResult:
+    """The outcome of one task. ``status``: ok | error (the task raised) | timeout | crash."""
+
+    status: str
+    value: Any = None
+    reason: str | None = None
+    wall_s: float = 0.0
+    traceback: str | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+# ---------------------------------------------------------------------------- worker side
+def ping_task(payload: dict) -> dict:
+    return {"pid": os.getpid(), "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
+            "echo": payload.get("echo")}
+
+
+def selftest_task(payload: dict) -> Any:
+    """Misbehave as ``payload["mode"]`` says (tests only)."""
+    mode = payload.get("mode", "ok")
+    if mode == "ok":
+        return payload.get("value", "ok")
+    if mode == "abort":
+        os.abort()
+    if mode == "segv":
+        import ctypes
+
+        ctypes.string_at(0)  # a real SIGSEGV
+    if mode == "exit":
+        os._exit(int(payload.get("code", 3)))
+    if mode == "hang":
+        while True:
+            pass
+    if mode == "gil_hang":  # stuck in C code that holds the GIL: no in-process watchdog can fire
+        import re
+
+        return bool(re.match(r"(a+)+$", "a" * 64 + "b"))
+    if mode == "sleep":
+        time.sleep(float(payload.get("seconds", 1.0)))
+        return "slept"
+    if mode == "memory":
+        return len(bytearray(1 << 60))  # MemoryError
+    if mode == "raise":
+        raise ValueError(payload.get("message", "selftest error"))
+    raise ValueError(f"unknown selftest mode {mode!r}")
+
+
+def _resolve(task: str) -> Callable[[dict], Any]:
+    spec = TASKS.get(task)
+    if spec is None:
+        raise KeyError(f"unknown worker task {task!r}; known: {', '.join(sorted(TASKS))}")
+    mod, _, fn = spec.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the EOF on the pipe still ends the loop
+        pass
+
+
+def _read_exact(f, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = f.read(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _send(f, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(_HEADER.pack(len(data)) + data)
+    f.flush()
+
+
+def _worker_main(rfd: int, wfd: int) -> None:
+    _die_with_parent()
+    reader = os.fdopen(rfd, "rb", buffering=0)
+    writer = os.fdopen(wfd, "wb")
+    limit = os.environ.get("STEPTP_WORKER_MEMORY_MB")
+    preload = os.environ.get("STEPTP_WORKER_PRELOAD", "steptp.tir.build")
+    for mod in filter(None, preload.split(",")):
+        importlib.import_module(mod)  # TVM once, before the first deadline starts
+    if limit:
+        import resource
+
+        n = int(limit) << 20
+        resource.setrlimit(resource.RLIMIT_AS, (n, n))
+    _send(writer, _READY)
+    while True:
+        head = _read_exact(reader, _HEADER.size)
+        if head is None:
+            return  # the parent closed the pipe
+        body = _read_exact(reader, _HEADER.unpack(head)[0])
+        if body is None:
+            return
+        task, payload = pickle.loads(body)
+        try:
+            value = _resolve(task)(payload)
+            msg = {"status": "ok", "value": value}
+        except BaseException as e:  # noqa: BLE001 - MemoryError, SystemExit, ... cost one task
+            msg = {"status": "error", "reason": f"{type(e).__name__}: {e}",
+                   "traceback": traceback.format_exc()}
+            if isinstance(e, MemoryError):
+                msg["reason"] = f"MemoryError: {e}" if str(e) else "MemoryError"
+        try:
+            _send(writer, msg)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            _send(writer, {"status": "error", "reason": f"result is not plain data: {e}"})
+
+
+# ---------------------------------------------------------------------------- parent side
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"SIG{n}"
+
+
+class Worker:
+    """One worker process, restarted on demand. Not thread-safe: one task at a time."""
+
+    def __init__(self, env: dict[str, str] | None = None, startup_timeout_s: float = 120.0):
+        self.env = dict(env or {})
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self._reader = None
+        self._writer = None
+        self._log = None
+        self.starts = 0
+        self.tasks_run = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        if self.alive():
+            return
+        self.kill()
+        env = {**os.environ, **self.env}
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        p_r, c_w = os.pipe()
+        c_r, p_w = os.pipe()
+        self._log = tempfile.TemporaryFile(prefix="steptp-worker-")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "steptp.measure.worker", str(c_r), str(c_w)],
+                pass_fds=(c_r, c_w), env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                stderr=self._log, start_new_session=True)
+        finally:
+            os.close(c_r)
+            os.close(c_w)
+        self._reader = os.fdopen(p_r, "rb", buffering=0)
+        self._writer = os.fdopen(p_w, "wb")
+        self.starts += 1
+        status, msg = self._recv(self.startup_timeout_s)
+        if status != "ok" or msg != _READY:
+            reason = msg if status != "ok" else f"unexpected greeting {msg!r}"
+            self.kill()
+            raise WorkerError(f"the measurement worker did not start: {reason}")
+
+    def _stderr_tail(self, limit: int = 400) -> str:
+        if self._log is None:
+            return ""
+        try:
+            self._log.flush()
+            self._log.seek(0, os.SEEK_END)
+            size = self._log.tell()
+            self._log.seek(max(0, size - 4000))
+            lines = [ln.strip() for ln in self._log.read().decode("utf-8", "replace").splitlines()
+                     if ln.strip() and not ln.lstrip().startswith("File ")]
+        except (OSError, ValueError):
+            return ""
+        return lines[-1][:limit] if lines else ""
+
+    def _exit_reason(self) -> str:
+        rc = None
+        if self.proc is not None:
+            try:
+                rc = self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._killpg()
+                rc = self.proc.wait(timeout=10)
+        if rc is None:
+            why = "worker crashed"
+        elif rc < 0:
+            why = f"worker crashed (signal {-rc}, {_signal_name(-rc)})"
+        else:
+            why = f"worker exited with code {rc}"
+        tail = self._stderr_tail()
+        return f"{why}: {tail}" if tail else why
+
+    def _recv(self, timeout: float | None) -> tuple[str, Any]:
+        """("ok", message) | ("timeout", None) | ("crash", reason)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        fd = self._reader.fileno()
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return "timeout", None
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                break
+        head = _read_exact(self._reader, _HEADER.size)
+        body = _read_exact(self._reader, _HEADER.unpack(head)[0]) if head else None
+        if body is None:
+            return "crash", self._exit_reason()
+        return "ok", pickle.loads(body)
+
+    def call(self, task: str, payload: dict, timeout_s: float | None) -> WorkerResult:
+        """Run one task; never raises for a misbehaving task (only if no worker can start)."""
+        if task not in TASKS:
+            raise KeyError(f"unknown worker task {task!r}; known: {', '.join(sorted(TASKS))}")
+        self.start()
+        t0 = time.monotonic()
+        try:
+            _send(self._writer, (task, payload))
+        except (BrokenPipeError, OSError):
+            return WorkerResult("crash", reason=self._exit_reason(),
+                                wall_s=time.monotonic() - t0)
+        status, msg = self._recv(timeout_s)
+        wall = time.monotonic() - t0
+        self.tasks_run += 1
+        if status == "timeout":
+            self.kill()
+            return WorkerResult("timeout", reason=f"timeout after {float(timeout_s):.1f} s",
+                                wall_s=wall)
+        if status == "crash":
+            self.kill()
+            return WorkerResult("crash", reason=msg, wall_s=wall)
+        return WorkerResult(msg["status"], value=msg.get("value"), reason=msg.get("reason"),
+                            wall_s=wall, traceback=msg.get("traceback"))
+
+    def _killpg(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own session
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+
+    def kill(self) -> None:
+        """Stop the worker (SIGKILL to its process group) and release its pipes."""
+        for f in (self._writer, self._reader):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        self._reader = self._writer = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self._killpg()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.proc = None
+        if self._log is not None:
+            try:
+                self._log.close()
+            except OSError:
+                pass
+            self._log = None
+
+    def close(self) -> None:
+        """Ask the worker to exit (EOF on its pipe), then make sure it has."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except OSError:
+                pass
+            self._writer = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+
+class WorkerPool:
+    """Up to ``size`` isolated workers running tasks in parallel, each with ``timeout_s``.
+
+    ``num_threads`` becomes ``TVM_NUM_THREADS`` (and ``OMP_NUM_THREADS``) in every worker;
+    ``memory_limit_mb`` caps each worker's address space (RLIMIT_AS) so a runaway allocation is a
+    ``MemoryError`` of one task. Use as a context manager, or call ``close``.
+    """
+
+    def __init__(self, size: int = 1, num_threads: int = 1, timeout_s: float = 60.0,
+                 env: dict[str, str] | None = None, memory_limit_mb: int | None = None,
+                 startup_timeout_s: float = 120.0):
+        if size < 1:
+            raise ValueError("a worker pool needs at least one worker")
+        self.size = size
+        self.timeout_s = timeout_s
+        wenv = {"TVM_NUM_THREADS": str(int(num_threads)), "OMP_NUM_THREADS": str(int(num_threads))}
+        if memory_limit_mb:
+            wenv["STEPTP_WORKER_MEMORY_MB"] = str(int(memory_limit_mb))
+        wenv.update(env or {})
+        self.workers = [Worker(wenv, startup_timeout_s) for _ in range(size)]
+        self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
+        for w in self.workers:
+            self._idle.put(w)
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def run(self, task: str, payload: dict, timeout_s: float | None = None) -> WorkerResult:
+        if self._closed:
+            raise RuntimeError("the worker pool is closed")
+        w = self._idle.get()
+        try:
+            try:
+                return w.call(task, payload, self.timeout_s if timeout_s is None else timeout_s)
+            except WorkerError as e:
+                return WorkerResult("crash", reason=str(e))
+        finally:
+            self._idle.put(w)
+
+    def map(self, task: str, payloads: Sequence[dict], timeout_s: float | None = None
+            ) -> list[WorkerResult]:
+        """Run ``task`` on every payload, up to ``size`` at a time; results in input order."""
+        payloads = list(payloads)
+        if len(payloads) <= 1 or self.size == 1:
+            return [self.run(task, p, timeout_s) for p in payloads]
+        with ThreadPoolExecutor(max_workers=min(self.size, len(payloads))) as ex:
+            return list(ex.map(lambda p: self.run(task, p, timeout_s), payloads))
+
+    @property
+    def starts(self) -> int:
+        """How many worker processes were started so far (restarts included)."""
+        return sum(w.starts for w in self.workers)
+
+    @property
+    def tasks_run(self) -> int:
+        return sum(w.tasks_run for w in self.workers)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for w in self.workers:
+            w.close()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m steptp.measure.worker READ_FD WRITE_FD")
+    try:
+        _worker_main(int(sys.argv[1]), int(sys.argv[2]))
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
