@@ -119,3 +119,38 @@ def test_v1_prints_a_corpus_program_as_leir():
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith("kernel f64 softmax(A[16,16384]) -> C[16,16384]\n")
     assert "max= A[" in r.stdout
+
+
+def test_strategies_lists_the_catalog():
+    r = runner.invoke(app, ["strategies", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    by = {row["name"]: row for row in rows}
+    assert by["loop_split"]["family"] == "loop" and by["loop_binding"]["targets"] == ["gpu"]
+    assert by["online_softmax"]["family"] == "algorithmic"
+    r = runner.invoke(app, ["strategies", "--family", "nonsense"])
+    assert r.exit_code == 2 and "families:" in r.output
+
+
+def test_apply_lists_candidates_and_verifies_them(tmp_path):
+    f = write(tmp_path, "mm.leir", MATMUL)
+    r = runner.invoke(app, ["apply", str(f), "-s", "loop_split", "--max-per-site", "1", "--json",
+                            "--verify"])
+    assert r.exit_code == 0, r.output
+    cands = [json.loads(line) for line in r.stdout.splitlines()]
+    assert cands and all(c["strategy"] == "loop_split" and c["verified"] for c in cands)
+    assert all(c["program"].startswith("kernel f32 mm(") for c in cands)
+
+
+def test_apply_one_site_and_a_refusal(tmp_path):
+    f = write(tmp_path, "mm.leir", MATMUL)
+    site = json.dumps({"path": [0], "loops": ["i"]})
+    r = runner.invoke(app, ["apply", str(f), "-s", "loop_split", "--site", site,
+                            "--params", json.dumps({"factor": 4})])
+    assert r.exit_code == 0, r.output
+    assert "for i_o in 2, i_i in 4" in r.stdout
+    red = json.dumps({"path": [0, 0, 0], "loops": ["k"]})
+    r = runner.invoke(app, ["apply", str(f), "-s", "loop_parallelization", "--site", red, "--params", "{}"])
+    assert r.exit_code == 1 and "reduction" in r.output
+    r = runner.invoke(app, ["apply", str(f), "-s", "no_such_strategy"])
+    assert r.exit_code == 2 and "no_such_strategy" in r.output

@@ -1,0 +1,822 @@
+"""The algorithmic family: rewrites that change how a result is computed, not just where.
+
+Each strategy matches one precise pattern and refuses anything else with a reason. Running
+(loop-carried) values are written with plain stores inside a loop (``M[i] = max(M[i], x)``):
+a plain ``=`` is not a reduction, so it keeps its loop-carried meaning. New per-row buffers are
+fresh intermediates with the shape and dtype of the value they accompany.
+
+* ``normal_loop_max_to_prefix_max`` (exact): ``for j in N: M[r] max= X(j)`` whose result a later
+  statement reads becomes a prefix-max scan ``P[r,0] = X(0); for j in N-1: P[r,j+1] =
+  max(P[r,j], X(j+1))`` followed by ``M[r] = P[r,N-1]``.
+* ``normal_loop_summation_on_exp_to_prefix_summation_on_exp`` (algebraic): ``for j in N:
+  S[r] += exp(X(j) - M[r])`` where ``M[r] = P[r,N-1]`` is the last element of a prefix scan
+  becomes ``S[r] = exp(X(0) - P[r,0]); for j in N-1: S[r] = S[r]*exp(P[r,j] - P[r,j+1]) +
+  exp(X(j+1) - P[r,j+1])``. By induction ``S_j = sum_{t<=j} exp(X(t) - P[r,j])`` for *any*
+  finite sequence P, so the final S equals the original whenever ``P[r,N-1] == M[r]``.
+* ``online_softmax`` (algebraic): the 3-pass softmax (max, sum of exp(x - max), normalize) becomes
+  2 passes: one online pass with a running max M and a rescaled running sum S
+  (``Mn = max(M, x); S = S*exp(M - Mn) + exp(x - Mn); M = Mn``, from ``M = -inf, S = 0``),
+  then the unchanged normalization pass.
+* ``flashattention_wo_tiling`` (algebraic): scores -> max pass -> sum pass -> ``O += exp(x - M) /
+  S * V`` becomes one online pass over the keys with running max, running sum and an output
+  accumulator rescaled by ``exp(M_old - M_new)``, then ``O = O / S``.
+* ``exponential_split`` (algebraic): ``exp(a + b)`` -> ``exp(b) * exp(a)`` where the addends ``a``
+  are invariant in the innermost enclosing loop and ``b`` vary with it (``exp(a)`` can then be
+  hoisted). Note: it can overflow where the fused form does not (e.g. exp(x - max)).
+* ``multiplicative_split`` (algebraic): ``S[r] += c * f(k)`` over reduction loops whose variables
+  ``c`` does not use -> ``S[r] += f(k)`` then ``S[r] = S[r] * c`` (distributivity).
+* ``additive_split`` (reassociation for float ``+= *=``, exact for ``max= min=``): a reduction
+  over one loop ``for k in N`` is split into two halves: ``S op= f(k)`` for ``k < h``, a fresh
+  ``U op= f(k + h)`` for the rest, then ``S = S (+) U``.
+* ``partially_equivalent_then_correct`` (algebraic): ``S[r] += (E(j) - m) * (E(j) - m)`` with
+  ``m`` invariant in ``j`` (a variance around a mean computed by an earlier pass) is computed
+  around a stand-in ``c = E(0)`` instead -- partially equivalent: equal when ``m == c`` -- plus
+  ``U[r] += E(j) - c``, and then corrected exactly: ``S[r] = S[r] + (c - m) * (U[r]*2 +
+  (c - m)*N)``, since ``sum (E-m)^2 = sum (E-c)^2 + 2(c-m) sum(E-c) + N(c-m)^2``. The two
+  reductions no longer read ``m``, so they can be fused with the pass computing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from ..leir import ast as A
+from ..leir.printer import format_expr
+from ._ir import (Path, enclosing_loops, fresh_tensor, iter_stmts, node_at, reduction_axes,
+                  replace_at, subst_expr, tensors_read, tensors_written)
+from .base import OK, Site, Strategy, refuse
+from .registry import register
+
+INF = A.Const(float("-inf"), "float")
+
+
+# ============================================================================ helpers
+def _body_of(program: A.Program, parent: Path) -> tuple[A.Stmt, ...]:
+    if not parent:
+        return program.body
+    node = node_at(program, parent)
+    return node.body if isinstance(node, (A.Loop, A.If)) else ()
+
+
+def _replace_range(program: A.Program, parent: Path, start: int, stop: int,
+                   new: Sequence[A.Stmt]) -> A.Program:
+    """Replace siblings ``start..stop-1`` of the body at ``parent`` by ``new``."""
+    body = _body_of(program, parent)
+    nb = body[:start] + tuple(new) + body[stop:]
+    if not parent:
+        return replace(program, body=nb)
+    node = node_at(program, parent)
+    return replace_at(program, parent, [replace(node, body=nb)])
+
+
+def _add_tensor(program: A.Program, like: A.Tensor, prefix: str = "T",
+                shape: tuple[int, ...] | None = None) -> tuple[A.Program, str]:
+    name = fresh_tensor(program, prefix)
+    t = A.Tensor(name, like.dtype, like.shape if shape is None else shape, "global")
+    return replace(program, intermediates=program.intermediates + (t,)), name
+
+
+def _uses_var(e: object, var: str) -> bool:
+    return any(isinstance(n, A.Var) and n.name == var for n in A.walk(e))
+
+
+def _single_loop(s: A.Stmt) -> tuple[A.Loop, A.Assign] | None:
+    """``for v in N: <one assignment>`` -> (loop, assignment)."""
+    if isinstance(s, A.Loop) and s.kind == "serial" and len(s.body) == 1 \
+            and isinstance(s.body[0], A.Assign):
+        return s, s.body[0]
+    return None
+
+
+def _rename(e: A.Expr, old: str, new: str) -> A.Expr:
+    return e if old == new else subst_expr(e, {old: A.Var(new)})
+
+
+def _load(name: str, idx: tuple[A.Expr, ...]) -> A.Load:
+    return A.Load(name, tuple(idx))
+
+
+def _shift(e: A.Expr, var: str, k: int) -> A.Expr:
+    """``e`` with ``var`` replaced by ``var + k`` (``k == 0``: unchanged)."""
+    if k == 0:
+        return e
+    return subst_expr(e, {var: A.Binary("+", A.Var(var), A.const(k))})
+
+
+def _at(e: A.Expr, var: str, value: int) -> A.Expr:
+    return subst_expr(e, {var: A.const(value)})
+
+
+def _exp_minus(e: A.Expr, m: A.Load) -> A.Expr | None:
+    """``exp(X - m)`` -> X, else None."""
+    if isinstance(e, A.Call) and e.func == "exp" and isinstance(e.args[0], A.Binary) \
+            and e.args[0].op == "-" and A.strip_pos(e.args[0].rhs) == A.strip_pos(m):
+        return e.args[0].lhs
+    return None
+
+
+def _is_float(program: A.Program, name: str) -> bool:
+    return program.tensors[name].dtype in A.FLOAT_DTYPES
+
+
+def _reads(e: object) -> set[str]:
+    return {n.tensor for n in A.walk(e) if isinstance(n, A.Load)}
+
+
+def _stmt_sites(program: A.Program, pred) -> list[Site]:
+    out = []
+    for p, s in iter_stmts(program.body):
+        if pred(program, p, s):
+            out.append(Site.make(p, [lp.var for lp in enclosing_loops(program, p)] +
+                                 ([s.var] if isinstance(s, A.Loop) else [])))
+    return out
+
+
+# ----------------------------------------------------------------------------- softmax passes
+class _Passes:
+    """The max pass / sum-of-exp pass pair at siblings ``k, k+1`` of the body at ``parent``."""
+
+    def __init__(self, loop1, st1, loop2, st2, x):
+        self.loop1, self.st1, self.loop2, self.st2, self.x = loop1, st1, loop2, st2, x
+
+    @property
+    def m(self) -> A.Load:
+        return _load(self.st1.tensor, self.st1.index)
+
+    @property
+    def s(self) -> A.Load:
+        return _load(self.st2.tensor, self.st2.index)
+
+
+def _max_sum_passes(program: A.Program, parent: Path, k: int) -> tuple[_Passes | None, str]:
+    body = _body_of(program, parent)
+    if k + 1 >= len(body):
+        return None, "no pass follows the max pass"
+    a, b = _single_loop(body[k]), _single_loop(body[k + 1])
+    if a is None:
+        return None, "the statement is not a serial loop holding one max= reduction"
+    loop1, st1 = a
+    if st1.op != "max=" or any(_uses_var(i, loop1.var) for i in st1.index):
+        return None, f"the loop over {loop1.var} does not hold a max= reduction over {loop1.var}"
+    if not _is_float(program, st1.tensor):
+        return None, f"{st1.tensor} is not floating-point"
+    if b is None:
+        return None, "the max pass is not followed by a loop holding one sum of exp"
+    loop2, st2 = b
+    if loop2.extent != loop1.extent:
+        return None, f"the two passes have different extents ({loop1.extent}, {loop2.extent})"
+    m = _load(st1.tensor, st1.index)
+    x2 = _exp_minus(st2.value, m)
+    if st2.op != "+=" or x2 is None or any(_uses_var(i, loop2.var) for i in st2.index):
+        return None, (f"the pass after the max is not a sum `S += exp(x - {format_expr(m)})` over "
+                      f"{loop2.var}")
+    x = st1.value
+    if A.strip_pos(_rename(x2, loop2.var, loop1.var)) != A.strip_pos(x):
+        return None, (f"the sum exponentiates {format_expr(x2)}, not the maximized value "
+                      f"{format_expr(x)} minus the max")
+    if st2.tensor == st1.tensor or st2.index and any(
+            isinstance(i, A.Var) and i.name == loop1.var for i in st2.index):
+        return None, "the sum and the max share a buffer"
+    if {st1.tensor, st2.tensor} & _reads(x):
+        return None, "the maximized value reads the running max or sum"
+    if _is_float(program, st2.tensor) is False:
+        return None, f"{st2.tensor} is not floating-point"
+    return _Passes(loop1, st1, loop2, st2, x), ""
+
+
+def _online_pass(program: A.Program, ps: _Passes, extra_scale: str | None = None
+                 ) -> tuple[A.Program, list[A.Stmt], str]:
+    """Init + fused online loop computing M (max) and S (sum of exp(x - M)) in one pass.
+    Returns the new program (with the fresh running-max buffer), the statements, and its name."""
+    program, mn = _add_tensor(program, program.tensors[ps.st1.tensor])
+    j = ps.loop1.var
+    m, s, x = ps.m, ps.s, ps.x
+    mnl = _load(mn, ps.st1.index)
+    loop = A.Loop(j, ps.loop1.extent, "serial", (
+        A.Assign(mn, ps.st1.index, "=", A.Call("max", (m, x))),
+        A.Assign(ps.st2.tensor, ps.st2.index, "=",
+                 A.Binary("+", A.Binary("*", s, A.Call("exp", (A.Binary("-", m, mnl),))),
+                          A.Call("exp", (A.Binary("-", x, mnl),)))),
+        A.Assign(ps.st1.tensor, ps.st1.index, "=", mnl),
+    ))
+    init = [A.Assign(ps.st1.tensor, ps.st1.index, "=", INF),
+            A.Assign(ps.st2.tensor, ps.st2.index, "=", A.const(0.0))]
+    return program, init + [loop], mn
+
+
+def _loop_sites(program: A.Program) -> list[Site]:
+    return [Site.make(p, [lp.var for lp in enclosing_loops(program, p)] + [s.var])
+            for p, s in iter_stmts(program.body) if isinstance(s, A.Loop)]
+
+
+def _read_after(program: A.Program, parent: Path, k: int, name: str) -> bool:
+    """Whether a statement after sibling ``k`` (at ``parent`` or further out) reads ``name``."""
+    path = tuple(parent) + (k,)
+    while path:
+        body = _body_of(program, path[:-1])
+        for s in body[path[-1] + 1:]:
+            if name in tensors_read(s):
+                return True
+        path = path[:-1]
+    return any(t.name == name for t in program.outputs)
+
+
+# ============================================================================ strategies
+class _Algo(Strategy):
+    family = "algorithmic"
+    exactness = "algebraic"
+    targets = frozenset({"cpu", "gpu"})
+
+
+@register
+class NormalLoopMaxToPrefixMax(_Algo):
+    name = "normal_loop_max_to_prefix_max"
+    exactness = "exact"
+    description = ("A max-reduction pass `for j in N: M[r] max= X(j)` feeding a later pass becomes "
+                   "a prefix-max scan P[r,j] = max(X(0..j)) (P[r,0] = X(0); P[r,j+1] = "
+                   "max(P[r,j], X(j+1))) and M[r] = P[r,N-1]: the running max the online "
+                   "softmax derivation starts from. Exact.")
+
+    def sites(self, program, analysis=None):
+        return [s for s in _loop_sites(program) if _single_loop(node_at(program, s.path))
+                and _single_loop(node_at(program, s.path))[1].op == "max="]
+
+    def _match(self, program, site):
+        node = node_at(program, site.path)
+        m = _single_loop(node) if node is not None else None
+        if m is None:
+            return None, refuse(f"no serial loop holding one assignment at {list(site.path)}")
+        loop, st = m
+        if st.op != "max=":
+            return None, refuse(f"the loop holds `{st.op}`, not a max= reduction")
+        if any(_uses_var(i, loop.var) for i in st.index):
+            return None, refuse(f"{loop.var} indexes {st.tensor}: not a reduction over it")
+        if loop.extent < 2:
+            return None, refuse("a prefix max needs at least two iterations")
+        if st.tensor in _reads(st.value):
+            return None, refuse("the maximized value reads the max itself")
+        if not _read_after(program, site.path[:-1], site.path[-1], st.tensor):
+            return None, refuse(f"{st.tensor} feeds no later pass")
+        # every other reduction axis would re-run the scan: only the loop's own variable may be one
+        outer = enclosing_loops(program, site.path)
+        axes = reduction_axes(st, outer + [loop])
+        if axes != [loop.var]:
+            return None, refuse(f"{st.tensor} is also reduced over {[a for a in axes if a != loop.var]}")
+        return (loop, st), OK
+
+    def check(self, program, site, params):
+        return self._match(program, site)[1]
+
+    def rewrite(self, program, site, params):
+        (loop, st), _ = self._match(program, site)
+        t = program.tensors[st.tensor]
+        program2, p = _add_tensor(program, t, shape=t.shape + (loop.extent,))
+        j, n = loop.var, loop.extent
+        pi = lambda e: tuple(st.index) + (e,)  # noqa: E731
+        new = [A.Assign(p, pi(A.const(0)), "=", _at(st.value, j, 0)),
+               A.Loop(j, n - 1, "serial", (
+                   A.Assign(p, pi(A.Binary("+", A.Var(j), A.const(1))), "=",
+                            A.Call("max", (_load(p, pi(A.Var(j))), _shift(st.value, j, 1)))),)),
+               A.Assign(st.tensor, st.index, "=", _load(p, pi(A.const(n - 1))))]
+        return _replace_range(program2, site.path[:-1], site.path[-1], site.path[-1] + 1, new)
+
+
+@register
+class SummationOnExpToPrefix(_Algo):
+    name = "normal_loop_summation_on_exp_to_prefix_summation_on_exp"
+    description = ("`for j in N: S[r] += exp(X(j) - M[r])` where M[r] = P[r,N-1] is the last "
+                   "element of a prefix scan P becomes the recurrence S = exp(X(0) - P[r,0]); "
+                   "S = S*exp(P[r,j] - P[r,j+1]) + exp(X(j+1) - P[r,j+1]): the online-softmax "
+                   "denominator over the prefix max.")
+
+    def sites(self, program, analysis=None):
+        out = []
+        for s in _loop_sites(program):
+            m = _single_loop(node_at(program, s.path))
+            if m and m[1].op == "+=" and isinstance(m[1].value, A.Call) and m[1].value.func == "exp":
+                out.append(s)
+        return out
+
+    def _match(self, program, site):
+        node = node_at(program, site.path)
+        m = _single_loop(node) if node is not None else None
+        if m is None:
+            return None, refuse(f"no serial loop holding one assignment at {list(site.path)}")
+        loop, st = m
+        j, n = loop.var, loop.extent
+        v = st.value
+        if st.op != "+=" or not (isinstance(v, A.Call) and v.func == "exp"
+                                 and isinstance(v.args[0], A.Binary) and v.args[0].op == "-"
+                                 and isinstance(v.args[0].rhs, A.Load)):
+            return None, refuse("the loop does not hold a sum `S += exp(x - M)`")
+        mload = v.args[0].rhs
+        x = v.args[0].lhs
+        if _uses_var(mload, j) or not _uses_var(x, j) or any(_uses_var(i, j) for i in st.index):
+            return None, refuse(f"not a sum over {j} of exp(x - M) with M invariant in {j}")
+        if not _is_float(program, st.tensor) or st.tensor in _reads(x) | {mload.tensor}:
+            return None, refuse("the sum reads its own accumulator or is not floating-point")
+        outer = enclosing_loops(program, site.path)
+        if reduction_axes(st, outer + [loop]) != [j]:
+            return None, refuse(f"{st.tensor} is reduced over more than {j}")
+        parent, k = site.path[:-1], site.path[-1]
+        body = _body_of(program, parent)
+        # the last write of M before the loop: M[r] = P[r, N-1]
+        d = None
+        for q in range(k - 1, -1, -1):
+            if mload.tensor in tensors_written(body[q]):
+                d = q
+                break
+        if d is None or d < 2:
+            return None, refuse(f"{format_expr(mload)} is not defined by a prefix scan in this pass "
+                                f"(apply normal_loop_max_to_prefix_max first)")
+        dm = body[d]
+        if not (isinstance(dm, A.Assign) and dm.op == "=" and A.strip_pos(dm.index) ==
+                A.strip_pos(mload.index) and isinstance(dm.value, A.Load)):
+            return None, refuse(f"{format_expr(mload)} is not the last element of a prefix scan")
+        pl = dm.value
+        pt = program.tensors[pl.tensor]
+        r = tuple(A.strip_pos(mload.index))
+        if not pt.shape or pt.shape[-1] != n or tuple(A.strip_pos(pl.index[:-1])) != r or \
+                A.strip_pos(pl.index[-1]) != A.const(n - 1):
+            return None, refuse(f"{format_expr(dm.value)} is not element {n - 1} of a prefix "
+                                f"sequence over {j}")
+        # the scan: P[r,0] = e0 ; for v in N-1: P[r,v+1] = max(P[r,v], e)
+        s0, s1 = body[d - 2], body[d - 1]
+        sl = _single_loop(s1)
+        ok = isinstance(s0, A.Assign) and s0.tensor == pl.tensor and s0.op == "=" and \
+            tuple(A.strip_pos(s0.index)) == r + (A.const(0),) and sl is not None
+        if ok:
+            vl, vs = sl
+            vv = A.Var(vl.var)
+            ok = vl.extent == n - 1 and vs.tensor == pl.tensor and vs.op == "=" and \
+                tuple(A.strip_pos(vs.index)) == r + (A.Binary("+", vv, A.const(1)),) and \
+                isinstance(vs.value, A.Call) and vs.value.func == "max" and \
+                A.strip_pos(vs.value.args[0]) == _load(pl.tensor, r + (vv,))
+        if not ok:
+            return None, refuse(f"{pl.tensor} is not written by a prefix-max scan right before "
+                                f"{format_expr(mload)} is defined")
+        for q in range(d + 1, k):
+            if {pl.tensor, mload.tensor} & set(tensors_written(body[q])):
+                return None, refuse(f"{pl.tensor} or {mload.tensor} is rewritten before the sum")
+        if pl.tensor in _reads(x):
+            return None, refuse("the summed value reads the prefix sequence")
+        return (loop, st, x, pl.tensor, r), OK
+
+    def check(self, program, site, params):
+        return self._match(program, site)[1]
+
+    def rewrite(self, program, site, params):
+        (loop, st, x, p, r), _ = self._match(program, site)
+        j, n = loop.var, loop.extent
+        vj = A.Var(j)
+        j1 = A.Binary("+", vj, A.const(1))
+        s = _load(st.tensor, st.index)
+        pj, pj1 = _load(p, r + (vj,)), _load(p, r + (j1,))
+        new = [A.Assign(st.tensor, st.index, "=",
+                        A.Call("exp", (A.Binary("-", _at(x, j, 0), _load(p, r + (A.const(0),))),))),
+               A.Loop(j, n - 1, "serial", (A.Assign(st.tensor, st.index, "=", A.Binary(
+                   "+", A.Binary("*", s, A.Call("exp", (A.Binary("-", pj, pj1),))),
+                   A.Call("exp", (A.Binary("-", _shift(x, j, 1), pj1),)))),))]
+        return _replace_range(program, site.path[:-1], site.path[-1], site.path[-1] + 1, new)
+
+
+def _is_softmax_norm(program: A.Program, ps: _Passes, s: A.Stmt) -> str | None:
+    """Why ``s`` is not the normalization pass ``for j: Y[.., j] = exp(x - M) / S``."""
+    m = _single_loop(s)
+    if m is None:
+        return "the sum is not followed by a normalization loop"
+    loop, st = m
+    if loop.extent != ps.loop1.extent:
+        return "the normalization loop has another extent"
+    v = st.value
+    want = A.Binary("/", A.Call("exp", (A.Binary("-", _rename(ps.x, ps.loop1.var, loop.var),
+                                                 ps.m),)), ps.s)
+    if st.op != "=" or A.strip_pos(v) != A.strip_pos(want):
+        return (f"the pass after the sum does not store exp(x - max) / sum "
+                f"(found `{st.tensor}[...] {st.op} {format_expr(v)}`): not a softmax")
+    if st.tensor in (ps.st1.tensor, ps.st2.tensor):
+        return "the normalization overwrites the max or the sum"
+    return None
+
+
+@register
+class OnlineSoftmax(_Algo):
+    name = "online_softmax"
+    description = ("The 3-pass softmax (max; sum of exp(x - max); exp(x - max)/sum) becomes 2 "
+                   "passes: an online pass with running max M and rescaled sum S (M = -inf, "
+                   "S = 0; Mn = max(M, x); S = S*exp(M - Mn) + exp(x - Mn); M = Mn), then the "
+                   "unchanged normalization.")
+
+    def sites(self, program, analysis=None):
+        return [s for s in _loop_sites(program) if _single_loop(node_at(program, s.path))
+                and _single_loop(node_at(program, s.path))[1].op == "max="]
+
+    def _match(self, program, site):
+        if not site.path:
+            return None, refuse("empty path")
+        parent, k = site.path[:-1], site.path[-1]
+        ps, why = _max_sum_passes(program, parent, k)
+        if ps is None:
+            return None, refuse(f"not a softmax: {why}")
+        body = _body_of(program, parent)
+        if k + 2 >= len(body):
+            return None, refuse("not a softmax: no normalization pass after the sum")
+        why = _is_softmax_norm(program, ps, body[k + 2])
+        if why:
+            return None, refuse(why)
+        outer = enclosing_loops(program, site.path)
+        for st, lp in ((ps.st1, ps.loop1), (ps.st2, ps.loop2)):
+            if reduction_axes(st, outer + [lp]) != [lp.var]:
+                return None, refuse(f"{st.tensor} is reduced over more than {lp.var}")
+        return ps, OK
+
+    def check(self, program, site, params):
+        return self._match(program, site)[1]
+
+    def rewrite(self, program, site, params):
+        ps, _ = self._match(program, site)
+        program2, stmts, _ = _online_pass(program, ps)
+        return _replace_range(program2, site.path[:-1], site.path[-1], site.path[-1] + 2, stmts)
+
+
+@register
+class FlashAttentionWoTiling(_Algo):
+    name = "flashattention_wo_tiling"
+    description = ("Attention's max pass, sum-of-exp pass and `O[r,l] += exp(x - M)/S * V[j,l]` "
+                   "pass become one online pass over the keys: running max, running sum, and an "
+                   "output accumulator rescaled by exp(M_old - M_new) each step, then O = O / S.")
+
+    def sites(self, program, analysis=None):
+        return OnlineSoftmax.sites(self, program, analysis)
+
+    def _match(self, program, site):
+        if not site.path:
+            return None, refuse("empty path")
+        parent, k = site.path[:-1], site.path[-1]
+        ps, why = _max_sum_passes(program, parent, k)
+        if ps is None:
+            return None, refuse(f"not attention: {why}")
+        body = _body_of(program, parent)
+        if k + 2 >= len(body):
+            return None, refuse("not attention: nothing consumes the softmax")
+        third = body[k + 2]
+        # for l in L: for j in N: O[.., l ..] += P * V
+        if not (isinstance(third, A.Loop) and third.kind == "serial" and len(third.body) == 1):
+            return None, refuse("not attention: the pass after the sum is not `for l: for j: O += P*V`")
+        inner = _single_loop(third.body[0])
+        if inner is None:
+            return None, refuse("not attention: the pass after the sum is not `for l: for j: O += P*V`")
+        lloop, (jloop, st) = third, inner
+        if jloop.extent != ps.loop1.extent or st.op != "+=":
+            return None, refuse("not attention: the third pass is not a sum over the keys")
+        j, l = jloop.var, lloop.var
+        if any(_uses_var(i, j) for i in st.index) or not any(_uses_var(i, l) for i in st.index):
+            return None, refuse(f"not attention: the output must be indexed by {l}, not by {j}")
+        x = _rename(ps.x, ps.loop1.var, j)
+        p = A.Call("exp", (A.Binary("-", x, ps.m),))
+        v = st.value
+        vv = None
+        if isinstance(v, A.Binary) and v.op == "*" and A.strip_pos(v.lhs) == A.strip_pos(
+                A.Binary("/", p, ps.s)):
+            vv = v.rhs
+        elif isinstance(v, A.Binary) and v.op == "/" and A.strip_pos(v.rhs) == A.strip_pos(ps.s) \
+                and isinstance(v.lhs, A.Binary) and v.lhs.op == "*" and \
+                A.strip_pos(v.lhs.lhs) == A.strip_pos(p):
+            vv = v.lhs.rhs
+        if vv is None:
+            return None, refuse(f"not attention: the third pass accumulates {format_expr(v)}, not "
+                                f"exp(x - max) / sum * V")
+        o = st.tensor
+        if {o, ps.st1.tensor, ps.st2.tensor} & (_reads(vv) | _reads(x)):
+            return None, refuse("not attention: V or the scores read the max, sum or output")
+        if o in (ps.st1.tensor, ps.st2.tensor) or not _is_float(program, o):
+            return None, refuse("not attention: the output shares a buffer with the max or sum")
+        if _uses_var(ps.st1.index, l) or _uses_var(ps.s.index, l):
+            return None, refuse(f"not attention: the max or sum is indexed by {l}")
+        outer = enclosing_loops(program, site.path)
+        for s_, lp in ((ps.st1, ps.loop1), (ps.st2, ps.loop2)):
+            if reduction_axes(s_, outer + [lp]) != [lp.var]:
+                return None, refuse(f"{s_.tensor} is reduced over more than {lp.var}")
+        if reduction_axes(st, outer + [lloop, jloop]) != [j]:
+            return None, refuse(f"{o} is reduced over more than {j}")
+        return (ps, lloop, jloop, st, vv), OK
+
+    def check(self, program, site, params):
+        return self._match(program, site)[1]
+
+    def rewrite(self, program, site, params):
+        (ps, lloop, jloop, st, vv), _ = self._match(program, site)
+        j, l = ps.loop1.var, lloop.var
+        program2, mn = _add_tensor(program, program.tensors[ps.st1.tensor])
+        program2, rs = _add_tensor(program2, program.tensors[ps.st1.tensor])
+        m, s, x, r = ps.m, ps.s, ps.x, ps.st1.index
+        mnl, rsl = _load(mn, r), _load(rs, r)
+        vv = _rename(vv, jloop.var, j)
+        lv = l if l != j else j + "_l"
+        vv = _rename(vv, l, lv)
+        oidx = tuple(_rename(i, l, lv) for i in st.index)
+        ol = _load(st.tensor, oidx)
+        e = A.Call("exp", (A.Binary("-", x, mnl),))
+        loop = A.Loop(j, ps.loop1.extent, "serial", (
+            A.Assign(mn, r, "=", A.Call("max", (m, x))),
+            A.Assign(rs, r, "=", A.Call("exp", (A.Binary("-", m, mnl),))),
+            A.Assign(ps.st2.tensor, ps.st2.index, "=", A.Binary("+", A.Binary("*", s, rsl), e)),
+            A.Loop(lv, lloop.extent, "serial", (A.Assign(st.tensor, oidx, "=", A.Binary(
+                "+", A.Binary("*", ol, rsl), A.Binary("*", e, vv))),)),
+            A.Assign(ps.st1.tensor, r, "=", mnl),
+        ))
+        new = [A.Assign(ps.st1.tensor, r, "=", INF),
+               A.Assign(ps.st2.tensor, ps.st2.index, "=", A.const(0.0)),
+               A.Loop(lv, lloop.extent, "serial", (A.Assign(st.tensor, oidx, "=", A.const(0.0)),)),
+               loop,
+               A.Loop(lv, lloop.extent, "serial", (A.Assign(st.tensor, oidx, "=",
+                                                            A.Binary("/", ol, s)),))]
+        return _replace_range(program2, site.path[:-1], site.path[-1], site.path[-1] + 3, new)
+
+
+# ----------------------------------------------------------------------------- expression splits
+def _addends(e: A.Expr, sign: int = 1) -> list[tuple[int, A.Expr]]:
+    if isinstance(e, A.Binary) and e.op in ("+", "-"):
+        return _addends(e.lhs, sign) + _addends(e.rhs, sign if e.op == "+" else -sign)
+    if isinstance(e, A.Unary) and e.op == "-":
+        return _addends(e.operand, -sign)
+    return [(sign, e)]
+
+
+def _sum(terms: list[tuple[int, A.Expr]]) -> A.Expr:
+    sign, out = terms[0]
+    if sign < 0:
+        out = A.Const(-out.value, out.kind) if isinstance(out, A.Const) else A.Unary("-", out)
+    for sg, t in terms[1:]:
+        out = A.Binary("+" if sg > 0 else "-", out, t)
+    return out
+
+
+def _invariant(e: A.Expr, var: str, written: set[str]) -> bool:
+    return not _uses_var(e, var) and not (_reads(e) & written)
+
+
+def _split_exps(e: A.Expr, var: str, written: set[str]) -> A.Expr:
+    """Every ``exp(a + b)`` with invariant addends a and variant addends b -> exp(b) * exp(a)."""
+    if isinstance(e, A.Call):
+        args = tuple(_split_exps(a, var, written) for a in e.args)
+        if e.func == "exp":
+            terms = _addends(args[0])
+            inv = [t for t in terms if _invariant(t[1], var, written)]
+            var_ = [t for t in terms if not _invariant(t[1], var, written)]
+            if inv and var_:
+                return A.Binary("*", A.Call("exp", (_sum(var_),)), A.Call("exp", (_sum(inv),)))
+        return replace(e, args=args)
+    if isinstance(e, A.Binary):
+        return replace(e, lhs=_split_exps(e.lhs, var, written), rhs=_split_exps(e.rhs, var, written))
+    if isinstance(e, A.Unary):
+        return replace(e, operand=_split_exps(e.operand, var, written))
+    return e
+
+
+@register
+class ExponentialSplit(_Algo):
+    name = "exponential_split"
+    description = ("exp(a + b) -> exp(b) * exp(a) where the addends a are invariant in the "
+                   "innermost enclosing loop and b vary with it, so exp(a) can be hoisted out of "
+                   "that loop. Every such exp of the statement is split.")
+
+    def sites(self, program, analysis=None):
+        return _stmt_sites(program, lambda p_, path, s: isinstance(s, A.Assign) and any(
+            isinstance(n, A.Call) and n.func == "exp" for n in A.walk(s.value)))
+
+    def _new(self, program, site):
+        node = node_at(program, site.path)
+        if not isinstance(node, A.Assign):
+            return None, refuse(f"no assignment at {list(site.path)}")
+        loops = enclosing_loops(program, site.path)
+        if not loops:
+            return None, refuse("the statement is in no loop: nothing to hoist out of")
+        if not _is_float(program, node.tensor):
+            return None, refuse(f"{node.tensor} is not floating-point")
+        inner = loops[-1]
+        written = set(tensors_written(inner))
+        new = _split_exps(node.value, inner.var, written)
+        if new == node.value:
+            return None, refuse(f"no exp(...) of the statement has both an addend invariant in "
+                                f"{inner.var} and one that varies with it")
+        return replace(node, value=new), OK
+
+    def check(self, program, site, params):
+        return self._new(program, site)[1]
+
+    def rewrite(self, program, site, params):
+        return replace_at(program, site.path, [self._new(program, site)[0]])
+
+
+def _reduction_band(program: A.Program, path: Path) -> tuple[Path, list[str]] | None:
+    """(path of the outermost loop, reduction vars) of the perfect band of reduction-axis loops
+    directly around the reduction at ``path``, when it covers all its reduction axes."""
+    st = node_at(program, path)
+    loops = enclosing_loops(program, path)
+    axes = reduction_axes(st, loops)
+    if not axes:
+        return None
+    p = tuple(path)
+    covered = []
+    while len(p) > 1:
+        parent = node_at(program, p[:-1])
+        if isinstance(parent, A.Loop) and parent.var in axes and len(parent.body) == 1:
+            covered.append(parent.var)
+            p = p[:-1]
+        else:
+            break
+    if sorted(covered) != sorted(axes):
+        return None
+    return p, axes
+
+
+def _factors(e: A.Expr) -> list[A.Expr]:
+    if isinstance(e, A.Binary) and e.op == "*":
+        return _factors(e.lhs) + _factors(e.rhs)
+    return [e]
+
+
+def _prod(xs: list[A.Expr]) -> A.Expr:
+    out = xs[0]
+    for x in xs[1:]:
+        out = A.Binary("*", out, x)
+    return out
+
+
+@register
+class MultiplicativeSplit(_Algo):
+    name = "multiplicative_split"
+    description = ("S[r] += c * f over reduction loops whose variables c does not use -> "
+                   "S[r] += f, then S[r] = S[r] * c after the reduction (distributivity): the "
+                   "invariant factor is applied once per element instead of once per term.")
+
+    def sites(self, program, analysis=None):
+        return _stmt_sites(program, lambda p_, path, s: isinstance(s, A.Assign) and s.op == "+="
+                           and isinstance(s.value, A.Binary) and s.value.op == "*")
+
+    def _match(self, program, site):
+        st = node_at(program, site.path)
+        if not (isinstance(st, A.Assign) and st.op == "+="):
+            return None, refuse("not a += reduction")
+        band = _reduction_band(program, site.path)
+        if band is None:
+            return None, refuse("the reduction axes are not a perfect band of loops around it")
+        bpath, axes = band
+        written = set(tensors_written(node_at(program, bpath)))
+        fs = _factors(st.value)
+        inv = [f for f in fs if not any(_uses_var(f, a) for a in axes) and not (_reads(f) & written)]
+        var = [f for f in fs if f not in inv]
+        if not inv or not var:
+            return None, refuse(f"no factor of {format_expr(st.value)} is invariant in the "
+                                f"reduction axes {axes} (or every factor is)")
+        if st.tensor in _reads(st.value):
+            return None, refuse("the summand reads the accumulator")
+        return (st, bpath, inv, var), OK
+
+    def check(self, program, site, params):
+        return self._match(program, site)[1]
+
+    def rewrite(self, program, site, params):
+        (st, bpath, inv, var), _ = self._match(program, site)
+        program = replace_at(program, site.path, [replace(st, value=_prod(var))])
+        band = node_at(program, bpath)
+        scale = A.Assign(st.tensor, st.index, "=",
+                         A.Binary("*", _load(st.tensor, st.index), _prod(inv)))
+        return _replace_range(program, bpath[:-1], bpath[-1], bpath[-1] + 1, [band, scale])
+
+
+_COMBINE = {"+=": lambda a, b: A.Binary("+", a, b), "*=": lambda a, b: A.Binary("*", a, b),
+            "max=": lambda a, b: A.Call("max", (a, b)), "min=": lambda a, b: A.Call("min", (a, b))}
+
+
+@register
+class AdditiveSplit(_Algo):
+    name = "additive_split"
+    exactness = "reassociation"
+    description = ("A reduction over one loop `for k in N: S op= f(k)` is split into two parts: "
+                   "S op= f(k) for k < h, a fresh U op= f(k + h) for the rest, then S = S (+) U. "
+                   "Params: {\"at\": h}. Reassociation for float += and *=, exact for max=/min=.")
+
+    def sites(self, program, analysis=None):
+        out = []
+        for s in _loop_sites(program):
+            m = _single_loop(node_at(program, s.path))
+            if m and m[1].is_reduction and m[0].extent >= 2:
+                out.append(s)
+        return out
+
+    def params(self, program, site, rng=None):
+        node = node_at(program, site.path)
+        if not isinstance(node, A.Loop):
+            return []
+        return [{"at": node.extent // 2}]
+
+    def _match(self, program, site, params):
+        node = node_at(program, site.path)
+        m = _single_loop(node) if node is not None else None
+        if m is None:
+            return None, refuse(f"no serial loop holding one assignment at {list(site.path)}")
+        loop, st = m
+        if not st.is_reduction:
+            return None, refuse("the loop does not hold a reduction")
+        axes = reduction_axes(st, enclosing_loops(program, site.path) + [loop])
+        if axes != [loop.var]:
+            return None, refuse(f"{st.tensor} is reduced over {axes}, not only over {loop.var}: "
+                                f"splitting one axis would re-add partial sums")
+        h = params.get("at")
+        if not isinstance(h, int) or isinstance(h, bool) or not 1 <= h < loop.extent:
+            return None, refuse(f"split point must be an integer in [1, {loop.extent - 1}]")
+        if st.tensor in _reads(st.value) or any(_uses_var(i, loop.var) for i in st.index):
+            return None, refuse("the summand reads the accumulator")
+        return (loop, st, h), OK
+
+    def check(self, program, site, params):
+        return self._match(program, site, params)[1]
+
+    def exactness_for(self, program, site, params):
+        node = node_at(program, site.path)
+        m = _single_loop(node) if node is not None else None
+        if m and m[1].op in ("+=", "*=") and _is_float(program, m[1].tensor):
+            return "reassociation"
+        return "exact"
+
+    def rewrite(self, program, site, params):
+        (loop, st, h), _ = self._match(program, site, params)
+        program2, u = _add_tensor(program, program.tensors[st.tensor])
+        k = loop.var
+        new = [A.Loop(k, h, "serial", (st,)),
+               A.Loop(k, loop.extent - h, "serial",
+                      (A.Assign(u, st.index, st.op, _shift(st.value, k, h)),)),
+               A.Assign(st.tensor, st.index, "=",
+                        _COMBINE[st.op](_load(st.tensor, st.index), _load(u, st.index)))]
+        return _replace_range(program2, site.path[:-1], site.path[-1], site.path[-1] + 1, new)
+
+
+@register
+class PartiallyEquivalentThenCorrect(_Algo):
+    name = "partially_equivalent_then_correct"
+    description = ("S[r] += (E(j) - m) * (E(j) - m) with m invariant in j is computed around the "
+                   "stand-in c = E(0) (partially equivalent: equal when m == c) with U[r] += "
+                   "E(j) - c, then corrected exactly: S[r] = S[r] + (c - m) * (U[r] * 2 + "
+                   "(c - m) * N). The reductions no longer read m.")
+
+    def sites(self, program, analysis=None):
+        out = []
+        for s in _loop_sites(program):
+            m = _single_loop(node_at(program, s.path))
+            if m and m[1].op == "+=" and isinstance(m[1].value, A.Binary) and m[1].value.op == "*":
+                out.append(s)
+        return out
+
+    def _match(self, program, site):
+        node = node_at(program, site.path)
+        m = _single_loop(node) if node is not None else None
+        if m is None:
+            return None, refuse(f"no serial loop holding one assignment at {list(site.path)}")
+        loop, st = m
+        j = loop.var
+        v = st.value
+        if st.op != "+=" or not (isinstance(v, A.Binary) and v.op == "*" and
+                                 A.strip_pos(v.lhs) == A.strip_pos(v.rhs) and
+                                 isinstance(v.lhs, A.Binary) and v.lhs.op == "-"):
+            return None, refuse("the loop does not sum a square (E - m) * (E - m)")
+        if not _is_float(program, st.tensor):
+            return None, refuse(f"{st.tensor} is not floating-point")
+        axes = reduction_axes(st, enclosing_loops(program, site.path) + [loop])
+        if axes != [j]:
+            return None, refuse(f"{st.tensor} is reduced over {axes}, not only over {j}")
+        e, mm = v.lhs.lhs, v.lhs.rhs
+        written = {st.tensor}
+        if not _uses_var(e, j):
+            return None, refuse(f"E = {format_expr(e)} does not vary with {j}")
+        if not _invariant(mm, j, written) or st.tensor in _reads(e):
+            return None, refuse(f"m = {format_expr(mm)} is not invariant in {j}")
+        c = _at(e, j, 0)
+        if A.strip_pos(c) == A.strip_pos(mm):
+            return None, refuse("m already is the stand-in E(0)")
+        return (loop, st, e, mm, c), OK
+
+    def check(self, program, site, params):
+        return self._match(program, site)[1]
+
+    def rewrite(self, program, site, params):
+        (loop, st, e, mm, c), _ = self._match(program, site)
+        program2, u = _add_tensor(program, program.tensors[st.tensor])
+        d = A.Binary("-", e, c)
+        cm = A.Binary("-", c, mm)
+        s, ul = _load(st.tensor, st.index), _load(u, st.index)
+        new = [A.Loop(loop.var, loop.extent, "serial",
+                      (replace(st, value=A.Binary("*", d, d)),)),
+               A.Loop(loop.var, loop.extent, "serial", (A.Assign(u, st.index, "+=", d),)),
+               A.Assign(st.tensor, st.index, "=", A.Binary("+", s, A.Binary("*", cm, A.Binary(
+                   "+", A.Binary("*", ul, A.const(2.0)),
+                   A.Binary("*", cm, A.const(float(loop.extent))))))),
+               ]
+        return _replace_range(program2, site.path[:-1], site.path[-1], site.path[-1] + 1, new)
+
+
+__all__ = ["NormalLoopMaxToPrefixMax", "SummationOnExpToPrefix", "OnlineSoftmax",
+           "FlashAttentionWoTiling", "ExponentialSplit", "MultiplicativeSplit", "AdditiveSplit",
+           "PartiallyEquivalentThenCorrect"]
