@@ -1,0 +1,106 @@
+"""Search quality on the operator suite: geometric-mean speedup of the best trajectory over the
+unscheduled kernel at a fixed measurement budget, the share of the final best reached at 25%,
+50% and 100% of the budget, and our best time relative to PyTorch eager (same thread count).
+
+    .venv/bin/python benchmarks/search_quality.py --families matmul,conv --size default \
+        --budget 64 --seconds 300 --policy beam
+
+Printed figures, not a timed test. Goal (issue 5): geomean >= 5x over unscheduled on the
+matmul/conv workloads at default size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _search_common import geomean, selected, workload_kernel  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", default="matmul,conv")
+    ap.add_argument("--workloads", default=None, help="comma-separated names (overrides --families)")
+    ap.add_argument("--limit", type=int, default=None, help="first N workloads of the families")
+    ap.add_argument("--size", default="default")
+    ap.add_argument("--budget", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=300.0)
+    ap.add_argument("--policy", default="beam")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--evaluator", default="inprocess", help="inprocess, measurer or auto")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--out", default=None, help="also write steps/trajectories/curves here")
+    ap.add_argument("--json", default=None, help="write the per-kernel figures as JSON")
+    args = ap.parse_args()
+
+    from steptp.measure.timing import torch_eager_baseline
+    from steptp.search import Budget, default_evaluator, search_kernel
+    from steptp.search.batch import write
+
+    ev = default_evaluator(kind=args.evaluator)
+    budget = Budget(args.budget, args.seconds)
+    print(f"# search_quality: policy={args.policy} budget={args.budget} measurements, "
+          f"{args.seconds:g} s/kernel, size={args.size}, TVM_NUM_THREADS={ev.num_threads}, "
+          f"evaluator={type(ev).__name__}")
+    print(f"{'workload':28s} {'base ms':>9s} {'best ms':>9s} {'speedup':>8s} {'torch ms':>9s} "
+          f"{'best/torch':>10s} {'@25%':>5s} {'@50%':>5s} {'meas':>4s} {'s':>5s}  path")
+    rows, results, steps, trajs = [], {}, [], []
+    for name in selected(args.families, args.workloads, args.limit):
+        t0 = time.perf_counter()
+        try:
+            kid, prog, module, inputs = workload_kernel(name, args.size)
+        except Exception as e:  # noqa: BLE001
+            print(f"{name:28s} skipped: {e}")
+            continue
+        res = search_kernel(prog, kid, args.policy, budget, args.seed, ev, return_result=True)
+        if res.trajectory is None:
+            print(f"{name:28s} failed: {res.error}")
+            continue
+        tr = res.trajectory
+        torch_s = float("nan")
+        if not args.no_torch:
+            try:
+                torch_s = torch_eager_baseline(module, inputs, num_threads=ev.num_threads).median_s
+            except Exception:  # noqa: BLE001
+                pass
+        fr = res.fractions(args.budget)
+        row = {"workload": name, "kernel_id": kid, "baseline_s": tr.baseline_s, "best_s": tr.best_s,
+               "speedup": tr.speedup, "torch_s": torch_s, "best_over_torch": tr.best_s / torch_s,
+               "fractions": fr, "measurements": res.measurements,
+               "verifications": res.verifications, "wall_s": time.perf_counter() - t0,
+               "search_s": res.wall_s, "strategies": tr.strategies}
+        rows.append(row)
+        results[kid] = res
+        steps += res.steps
+        trajs.append(tr)
+        if args.out:
+            write(args.out, steps, trajs, results, budget)
+        print(f"{name:28s} {tr.baseline_s*1e3:9.3f} {tr.best_s*1e3:9.3f} {tr.speedup:7.2f}x "
+              f"{torch_s*1e3:9.3f} {tr.best_s/torch_s:10.2f} {fr['25%']:5.2f} {fr['50%']:5.2f} "
+              f"{res.measurements:4d} {row['wall_s']:5.0f}  {' > '.join(tr.strategies)}", flush=True)
+    ev.close()
+    if not rows:
+        return
+    print(f"# geomean speedup over unscheduled: {geomean(r['speedup'] for r in rows):.2f}x "
+          f"({len(rows)} kernels)")
+    print(f"# geomean best/torch-eager: {geomean(r['best_over_torch'] for r in rows):.2f}")
+    for k in ("25%", "50%"):
+        print(f"# mean share of the final best speedup reached at {k} of the budget: "
+              f"{sum(r['fractions'][k] for r in rows) / len(rows):.2f}")
+    cand = sum(r["verifications"] for r in rows)
+    meas = sum(r["measurements"] for r in rows)
+    core_h = sum(r["search_s"] for r in rows) * ev.num_threads / 3600
+    print(f"# throughput: {cand / core_h:.0f} verified and {meas / core_h:.0f} measured "
+          f"candidates per core-hour ({cand} / {meas} in {core_h*3600/ev.num_threads:.0f} s on "
+          f"{ev.num_threads} cores)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

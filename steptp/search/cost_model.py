@@ -1,0 +1,446 @@
+"""Cheap cost models that rank candidates before anything is measured.
+
+* :func:`features` — analytic features of a LEIR program, per assignment and summed: flops,
+  bytes, an estimate of the traffic into L1, L2 and from DRAM (a footprint model: the outermost
+  sub-nest whose touched cache lines fit a cache level is reused, everything outside it reloads
+  it), innermost strides, loop kinds (parallel / vectorized extents, unrolled loops), guards and
+  tile sizes;
+* :func:`predict` — an analytic run-time estimate in seconds (roofline-like: compute at the
+  vector and thread width the program uses vs. memory traffic at each level), and
+  :func:`potential` — the same estimate after the free finishing moves (vectorize an innermost
+  unit-stride loop, parallelize an outer loop), so that enabling steps (a split before a
+  vectorization) are not ranked as useless;
+* :class:`LearnedCostModel` — an optional XGBoost regressor on (features, log measured time),
+  trained on measured results (the search's own measurements, or a steps table / the
+  measurement cache); :class:`Ranker` uses it once it has enough samples, the analytic score
+  before that.
+
+The constants describe a generic modern x86 core (AVX-512, 48 KiB L1, 2 MiB L2); they only need
+to order candidates sensibly, not to predict absolute times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..leir import ast as A
+from ..leir.analysis import ITEMSIZE, affine
+
+FREQ = 2.5e9                 # cycles per second
+SCALAR_OPS_PER_CYCLE = 2.0   # scalar float ops per cycle (one core)
+AUTO_VEC = 2.0               # what LLVM's own vectorizer gains on a unit-stride serial loop
+MAX_LANES = 16               # f32 lanes of one AVX-512 register
+L1_BYTES = 48 * 1024
+L2_BYTES = 2 * 1024 * 1024
+LINE = 64
+BW_L1 = 64.0 * FREQ          # bytes/s into registers from L1, per core
+BW_L2 = 32.0 * FREQ / 2      # bytes/s L2 -> L1, per core
+BW_DRAM = 12e9               # bytes/s DRAM -> L2, per core (shared bandwidth is ~2-3x that)
+PARALLEL_OVERHEAD_S = 3e-6   # one parallel region (thread wake-up and join)
+LOOP_OVERHEAD_CYCLES = 1.0   # per iteration of a serial (not unrolled) innermost loop
+
+
+def _cores() -> int:
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# ============================================================================ statement walk
+@dataclass(frozen=True)
+class _Stmt:
+    stmt: A.Assign
+    loops: tuple[A.Loop, ...]
+    guards: int
+
+
+def _statements(program: A.Program) -> list[_Stmt]:
+    out: list[_Stmt] = []
+
+    def visit(body, loops, guards):
+        for s in body:
+            if isinstance(s, A.Assign):
+                out.append(_Stmt(s, loops, guards))
+            elif isinstance(s, A.Loop):
+                visit(s.body, loops + (s,), guards)
+            elif isinstance(s, A.If):
+                visit(s.body, loops, guards + 1)
+
+    visit(program.body, (), 0)
+    return out
+
+
+def _ops(e) -> int:
+    if isinstance(e, (A.Const, A.Var, A.Load)):
+        return 0
+    if isinstance(e, A.Unary):
+        return 1 + _ops(e.operand)
+    if isinstance(e, A.Binary):
+        return 1 + _ops(e.lhs) + _ops(e.rhs)
+    if isinstance(e, A.Call):
+        heavy = 8 if e.func in ("exp", "log", "tanh", "erf", "sigmoid", "pow", "sqrt", "rsqrt",
+                                "sin", "cos", "exp2", "log2", "log1p") else 1
+        return (0 if e.func in A.DTYPES else heavy) + sum(_ops(a) for a in e.args)
+    return 0
+
+
+def _accesses(s: A.Assign) -> list[tuple[str, tuple, bool]]:
+    """(tensor, index, is_write) of the statement; loads inside subscripts count too."""
+    acc = [(s.tensor, s.index, True)]
+    if s.is_reduction:
+        acc.append((s.tensor, s.index, False))
+    acc.extend((ld.tensor, ld.index, False) for ld in A.loads(s.value))
+    for sub in s.index:
+        acc.extend((ld.tensor, ld.index, False) for ld in A.loads(sub))
+    seen, out = set(), []
+    for a in acc:
+        key = (a[0], repr(a[1]), a[2])
+        if key not in seen:
+            seen.add(key)
+            out.append(a)
+    return out
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return list(reversed(out))
+
+
+class _Access:
+    """One access with per-loop strides (elements) and per-dimension affine forms."""
+
+    def __init__(self, tensor: A.Tensor, index, write: bool):
+        self.tensor = tensor
+        self.write = write
+        self.itemsize = ITEMSIZE.get(tensor.dtype, 4)
+        self.forms = [affine(e) for e in index]
+        dims = _strides(tensor.shape)
+        self.stride: dict[str, float] = {}
+        self.affine = all(f is not None for f in self.forms)
+        self.opaque_vars = {v for f, e in zip(self.forms, index) if f is None
+                            for v in A.free_vars(e)}
+        for f, ds in zip(self.forms, dims):
+            if f is None:
+                continue
+            for v, c in f[0].items():
+                self.stride[v] = self.stride.get(v, 0) + c * ds
+
+    def stride_of(self, var: str) -> float:
+        """Elements moved per step of ``var`` (inf when ``var`` is in a non-affine subscript)."""
+        if var in self.opaque_vars:
+            return math.inf
+        return self.stride.get(var, 0)
+
+    def footprint(self, inner: dict[str, int]) -> float:
+        """Bytes of cache lines touched while the loops in ``inner`` run (others fixed)."""
+        shape = self.tensor.shape
+        if not shape:
+            return LINE
+        spans = []
+        for f, n in zip(self.forms, shape):
+            if f is None:
+                spans.append(n)
+                continue
+            span = 1 + sum(abs(c) * (inner[v] - 1) for v, c in f[0].items() if v in inner)
+            spans.append(min(n, span))
+        last = spans[-1] * self.itemsize
+        # the last dimension is contiguous: whole lines; other dimensions: one line run each
+        lines = max(1, math.ceil(last / LINE))
+        return float(math.prod(spans[:-1]) * lines * LINE)
+
+
+# ============================================================================ features
+FEATURE_NAMES = (
+    "log_pred", "log_potential", "log_flops", "log_bytes", "log_l1_traffic", "log_l2_traffic",
+    "log_dram_traffic", "log_compute_s", "vector_lanes", "vector_frac", "parallel_extent",
+    "parallel_depth", "n_parallel_regions", "n_loops", "n_unrolled", "unrolled_extent",
+    "n_guards", "inner_stride0", "inner_stride1", "inner_strided", "inner_extent",
+    "reduction_inner", "max_tile", "n_statements", "log_iterations",
+)
+
+
+@dataclass
+class Estimate:
+    seconds: float
+    compute_s: float
+    l1: float
+    l2: float
+    dram: float
+    flops: float
+    feats: dict
+
+
+def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool) -> Estimate:
+    s, loops = st.stmt, list(st.loops)
+    tensors = program.tensors
+    accs = [_Access(tensors[t], idx, w) for t, idx, w in _accesses(s) if t in tensors]
+    iters = float(math.prod(lp.extent for lp in loops)) if loops else 1.0
+    ops = max(1, _ops(s.value) + (1 if s.is_reduction else 0))
+    flops = iters * ops
+    lhs_vars = {v for e in s.index for v in A.free_vars(e)}
+    red_axes = {lp.var for lp in loops} - lhs_vars if s.is_reduction else set()
+
+    inner = loops[-1] if loops else None
+    kinds = [lp.kind for lp in loops]
+    # -- vector width
+    lanes, vec_frac = 1.0, 0.0
+    inner_strides = [a.stride_of(inner.var) for a in accs] if inner is not None else []
+    unit = bool(inner_strides) and all(x in (0, 1, -1) for x in inner_strides)
+    if inner is not None:
+        if inner.kind == "vectorized":
+            lanes = float(min(inner.extent, MAX_LANES)) if unit else 1.0
+            vec_frac = 1.0 if unit else 0.2
+        elif optimistic and inner.kind == "serial" and unit and inner.var not in red_axes \
+                and inner.extent >= 8:
+            p2 = inner.extent & -inner.extent
+            lanes = float(min(max(p2, 1), MAX_LANES))
+            vec_frac = 1.0
+        elif inner.kind in ("serial", "unrolled") and unit and inner.var not in red_axes:
+            lanes = AUTO_VEC
+    # -- threads
+    par_ext, par_depth, regions = 1, -1, 1.0
+    for d, lp in enumerate(loops):
+        if lp.kind == "parallel":
+            par_ext, par_depth = lp.extent, d
+            regions = float(math.prod(x.extent for x in loops[:d])) if d else 1.0
+            break
+    if par_depth < 0 and optimistic:
+        for d, lp in enumerate(loops):
+            if lp.var in red_axes or lp.kind != "serial":
+                break
+            if lp.extent >= cores:
+                par_ext, par_depth = lp.extent, d
+                regions = float(math.prod(x.extent for x in loops[:d])) if d else 1.0
+                break
+    threads = min(par_ext, cores) if par_depth >= 0 else 1
+    balance = (par_ext / (math.ceil(par_ext / threads) * threads)) if par_depth >= 0 else 1.0
+    par = threads * balance
+    # -- compute
+    loop_cost = 0.0
+    if inner is not None and inner.kind == "serial":
+        loop_cost = iters * LOOP_OVERHEAD_CYCLES / FREQ
+    unrolled = [lp for lp in loops if lp.kind == "unrolled"]
+    if unrolled and inner is not None and inner.kind in ("unrolled", "vectorized"):
+        loop_cost *= 0.5
+    guard_cost = iters * st.guards * 1.0 / FREQ
+    compute = (flops / (SCALAR_OPS_PER_CYCLE * FREQ * lanes) + loop_cost / max(lanes, 1)
+               + guard_cost) / par
+    # strided accesses in a vectorized loop become gathers
+    if inner is not None and inner.kind == "vectorized" and not unit:
+        compute *= 2.0
+    # a reduction carried by the innermost loop serializes on the add latency
+    if inner is not None and inner.var in red_axes and inner.kind in ("serial", "unrolled"):
+        compute *= 2.0 if inner.kind == "serial" else 1.3
+    # -- memory: footprint model per cache level
+    ext = [lp.extent for lp in loops]
+
+    def traffic(capacity: float) -> float:
+        for d in range(0, len(loops) + 1):
+            inner_ext = {lp.var: lp.extent for lp in loops[d:]}
+            by_tensor: dict[str, float] = {}
+            for a in accs:
+                by_tensor[a.tensor.name] = max(by_tensor.get(a.tensor.name, 0.0),
+                                               a.footprint(inner_ext))
+            fp = sum(by_tensor.values())
+            if fp <= capacity:
+                return float(math.prod(ext[:d])) * fp
+        return iters * LINE * len(accs)
+
+    l1 = traffic(L1_BYTES)
+    l2 = traffic(L2_BYTES)
+    dram_total = sum(float(math.prod(a.tensor.shape or (1,))) * a.itemsize for a in accs)
+    dram = max(l2, 0.0)
+    mem = l1 / (BW_L2 * threads) + dram / (BW_DRAM * min(threads, 2) * 1.5 if threads > 1
+                                           else BW_DRAM)
+    # every access also costs a load/store slot; vector accesses move `lanes` elements at once
+    lsu = iters * len(accs) / (FREQ * 2.0 * max(lanes, 1.0) * par)
+    if inner is not None and inner.kind != "vectorized":
+        # scalar strided walks: each element touches another line
+        strided = sum(1 for x in inner_strides if x not in (0, 1, -1))
+        lsu += iters * strided * 2.0 / (FREQ * par)
+    overhead = regions * PARALLEL_OVERHEAD_S if par_depth >= 0 else 0.0
+    secs = max(compute, mem, lsu) + 0.25 * min(compute + lsu, mem) + overhead
+    feats = {
+        "vector_lanes": lanes, "vector_frac": vec_frac, "parallel_extent": float(par_ext),
+        "parallel_depth": float(par_depth), "n_parallel_regions": regions,
+        "n_loops": float(len(loops)), "n_unrolled": float(len(unrolled)),
+        "unrolled_extent": float(sum(lp.extent for lp in unrolled)), "n_guards": float(st.guards),
+        "inner_stride0": float(sum(1 for x in inner_strides if x == 0)),
+        "inner_stride1": float(sum(1 for x in inner_strides if x in (1, -1))),
+        "inner_strided": float(sum(1 for x in inner_strides if x not in (0, 1, -1))),
+        "inner_extent": float(inner.extent if inner is not None else 1),
+        "reduction_inner": float(inner is not None and inner.var in red_axes),
+        "max_tile": float(max([lp.extent for lp in loops[1:]] or [1])),
+        "iterations": iters, "dram_min": dram_total,
+    }
+    return Estimate(secs, compute, l1, l2, dram, flops, feats)
+
+
+def _estimate(program: A.Program, optimistic: bool = False, cores: int | None = None) -> Estimate:
+    cores = cores or _cores()
+    ests = [_stmt_estimate(program, st, cores, optimistic) for st in _statements(program)]
+    if not ests:
+        return Estimate(1e-7, 0, 0, 0, 0, 0, {})
+    total = sum(e.seconds for e in ests) + 2e-7
+    heavy = max(ests, key=lambda e: e.seconds)
+    feats = dict(heavy.feats)
+    feats["n_statements"] = float(len(ests))
+    feats["n_guards"] = float(sum(e.feats["n_guards"] for e in ests))
+    feats["n_parallel_regions"] = float(sum(e.feats["n_parallel_regions"] for e in ests
+                                            if e.feats["parallel_depth"] >= 0))
+    return Estimate(total, sum(e.compute_s for e in ests), sum(e.l1 for e in ests),
+                    sum(e.l2 for e in ests), sum(e.dram for e in ests),
+                    sum(e.flops for e in ests), feats)
+
+
+def predict(program: A.Program, cores: int | None = None) -> float:
+    """Analytic run-time estimate (seconds) of the program as written."""
+    return _estimate(program, False, cores).seconds
+
+
+def potential(program: A.Program, cores: int | None = None) -> float:
+    """Estimate after the free finishing moves (vectorize a unit-stride innermost loop,
+    parallelize an outer data-parallel loop): what this state could reach cheaply."""
+    return min(_estimate(program, True, cores).seconds, predict(program, cores))
+
+
+def score(program: A.Program, cores: int | None = None, weight: float = 0.5) -> float:
+    """THE analytic ranking score (log seconds; lower is better): a blend of the program's own
+    estimate and its potential."""
+    return (1 - weight) * math.log(predict(program, cores)) + weight * math.log(potential(program, cores))
+
+
+def features(program: A.Program, cores: int | None = None) -> np.ndarray:
+    """The feature vector (order: ``FEATURE_NAMES``) for the learned model."""
+    e = _estimate(program, False, cores)
+    pot = min(_estimate(program, True, cores).seconds, e.seconds)
+    f = e.feats
+    lg = lambda x: math.log(max(float(x), 1e-12))  # noqa: E731
+    bytes_ = f.get("dram_min", 1.0)
+    row = {
+        "log_pred": lg(e.seconds), "log_potential": lg(pot), "log_flops": lg(e.flops + 1),
+        "log_bytes": lg(bytes_ + 1), "log_l1_traffic": lg(e.l1 + 1), "log_l2_traffic": lg(e.l2 + 1),
+        "log_dram_traffic": lg(e.dram + 1), "log_compute_s": lg(e.compute_s),
+        "log_iterations": lg(f.get("iterations", 1.0)),
+    }
+    return np.array([row[n] if n in row else float(f.get(n, 0.0)) for n in FEATURE_NAMES],
+                    dtype=np.float64)
+
+
+# ============================================================================ learned model
+class LearnedCostModel:
+    """XGBoost on (features, log seconds). ``fit`` on measured programs; ``predict`` returns log
+    seconds. Without xgboost (or with too few samples) it is simply not ready."""
+
+    def __init__(self, min_samples: int = 12, seed: int = 0, n_estimators: int = 60):
+        self.min_samples = min_samples
+        self.seed = seed
+        self.n_estimators = n_estimators
+        self.model = None
+        self.n_samples = 0
+        self._X: list[np.ndarray] = []
+        self._y: list[float] = []
+
+    @property
+    def ready(self) -> bool:
+        return self.model is not None
+
+    def add(self, program: A.Program, seconds: float, cores: int | None = None) -> None:
+        self._X.append(features(program, cores))
+        self._y.append(math.log(seconds))
+
+    def fit(self, programs: Iterable[A.Program] | None = None,
+            seconds: Iterable[float] | None = None, cores: int | None = None) -> bool:
+        if programs is not None:
+            for p, s in zip(programs, seconds or ()):
+                self.add(p, s, cores)
+        if len(self._y) < self.min_samples:
+            return False
+        try:
+            import xgboost as xgb
+        except ImportError:  # pragma: no cover - xgboost is a dependency here
+            return False
+        X, y = np.vstack(self._X), np.asarray(self._y)
+        params = {"max_depth": 4, "eta": 0.15, "subsample": 0.9, "seed": self.seed,
+                  "nthread": 1, "verbosity": 0, "objective": "reg:squarederror"}
+        self.model = xgb.train(params, xgb.DMatrix(X, label=y), num_boost_round=self.n_estimators)
+        self.n_samples = len(y)
+        return True
+
+    def fit_steps(self, steps, cores: int | None = None) -> bool:
+        """Train on a steps table (polars DataFrame or rows): ``after_leir`` and
+        ``after.median_s`` of measured rows (and each row's ``before``)."""
+        from ..leir import parse
+
+        rows = steps.iter_rows(named=True) if hasattr(steps, "iter_rows") else steps
+        seen = set()
+        for r in rows:
+            for text_key, t_key in (("after_leir", "after"), ("before_leir", "before")):
+                t = r.get(t_key)
+                text = r.get(text_key)
+                if not t or not text or text in seen:
+                    continue
+                seen.add(text)
+                try:
+                    self.add(parse(text), float(t["median_s"]), cores)
+                except Exception:  # noqa: BLE001 - skip what does not parse
+                    continue
+        return self.fit()
+
+    def predict(self, programs: Sequence[A.Program], cores: int | None = None) -> np.ndarray:
+        import xgboost as xgb
+
+        X = np.vstack([features(p, cores) for p in programs])
+        return np.asarray(self.model.predict(xgb.DMatrix(X)), dtype=np.float64)
+
+
+class Ranker:
+    """Orders candidate programs, best first: the analytic ``score``, or the learned model once
+    trained (retrained every ``retrain_every`` new measurements). Ties keep the input order."""
+
+    def __init__(self, learned: bool = True, cores: int | None = None, retrain_every: int = 8,
+                 seed: int = 0, min_samples: int = 16):
+        self.cores = cores or _cores()
+        self.model = LearnedCostModel(min_samples=min_samples, seed=seed) if learned else None
+        self.retrain_every = retrain_every
+        self._since = 0
+
+    def observe(self, program: A.Program, seconds: float) -> None:
+        if self.model is None:
+            return
+        self.model.add(program, seconds, self.cores)
+        self._since += 1
+        if self._since >= self.retrain_every or (not self.model.ready and
+                                                 len(self.model._y) >= self.model.min_samples):
+            self._since = 0
+            self.model.fit()
+
+    def scores(self, programs: Sequence[A.Program]) -> list[float]:
+        """Lower is better (log seconds)."""
+        if not programs:
+            return []
+        analytic = [score(p, self.cores) for p in programs]
+        if self.model is not None and self.model.ready:
+            learned = self.model.predict(programs, self.cores)
+            # blend: the learned model corrects the analytic one but never alone on few samples
+            w = min(0.7, self.model.n_samples / 100.0)
+            return [(1 - w) * a + w * float(b) for a, b in zip(analytic, learned)]
+        return analytic
+
+    def order(self, programs: Sequence[A.Program]) -> list[int]:
+        s = self.scores(programs)
+        return sorted(range(len(programs)), key=lambda i: (s[i], i))
+
+
+__all__ = ["FEATURE_NAMES", "predict", "potential", "score", "features", "LearnedCostModel",
+           "Ranker"]

@@ -1,0 +1,320 @@
+"""What the search needs from measurement: verify a candidate, time a program.
+
+    ev = default_evaluator()                       # the Measurer when available, else in-process
+    v = ev.verify(original_text, candidate_text, "exact")   # -> VerifyOutcome (ok, errors, reason)
+    t = ev.time(candidate_text)                              # -> TimeOutcome (records.Timing or why not)
+
+Two implementations:
+
+* :class:`MeasurerEvaluator` wraps ``steptp.measure.service.Measurer`` (isolated workers with
+  timeouts, the SQLite cache, serialized timing under a device lock); the default;
+* :class:`InProcessEvaluator` builds and runs in this process on top of ``measure.verify``
+  (comparison and inputs) and ``measure.timing.measure`` (``tir.build.time`` with warm-up,
+  calibration, repeats and spread). It caches the reference outputs of each original kernel, so
+  verifying many candidates of one slow unscheduled kernel runs the reference once per seed.
+
+Both set ``TVM_NUM_THREADS`` to the core count for timing (unless the caller set it) and report
+the thread count and a fingerprint id with every timing.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol, Sequence
+
+import numpy as np
+
+from ..records import Timing
+
+# Outcome words shared with ``records.Outcome``.
+VERIFY_STATUSES = ("ok", "failed_verify", "failed_build", "timeout", "crashed")
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    """``ok``: the candidate computes the original's outputs within the exactness tolerance.
+    ``status``: ok | failed_verify (ran, wrong) | failed_build | timeout | crashed."""
+
+    ok: bool
+    max_abs_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+    reason: str = ""
+    status: str = "ok"
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class TimeOutcome:
+    """A timing, or why there is none (``status``: ok | failed_build | timeout | crashed)."""
+
+    timing: Optional[Timing]
+    status: str = "ok"
+    reason: str = ""
+    wall_s: float = 0.0
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.timing is not None
+
+
+class Evaluator(Protocol):
+    """The protocol the search is written against."""
+
+    target: Any
+    num_threads: int
+    fingerprint: str
+
+    def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome: ...
+
+    def time(self, program: str) -> TimeOutcome: ...
+
+    def close(self) -> None: ...
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def set_threads(num_threads: int | None = None) -> int:
+    """Set ``TVM_NUM_THREADS`` (default: the core count) unless it is already set; return it."""
+    cur = os.environ.get("TVM_NUM_THREADS")
+    if cur and cur.isdigit() and num_threads is None:
+        return int(cur)
+    n = int(num_threads or _cores())
+    os.environ["TVM_NUM_THREADS"] = str(n)
+    return n
+
+
+def search_config(num_threads: int, min_repeat_ms: float = 20.0, repeats: int = 5,
+                  timeout_s: float = 60.0):
+    """The timing protocol the search uses: shorter repeats than the dataset default (the search
+    measures many candidates), at least 5 repeats, remeasured when noisy."""
+    from ..measure.timing import MeasureConfig
+
+    return MeasureConfig(min_repeat_ms=min_repeat_ms, repeats=repeats, num_threads=num_threads,
+                         timeout_s=timeout_s, remeasure_tries=1)
+
+
+def _classify(reason: str) -> str:
+    r = (reason or "").lower()
+    if "timeout" in r or "timed out" in r:
+        return "timeout"
+    if "build" in r or "lower" in r or "does not parse" in r:
+        return "failed_build"
+    if "crash" in r or "signal" in r or "died" in r:
+        return "crashed"
+    return "failed_verify"
+
+
+# ============================================================================ in-process
+class InProcessEvaluator:
+    """Verify and time in this process (no isolation: a crashing kernel takes the process down).
+    Reference outputs are cached per original text."""
+
+    name = "inprocess"
+
+    def __init__(self, target=None, config=None, seeds: Sequence[int] = (0, 1, 2),
+                 num_threads: int | None = None):
+        from ..tir.build import default_target
+
+        self.num_threads = set_threads(num_threads)
+        self.target = target or default_target()
+        self.config = config or search_config(self.num_threads)
+        self.seeds = tuple(seeds)
+        self._refs: dict[str, list[tuple[list[np.ndarray], list[np.ndarray]]]] = {}
+        self._fp: str | None = None
+        self._built: tuple[str, Any] | None = None   # the last candidate built by verify
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fp is None:
+            try:
+                from ..measure.fingerprint import current
+
+                self._fp = current(self.target, self.num_threads).id
+            except Exception:  # noqa: BLE001 - the fingerprint is informative only
+                self._fp = f"{self.target.key}-t{self.num_threads}"
+        return self._fp
+
+    def _reference(self, original: str):
+        ref = self._refs.get(original)
+        if ref is None:
+            from ..leir import parse
+            from ..measure.verify import random_inputs
+            from ..tir import build as B
+
+            prog = parse(original)
+            built = B.build(prog, self.target)
+            ref = []
+            for s in self.seeds:
+                ins = random_inputs(prog, s)
+                ref.append((ins, B.run(built, ins)))
+            self._refs[original] = ref
+        return ref
+
+    def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
+        from ..leir import parse
+        from ..measure.verify import _alt_fill, _signature_problem, compare
+        from ..tir import build as B
+
+        t0 = _time.perf_counter()
+        try:
+            ref = self._reference(original)
+            ref_sig = B.program_signature(parse(original))
+        except Exception as e:  # noqa: BLE001
+            return VerifyOutcome(False, reason=f"reference does not build: {e}",
+                                 status="failed_build", wall_s=_time.perf_counter() - t0)
+        try:
+            prog = parse(candidate)
+            problem = _signature_problem(B.program_signature(prog), ref_sig)
+            if problem:
+                return VerifyOutcome(False, reason=problem, status="failed_verify",
+                                     wall_s=_time.perf_counter() - t0)
+            built = B.build(prog, self.target)
+            self._built = (candidate, built)
+        except Exception as e:  # noqa: BLE001
+            return VerifyOutcome(False, reason=f"candidate does not build: {type(e).__name__}: {e}"[:2000],
+                                 status="failed_build", wall_s=_time.perf_counter() - t0)
+        outs = [p for p in built.params if p.is_output]
+        worst_abs = worst_rel = 0.0
+        for seed, (ins, want) in zip(self.seeds, ref):
+            try:
+                got = B.run(built, ins)
+            except Exception as e:  # noqa: BLE001
+                return VerifyOutcome(False, reason=f"seed {seed}: run failed: {e}", status="crashed",
+                                     wall_s=_time.perf_counter() - t0)
+            got2 = None
+            for k, (p, g, w) in enumerate(zip(outs, got, want)):
+                sentinel = B.fill_value(p.dtype)
+                suspicious = np.isnan(g.astype(np.float64)) if B.is_float_dtype(p.dtype) \
+                    else (g == sentinel) & (w != sentinel)
+                unwritten = None
+                if suspicious.any():
+                    if got2 is None:
+                        got2 = B.run(built, ins, fill=_alt_fill)
+                    unwritten = suspicious & (got2[k] == np.asarray(_alt_fill(p.dtype), dtype=g.dtype))
+                ok, ae, re_, why = compare(g, w, p.dtype, exactness, unwritten, name=p.name)
+                worst_abs, worst_rel = max(worst_abs, ae), max(worst_rel, re_)
+                if not ok:
+                    return VerifyOutcome(False, worst_abs, worst_rel, f"seed {seed}: {why}",
+                                         "failed_verify", _time.perf_counter() - t0)
+        return VerifyOutcome(True, worst_abs, worst_rel, "", "ok", _time.perf_counter() - t0)
+
+    def time(self, program: str) -> TimeOutcome:
+        """``measure.timing``'s protocol (warm-up, calibration, repeats, remeasure when noisy),
+        reusing the module ``verify`` just built for the same text."""
+        from ..leir import parse
+        from ..measure.timing import calibrate, repeat_until_quiet
+        from ..measure.verify import random_inputs
+        from ..tir import build as B
+
+        t0 = _time.perf_counter()
+        cfg = self.config
+        try:
+            prog = parse(program)
+            if self._built is not None and self._built[0] == program:
+                built = self._built[1]
+            else:
+                built = B.build(prog, self.target)
+        except Exception as e:  # noqa: BLE001
+            return TimeOutcome(None, "failed_build", f"{type(e).__name__}: {e}"[:2000],
+                               _time.perf_counter() - t0)
+        try:
+            inputs = random_inputs(prog, cfg.seed)
+            for _ in range(cfg.warmup):
+                B.run(built, inputs)
+            number = calibrate(lambda n: B.time(built, inputs, number=n, repeat=1).median,
+                               cfg.min_repeat_ms, cfg.max_number)
+            t = repeat_until_quiet(
+                lambda n, r: list(B.time(built, inputs, number=n, repeat=r).results), number, cfg)
+        except Exception as e:  # noqa: BLE001
+            return TimeOutcome(None, "crashed", f"{type(e).__name__}: {e}"[:2000],
+                               _time.perf_counter() - t0)
+        finally:
+            self._built = None
+        return TimeOutcome(t, "ok", "", _time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self._refs.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ============================================================================ measurer service
+class MeasurerEvaluator:
+    """The search protocol on top of ``steptp.measure.service.Measurer`` (isolated workers,
+    timeouts, cache)."""
+
+    name = "measurer"
+
+    def __init__(self, target=None, config=None, cache: Any = True, jobs: int = 1,
+                 num_threads: int | None = None, seeds: Sequence[int] = (0, 1, 2)):
+        from ..measure.service import Measurer
+        from ..tir.build import default_target
+
+        self.num_threads = set_threads(num_threads)
+        self.target = target or default_target()
+        self.config = config or search_config(self.num_threads)
+        self.seeds = tuple(seeds)
+        self.measurer = Measurer(self.target, self.config, cache=cache, jobs=jobs)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.measurer.fingerprint.id
+
+    def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
+        from ..measure.service import VerifyJob
+
+        oc = self.measurer.verify_many([VerifyJob(original, candidate, exactness, self.seeds)])[0]
+        r = oc.result
+        if oc.status != "ok":
+            status = {"timeout": "timeout", "crash": "crashed"}.get(oc.status, _classify(r.reason or ""))
+            return VerifyOutcome(False, None, None, r.reason or oc.status, status, oc.wall_s)
+        if r.passed:
+            return VerifyOutcome(True, r.max_abs_err, r.max_rel_err, "", "ok", oc.wall_s)
+        reason = r.reason or "verification failed"
+        status = "failed_build" if "does not build" in reason else "failed_verify"
+        return VerifyOutcome(False, r.max_abs_err, r.max_rel_err, reason, status, oc.wall_s)
+
+    def time(self, program: str) -> TimeOutcome:
+        oc = self.measurer.time_many([program])[0]
+        if oc.timing is not None:
+            return TimeOutcome(oc.timing, "ok", "", oc.wall_s, oc.cached)
+        status = {"timeout": "timeout", "crash": "crashed"}.get(oc.status, "failed_build")
+        return TimeOutcome(None, status, oc.reason or oc.status, oc.wall_s)
+
+    def close(self) -> None:
+        self.measurer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def default_evaluator(target=None, config=None, kind: str = "auto", cache: Any = True,
+                      num_threads: int | None = None) -> Evaluator:
+    """``kind``: ``auto`` (the Measurer service when it imports, else in-process), ``measurer``
+    or ``inprocess``."""
+    if kind in ("auto", "measurer"):
+        try:
+            return MeasurerEvaluator(target, config, cache=cache, num_threads=num_threads)
+        except ImportError:
+            if kind == "measurer":
+                raise
+    return InProcessEvaluator(target, config, num_threads=num_threads)
+
+
+__all__ = ["Evaluator", "VerifyOutcome", "TimeOutcome", "InProcessEvaluator", "MeasurerEvaluator",
+           "default_evaluator", "search_config", "set_threads"]

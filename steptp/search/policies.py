@@ -1,0 +1,271 @@
+"""Search policies behind one interface: ``Policy.run(search)``.
+
+A policy only decides WHICH (node, action) to evaluate next; ``Search.evaluate`` verifies,
+times, records the row and counts the budget, and ``Search.ranked`` gives each node's actions
+best-predicted first (the cost model). All choices are deterministic given the seed and the
+measured times.
+
+* :class:`Greedy` — from the current state, measure the ``top_k`` best-ranked actions and move
+  to the fastest child; a non-improving move is allowed ``patience`` times in a row (enabling
+  steps such as a split rarely pay on their own); when stuck, continue from the best state found.
+* :class:`Beam` — ``width`` states per level; each level measures the ``per_level`` best-ranked
+  actions over the whole frontier, then keeps the ``width`` best states (children and the
+  previous frontier, by measured time adjusted by the cost model's remaining potential), to
+  ``depth`` levels.
+* :class:`MCTS` — UCT over measured states with progressive widening (a node with ``n`` visits
+  has at most ``ceil(widen * n ** alpha)`` children, opened in rank order). Reward: log speedup
+  over the unscheduled kernel, normalized by the best so far; a failed or timed-out candidate is
+  a visit with reward 0.
+* :class:`RandomWalk` — seeded random walks of ``length`` steps from the root (uniform over
+  strategies, then over that strategy's actions), moving on whatever the speedup: diversity and
+  negative examples.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+from typing import Optional
+
+from .run import Node, Search
+
+
+class Policy:
+    name = ""
+
+    def run(self, s: Search) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
+
+
+class Greedy(Policy):
+    name = "greedy"
+
+    def __init__(self, top_k: int = 4, patience: int = 3):
+        self.top_k = top_k
+        self.patience = patience
+
+    def run(self, s: Search) -> None:
+        cur: Node = s.root
+        strikes = 0
+        while not s.done:
+            batch = []
+            while len(batch) < self.top_k and not s.done:
+                c = s.pop(cur)
+                if c is None:
+                    break
+                ch = s.evaluate(cur, c)
+                if ch is not None:
+                    batch.append(ch)
+            pool = [ch for ch in cur.children]
+            if not pool or (not batch and s.pop(cur) is None and cur is s.best):
+                # nothing left here: continue from the best state that still has actions
+                nxt = _best_open(s)
+                if nxt is None or nxt is cur:
+                    return
+                cur, strikes = nxt, 0
+                continue
+            best = min(pool, key=lambda n: (n.seconds, n.depth))
+            if best.seconds < cur.seconds * (1 - 0.01):
+                strikes = 0
+            else:
+                strikes += 1
+            if strikes > self.patience:
+                nxt = _best_open(s, exclude=cur)
+                if nxt is None:
+                    return
+                cur, strikes = nxt, 0
+                continue
+            cur = best
+
+
+def _all_nodes(s: Search) -> list[Node]:
+    out, stack = [], [s.root]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n.children)
+    return out
+
+
+def _best_open(s: Search, exclude: Optional[Node] = None) -> Optional[Node]:
+    """The fastest measured state that still has untried actions."""
+    nodes = sorted(_all_nodes(s), key=lambda n: (n.seconds, n.depth))
+    for n in nodes:
+        if n is exclude:
+            continue
+        if s.untried(n):
+            return n
+    return None
+
+
+class Beam(Policy):
+    name = "beam"
+
+    def __init__(self, width: int = 4, depth: int = 16, per_level: Optional[int] = None,
+                 per_node: Optional[int] = None):
+        self.width = width
+        self.depth = depth
+        self.per_level = per_level or 2 * width
+        self.per_node = per_node or max(2, self.per_level // 2)
+
+    def run(self, s: Search) -> None:
+        frontier: list[Node] = [s.root]
+        for _level in range(self.depth):
+            if s.done:
+                return
+            # the best-ranked untried actions over the frontier, at most per_node per state so
+            # that every state of the beam is explored
+            pool: list[tuple[float, int, int, Node]] = []
+            for fi, n in enumerate(frontier):
+                cands = s.untried(n)[:self.per_node]
+                scores = s.ranker.scores([c.program for c in cands])
+                for ci, (c, sc) in enumerate(zip(cands, scores)):
+                    pool.append((sc, fi, ci, n))
+            if not pool:
+                return
+            pool.sort(key=lambda t: (t[0], t[1], t[2]))
+            chosen = pool[:self.per_level]
+            # evaluate in frontier order, each node's actions in rank order
+            by_node: dict[int, int] = {}
+            for _, fi, _, _ in chosen:
+                by_node[fi] = by_node.get(fi, 0) + 1
+            new: list[Node] = []
+            for fi, k in sorted(by_node.items()):
+                n = frontier[fi]
+                for _ in range(k):
+                    if s.done:
+                        break
+                    c = s.pop(n)
+                    if c is None:
+                        break
+                    ch = s.evaluate(n, c)
+                    if ch is not None:
+                        new.append(ch)
+            cand_nodes = list(dict.fromkeys(new + frontier))
+            cand_nodes.sort(key=lambda n: (n.key, n.depth))
+            frontier = [n for n in cand_nodes if s.untried(n)][:self.width]
+            if not frontier:
+                return
+        # depth exhausted with budget left: keep widening around the best states
+        while not s.done:
+            n = _best_open(s)
+            if n is None:
+                return
+            c = s.pop(n)
+            if c is not None:
+                s.evaluate(n, c)
+
+
+class MCTS(Policy):
+    name = "mcts"
+
+    def __init__(self, c: float = 1.0, widen: float = 2.0, alpha: float = 0.5,
+                 max_depth: int = 16):
+        self.c = c
+        self.widen = widen
+        self.alpha = alpha
+        self.max_depth = max_depth
+
+    def _reward(self, s: Search, node: Optional[Node]) -> float:
+        if node is None:
+            return 0.0
+        return max(0.0, math.log(s.root.seconds / node.seconds))
+
+    def run(self, s: Search) -> None:
+        root = s.root
+        while not s.done:
+            # selection
+            node, path = root, [root]
+            while True:
+                limit = math.ceil(self.widen * max(1, node.visits) ** self.alpha)
+                opened = len(node.children) + node.failures
+                if (opened < limit and s.untried(node)) or not node.children \
+                        or node.depth >= self.max_depth:
+                    break
+                scale = max(math.log(s.root.seconds / s.best.seconds), 1e-3)
+                lnN = math.log(max(node.visits, 1))
+
+                def uct(ch: Node) -> float:
+                    if ch.visits == 0:
+                        return math.inf
+                    q = 0.5 * (ch.value / ch.visits) + 0.5 * max(ch.best_reward, 0.0)
+                    return q / scale + self.c * math.sqrt(lnN / ch.visits)
+
+                node = max(node.children, key=lambda ch: (uct(ch), -ch.seconds))
+                path.append(node)
+            # expansion (one measured child)
+            child = None
+            if node.depth < self.max_depth:
+                c = s.pop(node)
+                if c is None and not node.children:
+                    # a dead end: mark it visited so UCT turns away
+                    reward = self._reward(s, node)
+                    self._backup(path, reward)
+                    if node is root:
+                        return
+                    continue
+                if c is not None:
+                    child = s.evaluate(node, c)
+                    if child is not None:
+                        path.append(child)
+            reward = self._reward(s, child) if child is not None else 0.0
+            self._backup(path, reward)
+            if child is None and node.depth >= self.max_depth and not s.untried(root) \
+                    and all(not s.untried(n) for n in _all_nodes(s)):
+                return
+
+    @staticmethod
+    def _backup(path: list[Node], reward: float) -> None:
+        for n in path:
+            n.visits += 1
+            n.value += reward
+            n.best_reward = max(n.best_reward, reward)
+
+
+class RandomWalk(Policy):
+    name = "random"
+
+    def __init__(self, length: int = 8, restart_from_best: bool = False):
+        self.length = length
+        self.restart_from_best = restart_from_best
+
+    def run(self, s: Search) -> None:
+        rng = random.Random((int(s.seed) << 32) ^ zlib.crc32(s.kernel_id.encode()))
+        cur, steps, stale = s.root, 0, 0
+        while not s.done:
+            cands = s.untried(cur)
+            if not cands or steps >= self.length:
+                if cur is s.root and not cands:
+                    return
+                cur, steps = (s.best if self.restart_from_best else s.root), 0
+                stale += 1
+                if stale > 4 * self.length + 8 and not s.untried(s.root):
+                    return
+                continue
+            by_strategy: dict[str, list] = {}
+            for c in cands:
+                by_strategy.setdefault(c.strategy, []).append(c)
+            strat = rng.choice(sorted(by_strategy))
+            c = rng.choice(by_strategy[strat])
+            ch = s.evaluate(cur, c)
+            steps += 1
+            if ch is not None:
+                cur, stale = ch, 0
+
+
+POLICIES = {"beam": Beam, "mcts": MCTS, "greedy": Greedy, "random": RandomWalk}
+
+
+def make_policy(name: str, **kwargs) -> Policy:
+    try:
+        return POLICIES[name](**kwargs)
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; use one of {', '.join(POLICIES)}") from None
+
+
+__all__ = ["Policy", "Greedy", "Beam", "MCTS", "RandomWalk", "POLICIES", "make_policy"]

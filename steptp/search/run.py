@@ -1,0 +1,332 @@
+"""Search one kernel: states are canonical LEIR programs, actions are catalog rewrites.
+
+    steps, traj = search_kernel(program, kernel_id, "beam", Budget(64, 120), seed=0,
+                                evaluator=default_evaluator())
+
+Every child a policy chooses is verified against the ORIGINAL kernel (with the loosest
+exactness class along its path), then timed. Each evaluation is one ``StepRecord`` row, kept
+whatever its outcome (``improved``, ``not_improved``, ``failed_verify``, ``failed_build``,
+``timeout``, ``crashed``): failed and non-improving candidates are useful negatives.
+
+Rows of one search share a ``trajectory_id`` (a hash of kernel id, policy and seed);
+``step_index`` is the step's depth (0 = a rewrite of the unscheduled kernel). The rows form a
+tree: a row's ``before_leir`` is its parent row's ``after_leir`` (each state is evaluated once,
+so after texts of verified rows are unique within a search). ``before`` of a row is the
+parent's measured timing (the same object), so ``step_speedup = before / after``,
+``cumulative_speedup = baseline / after``, and along any path the product of step speedups
+equals the cumulative speedup.
+
+Budget: ``measurements`` (timings of candidates; the baseline is not counted; a candidate that
+fails verification is not timed, so it costs wall time but no measurement) and ``seconds`` of
+wall time per kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time as _time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from ..leir import ast as A
+from ..leir.canon import canonical_hash, canonical_text, canonicalize
+from ..records import StepRecord, Timing, TrajectoryRecord
+from ..strategies import Candidate, get
+from .cost_model import Ranker, potential, predict
+from .evaluator import Evaluator
+from .space import actions
+
+EXACT_ORDER = {"exact": 0, "reassociation": 1, "algebraic": 2}
+IMPROVE_EPS = 0.02   # a step "improves" when it is more than 2% faster than its parent
+
+
+@dataclass(frozen=True)
+class Budget:
+    measurements: int = 64
+    seconds: float = 120.0
+
+
+def trajectory_id(kernel_id: str, policy: str, seed: int) -> str:
+    return hashlib.sha256(f"{kernel_id}|{policy}|{seed}".encode()).hexdigest()[:16]
+
+
+def _worse(a: str, b: str) -> str:
+    return a if EXACT_ORDER.get(a, 0) >= EXACT_ORDER.get(b, 0) else b
+
+
+@dataclass(eq=False)
+class Node:
+    """A verified, measured state."""
+
+    program: A.Program
+    text: str
+    timing: Timing
+    parent: Optional["Node"] = None
+    step: Optional[StepRecord] = None
+    depth: int = 0
+    exactness: str = "exact"
+    # search bookkeeping
+    children: list["Node"] = field(default_factory=list)
+    visits: int = 0
+    value: float = 0.0
+    best_reward: float = -math.inf
+    ranked: Optional[list[Candidate]] = None
+    next_untried: int = 0
+    failures: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.timing.median_s
+
+    def path(self) -> list["Node"]:
+        out, n = [], self
+        while n is not None:
+            out.append(n)
+            n = n.parent
+        return out[::-1]
+
+    @property
+    def key(self) -> float:
+        """Beam key: log measured time, adjusted by what the cost model thinks the finishing
+        moves (vectorize / parallelize) would still gain here."""
+        try:
+            gain = math.log(potential(self.program)) - math.log(predict(self.program))
+        except Exception:  # noqa: BLE001
+            gain = 0.0
+        return math.log(self.seconds) + 0.5 * gain
+
+
+@dataclass
+class SearchResult:
+    steps: list[StepRecord]
+    trajectory: Optional[TrajectoryRecord]
+    curve: list[dict[str, float]]
+    baseline: Optional[Timing]
+    best: Optional[Node]
+    measurements: int
+    verifications: int
+    wall_s: float
+    error: str = ""
+
+    def fractions(self, budget: int) -> dict[str, float]:
+        """Best speedup reached within 25/50/100% of the budget, as a fraction of the final
+        best speedup."""
+        if not self.curve or self.baseline is None or self.best is None:
+            return {"25%": float("nan"), "50%": float("nan"), "100%": float("nan")}
+        final = self.baseline.median_s / self.best.seconds
+        out = {}
+        for frac in (0.25, 0.5, 1.0):
+            lim = frac * budget
+            best = self.baseline.median_s
+            for pt in self.curve:
+                if pt["measurements"] <= lim:
+                    best = min(best, pt["best_s"])
+            out[f"{int(frac * 100)}%"] = (self.baseline.median_s / best) / final
+        return out
+
+
+class Search:
+    """The context a policy drives: ranked untried actions per node, and ``evaluate`` (verify,
+    time, record a row, count the budget)."""
+
+    def __init__(self, program: A.Program, kernel_id: str, policy: str, budget: Budget, seed: int,
+                 evaluator: Evaluator, ranker: Ranker | None = None, target: str = "cpu",
+                 strategies=None, max_actions: int | None = None,
+                 on_progress: Callable[["Search"], None] | None = None):
+        self.kernel_id = kernel_id
+        self.policy = policy
+        self.budget = budget
+        self.seed = seed
+        self.evaluator = evaluator
+        self.ranker = ranker if ranker is not None else Ranker(learned=True, seed=seed)
+        self.target = target
+        self.strategies = strategies
+        self.max_actions = max_actions
+        self.on_progress = on_progress
+        self.trajectory_id = trajectory_id(kernel_id, policy, seed)
+        self.steps: list[StepRecord] = []
+        self.curve: list[dict[str, float]] = []
+        self.measurements = 0
+        self.verifications = 0
+        self.t0 = _time.perf_counter()
+        self.seen: dict[str, Optional[Node]] = {}
+        prog, _ = canonicalize(program)
+        self.original_text = canonical_text(prog)
+        self.root: Optional[Node] = None
+        self.best: Optional[Node] = None
+        self.error = ""
+        self._fp = ""
+        tm = evaluator.time(self.original_text)
+        if tm.timing is None:
+            self.error = f"baseline could not be measured: {tm.status}: {tm.reason}"
+            return
+        self.root = Node(prog, self.original_text, tm.timing)
+        self.best = self.root
+        self.seen[self.original_text] = self.root
+        self.ranker.observe(prog, tm.timing.median_s)
+        try:
+            self._fp = evaluator.fingerprint
+        except Exception:  # noqa: BLE001
+            self._fp = ""
+
+    # ------------------------------------------------------------------ budget
+    @property
+    def elapsed(self) -> float:
+        return _time.perf_counter() - self.t0
+
+    @property
+    def done(self) -> bool:
+        return (self.root is None or self.measurements >= self.budget.measurements
+                or self.elapsed >= self.budget.seconds)
+
+    # ------------------------------------------------------------------ actions
+    def ranked(self, node: Node) -> list[Candidate]:
+        """The actions at ``node``, best predicted first (computed once per node)."""
+        if node.ranked is None:
+            cands = actions(node.program, self.target, self.seed, self.strategies)
+            cands = [c for c in cands if c.text not in self.seen]
+            order = self.ranker.order([c.program for c in cands])
+            node.ranked = [cands[i] for i in order]
+            if self.max_actions is not None:
+                node.ranked = node.ranked[:self.max_actions]
+        return node.ranked
+
+    def untried(self, node: Node) -> list[Candidate]:
+        return [c for c in self.ranked(node)[node.next_untried:] if c.text not in self.seen]
+
+    def pop(self, node: Node) -> Optional[Candidate]:
+        """The next untried action of ``node`` in rank order (None when exhausted)."""
+        r = self.ranked(node)
+        while node.next_untried < len(r):
+            c = r[node.next_untried]
+            node.next_untried += 1
+            if c.text not in self.seen:
+                return c
+        return None
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, node: Node, cand: Candidate) -> Optional[Node]:
+        """Verify ``cand`` (a child of ``node``) against the original, time it, record the row.
+        Returns the new node when it verified and was measured, else None."""
+        if cand.text in self.seen:
+            return self.seen[cand.text]
+        self.seen[cand.text] = None
+        s = get(cand.strategy)
+        path_exact = _worse(node.exactness, cand.exactness)
+        child_prog, _ = canonicalize(cand.program)
+        after_text = cand.text
+        self.verifications += 1
+        v = self.evaluator.verify(self.original_text, after_text, path_exact)
+        base = dict(trajectory_id=self.trajectory_id, step_index=node.depth,
+                    kernel_id=self.kernel_id, before_leir=node.text, after_leir=after_text,
+                    strategy=cand.strategy, family=s.family, exactness=cand.exactness,
+                    site=cand.site.to_json(), params=dict(cand.params), before=node.timing,
+                    target=getattr(self.evaluator.target, "key", str(self.evaluator.target)),
+                    fingerprint=self._fp, policy=self.policy,
+                    max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err)
+        if not v.ok:
+            self.steps.append(StepRecord(**base, outcome=v.status if v.status != "ok"
+                                         else "failed_verify", verified=False, reason=v.reason[:4000]))
+            node.failures += 1
+            self._progress()
+            return None
+        self.measurements += 1
+        tm = self.evaluator.time(after_text)
+        if tm.timing is None:
+            self.steps.append(StepRecord(**base, outcome=tm.status if tm.status in
+                                         ("timeout", "crashed", "failed_build") else "crashed",
+                                         verified=True, reason=tm.reason[:4000]))
+            node.failures += 1
+            self._record_curve()
+            self._progress()
+            return None
+        after = tm.timing
+        step = node.timing.median_s / after.median_s
+        cum = self.root.timing.median_s / after.median_s
+        outcome = "improved" if step > 1.0 + IMPROVE_EPS else "not_improved"
+        rec = StepRecord(**base, outcome=outcome, verified=True, after=after,
+                         step_speedup=step, cumulative_speedup=cum,
+                         reason=f"{step:.3f}x over the parent, {cum:.3f}x over the unscheduled kernel")
+        self.steps.append(rec)
+        child = Node(child_prog, after_text, after, node, rec, node.depth + 1, path_exact)
+        node.children.append(child)
+        self.seen[after_text] = child
+        if after.median_s < self.best.seconds:
+            self.best = child
+        self.ranker.observe(child_prog, after.median_s)
+        self._record_curve()
+        self._progress()
+        return child
+
+    def _record_curve(self) -> None:
+        self.curve.append({"measurements": float(self.measurements), "elapsed_s": self.elapsed,
+                           "best_s": self.best.seconds,
+                           "best_speedup": self.root.seconds / self.best.seconds})
+
+    def _progress(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self)
+
+    # ------------------------------------------------------------------ results
+    def trajectory(self) -> Optional[TrajectoryRecord]:
+        if self.root is None:
+            return None
+        path = self.best.path()[1:]
+        return TrajectoryRecord(
+            trajectory_id=self.trajectory_id, kernel_id=self.kernel_id, policy=self.policy,
+            seed=self.seed, n_steps=len(path), strategies=[n.step.strategy for n in path],
+            baseline_s=self.root.seconds, best_s=self.best.seconds,
+            speedup=self.root.seconds / self.best.seconds, final_leir=self.best.text,
+            target=getattr(self.evaluator.target, "key", str(self.evaluator.target)),
+            fingerprint=self._fp)
+
+    def result(self) -> SearchResult:
+        return SearchResult(self.steps, self.trajectory(), self.curve,
+                            self.root.timing if self.root else None, self.best,
+                            self.measurements, self.verifications, self.elapsed, self.error)
+
+
+def kernel_id_of(program: A.Program) -> str:
+    """The dataset's kernel id: the canonical LEIR hash, first 16 hex digits."""
+    return canonical_hash(program)[:16]
+
+
+def search_kernel(program: A.Program | str, kernel_id: str | None = None, policy: Any = "beam",
+                  budget: Budget | int = Budget(), seed: int = 0,
+                  evaluator: Evaluator | None = None, *, ranker: Ranker | None = None,
+                  target: str = "cpu", strategies=None, max_actions: int | None = None,
+                  on_progress=None, return_result: bool = False):
+    """Search one kernel with ``policy`` (a name or a ``Policy``) under ``budget``.
+
+    Returns ``(steps, trajectory)`` (``trajectory`` is None when the baseline could not be
+    measured), or the full :class:`SearchResult` (with the best-so-far curve) when
+    ``return_result``.
+    """
+    from .evaluator import default_evaluator
+    from .policies import make_policy
+
+    if isinstance(program, str):
+        from ..leir import parse
+
+        program = parse(program)
+    if isinstance(budget, int):
+        budget = Budget(budget)
+    pol = make_policy(policy) if isinstance(policy, str) else policy
+    own = evaluator is None
+    ev = evaluator or default_evaluator()
+    try:
+        kid = kernel_id or kernel_id_of(program)
+        s = Search(program, kid, pol.name, budget, seed, ev, ranker=ranker, target=target,
+                   strategies=strategies, max_actions=max_actions, on_progress=on_progress)
+        if s.root is not None:
+            pol.run(s)
+        res = s.result()
+    finally:
+        if own:
+            ev.close()
+    return res if return_result else (res.steps, res.trajectory)
+
+
+__all__ = ["Budget", "Node", "Search", "SearchResult", "search_kernel", "trajectory_id",
+           "kernel_id_of"]

@@ -1,0 +1,97 @@
+"""The action space of the search: every (strategy, site, params) the catalog offers at a state.
+
+``actions(program)`` is ``strategies.candidates`` (deterministic given the seed) plus, for long
+loop bands, the structured reorders a scheduler needs and the registry's sampled 24
+permutations may miss: moving one loop of the band to any other position (e.g. the reduction
+loop of a tiled matmul between the tile loops and the point loops). Results that unroll one
+statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
+their legality and applies them); only the choice of ``order`` is the search's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from ..leir import ast as A
+from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
+
+LONG_BAND = 4   # bands with more loops than this get the structured reorders
+MAX_UNROLLED = 512   # statement instances an unrolled nest may expand to (compile time explodes)
+
+
+def unrolled_size(program: A.Program) -> int:
+    """The largest number of statement copies unrolling expands one statement into (the product
+    of the extents of the unrolled loops around it)."""
+    worst = 1
+
+    def visit(body, k):
+        nonlocal worst
+        for s in body:
+            if isinstance(s, A.Loop):
+                visit(s.body, k * s.extent if s.kind == "unrolled" else k)
+            elif isinstance(s, A.If):
+                visit(s.body, k)
+            else:
+                worst = max(worst, k)
+
+    visit(program.body, 1)
+    return worst
+
+
+def _structured_orders(names: list[str]) -> list[list[str]]:
+    """Every order that moves exactly one loop of the band to another position (innermost and
+    outermost first)."""
+    n = len(names)
+    out: list[list[str]] = []
+    for k, v in enumerate(names):
+        rest = names[:k] + names[k + 1:]
+        for pos in [n - 1, 0] + list(range(1, n - 1)):
+            order = rest[:pos] + [v] + rest[pos:]
+            if order != names and order not in out:
+                out.append(order)
+    return out
+
+
+def _extra_reorders(program: A.Program, existing: set[str]) -> list[Candidate]:
+    s = get("loop_reorder")
+    out: list[Candidate] = []
+    base = canonical(program)
+    for site in s.sites(program):
+        names = list(site.loops)
+        if math.factorial(len(names)) - 1 <= 24 or len(names) <= LONG_BAND - 1:
+            continue
+        for order in _structured_orders(names):
+            p = {"order": order}
+            if not s.check(program, site, p).ok:
+                continue
+            try:
+                new = s.rewrite(program, site, p)
+            except IllegalRewrite:
+                continue
+            text = canonical(new)
+            if text == base or text in existing:
+                continue
+            existing.add(text)
+            out.append(Candidate(s.name, site, p, new, s.exactness_for(program, site, p), text))
+    return out
+
+
+def actions(program: A.Program, target: str = "cpu", seed: int = 0,
+            strategies: Iterable[str] | None = None) -> list[Candidate]:
+    """Every legal, non-trivial action at ``program`` in a deterministic order (registry order,
+    then the structured reorders); each result text appears once."""
+    strat = list(strategies) if strategies is not None else None
+    cands = candidates(program, strategy=strat, target=target, seed=seed)
+    seen: set[str] = set()
+    out: list[Candidate] = []
+    for c in cands:
+        if c.text not in seen:
+            seen.add(c.text)
+            out.append(c)
+    if strat is None or "loop_reorder" in strat:
+        out.extend(_extra_reorders(program, seen))
+    return [c for c in out if unrolled_size(c.program) <= MAX_UNROLLED]
+
+
+__all__ = ["actions", "Site"]

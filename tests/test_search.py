@@ -1,0 +1,156 @@
+"""Search policies on a tiny kernel with real TVM builds, verification and timing (no mocks)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from steptp.leir import parse
+from steptp.records import StepRecord, TrajectoryRecord, read_records, table, write_table
+from steptp.search import Budget, InProcessEvaluator, Search, make_policy, search_kernel
+from steptp.search.cost_model import LearnedCostModel, Ranker, features, predict, score
+from steptp.search.run import trajectory_id
+
+MATMUL = "kernel f32 matmul(A[32,32], B[32,32]) -> C[32,32]\n C[i,j] += A[i,k] * B[k,j]\n"
+LOOPS = ["loop_split", "loop_reorder", "loop_tiling", "loop_parallelization",
+         "loop_vectorization", "loop_unrolling", "reduction_factorization"]
+BUDGET = 5
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    ev = InProcessEvaluator()
+    yield ev
+    ev.close()
+
+
+@pytest.fixture(scope="module")
+def results(evaluator):
+    prog = parse(MATMUL)
+    out = {}
+    for name in ("greedy", "beam", "mcts", "random"):
+        out[name] = search_kernel(prog, "mm32", name, Budget(BUDGET, 25), seed=0,
+                                  evaluator=evaluator, strategies=LOOPS, return_result=True)
+    return out
+
+
+def _check_trajectory_consistency(res):
+    steps = res.steps
+    assert steps, "no rows"
+    base = res.baseline.median_s
+    by_after = {r.after_leir: r for r in steps if r.verified and r.after is not None}
+    for r in steps:
+        assert isinstance(r, StepRecord)
+        if r.after is None:
+            assert r.outcome in ("failed_verify", "failed_build", "timeout", "crashed")
+            continue
+        # every kept (measured) step was verified
+        assert r.verified and r.outcome in ("improved", "not_improved")
+        assert r.step_speedup == pytest.approx(r.before.median_s / r.after.median_s, rel=1e-9)
+        assert r.cumulative_speedup == pytest.approx(base / r.after.median_s, rel=1e-9)
+        # the product of the step speedups along the path equals the cumulative one
+        prod, cur, depth = 1.0, r, r.step_index
+        while True:
+            prod *= cur.step_speedup
+            parent = by_after.get(cur.before_leir)
+            if parent is None:
+                assert cur.step_index == 0 and cur.before.median_s == base
+                break
+            assert parent.step_index == cur.step_index - 1
+            assert parent.after == cur.before
+            cur = parent
+        assert prod == pytest.approx(r.cumulative_speedup, rel=1e-9)
+        assert depth >= 0
+    tr = res.trajectory
+    assert isinstance(tr, TrajectoryRecord)
+    assert tr.baseline_s == base
+    assert tr.speedup == pytest.approx(base / tr.best_s)
+    assert tr.n_steps == len(tr.strategies)
+    assert tr.speedup >= 1.0 - 1e-12  # the unscheduled kernel is a valid best
+    if tr.n_steps:
+        last = by_after[tr.final_leir]
+        assert last.cumulative_speedup == pytest.approx(tr.speedup)
+        assert last.step_index == tr.n_steps - 1
+
+
+@pytest.mark.parametrize("name", ["greedy", "beam", "mcts", "random"])
+def test_policy_produces_valid_trajectories(results, name):
+    res = results[name]
+    assert res.error == ""
+    assert 1 <= res.measurements <= BUDGET
+    assert all(r.policy == name for r in res.steps)
+    assert {r.trajectory_id for r in res.steps} == {trajectory_id("mm32", name, 0)}
+    _check_trajectory_consistency(res)
+    fr = res.fractions(BUDGET)
+    assert set(fr) == {"25%", "50%", "100%"} and fr["100%"] == pytest.approx(1.0)
+    assert fr["25%"] <= fr["50%"] <= fr["100%"] + 1e-12
+
+
+def test_negatives_are_kept(results):
+    """Non-improving (and, where they happen, failed) candidates are rows with their outcome."""
+    outcomes = [r.outcome for res in results.values() for r in res.steps]
+    assert "not_improved" in outcomes
+    assert len(outcomes) == sum(res.verifications for res in results.values())
+
+
+def test_failed_candidate_is_a_row(evaluator):
+    """A candidate that computes something else is recorded as failed_verify, not timed."""
+    from steptp.strategies import Candidate, Site
+
+    s = Search(parse(MATMUL), "mm32", "greedy", Budget(4, 60), 0, evaluator, strategies=LOOPS)
+    wrong = parse("kernel f32 matmul(A[32,32], B[32,32]) -> C[32,32]\n C[i,j] += A[i,k] * B[j,k]\n")
+    from steptp.leir.canon import canonical_text
+
+    bad = Candidate("loop_reorder", Site.make((0,), ["i", "j", "k"]), {"order": ["j", "i", "k"]},
+                    wrong, "exact", canonical_text(wrong))
+    assert s.evaluate(s.root, bad) is None
+    row = s.steps[-1]
+    assert row.outcome == "failed_verify" and not row.verified and row.after is None
+    assert row.reason and s.measurements == 0
+
+
+def test_ids_and_candidate_order_are_deterministic(evaluator):
+    prog = parse(MATMUL)
+    assert trajectory_id("k", "beam", 0) == trajectory_id("k", "beam", 0)
+    assert trajectory_id("k", "beam", 0) != trajectory_id("k", "beam", 1)
+    orders = []
+    for _ in range(2):
+        s = Search(prog, "mm32", "beam", Budget(1, 60), 0, evaluator, strategies=LOOPS,
+                   ranker=Ranker(learned=False))
+        orders.append([(c.strategy, str(c.site), repr(sorted(c.params.items())))
+                       for c in s.ranked(s.root)])
+    assert orders[0] == orders[1] and len(orders[0]) > 5
+
+
+def test_tables_roundtrip(results, tmp_path):
+    steps = [r for res in results.values() for r in res.steps]
+    trajs = [res.trajectory for res in results.values()]
+    p1 = write_table(table(steps, StepRecord), tmp_path / "steps.parquet")
+    p2 = write_table(table(trajs, TrajectoryRecord), tmp_path / "trajectories.parquet")
+    assert read_records(p1, StepRecord) == steps
+    assert read_records(p2, TrajectoryRecord) == trajs
+
+
+def test_cost_model_orders_matmul_schedules():
+    naive = parse("kernel f32 mm(A[512,512], B[512,512]) -> C[512,512]\n C[i,j] += A[i,k] * B[k,j]\n")
+    good = parse("kernel f32 mm(A[512,512], B[512,512]) -> C[512,512]\n"
+                 " for i in 512 parallel, k in 512, j in 32, l in 16 vectorized:\n"
+                 "  C[i,j*16+l] += A[i,k] * B[k,j*16+l]\n")
+    assert predict(good) < predict(naive) / 4
+    assert score(good) < score(naive)
+    m = LearnedCostModel(min_samples=8)
+    assert not m.fit([naive, good, naive, good], [0.2, 0.01, 0.21, 0.011])  # too few samples
+    assert features(naive).shape == features(good).shape
+    m2 = LearnedCostModel(min_samples=4)
+    for k in range(4):
+        m2.add(naive, 0.2 + 0.01 * k)
+        m2.add(good, 0.01 + 0.001 * k)
+    assert m2.fit()
+    pn, pg = m2.predict([naive, good])
+    assert pg < pn
+
+
+def test_unknown_policy():
+    with pytest.raises(ValueError):
+        make_policy("annealing")
