@@ -195,6 +195,527 @@ def demo():
     raise typer.Exit(1 if failed else 0)
 
 
+@app.command()
+def extract(
+        zoo: Optional[str] = typer.Option(
+            None, "--zoo", help="a suite (tiny, ops, fused, arch, default, all) or workload names "
+                                "separated by commas, e.g. 'gemv,softmax,bert'"),
+        model: Optional[str] = typer.Option(
+            None, "--model", help="a user model: pkg.module:factory or path/to/file.py:factory "
+                                  "(returns an nn.Module, or (module, inputs))"),
+        inputs: Optional[str] = typer.Option(
+            None, "--inputs", help="input spec for --model, e.g. 'f32[1,3,32,32];i64[1,16]@0:1000'"),
+        problems: Optional[Path] = typer.Option(
+            None, "--problems", help="a folder of KernelBench-style problem files "
+                                     "(class Model, get_inputs, get_init_inputs)"),
+        scale: float = typer.Option(1.0, "--scale", help="scale --problems sizes down by this "
+                                                         "factor, in (0, 1]"),
+        size: str = typer.Option("tiny", "--size", help="size preset of zoo workloads: tiny or default"),
+        dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16"),
+        out: Path = typer.Option(Path("kernels.parquet"), "--out", "-o",
+                                 help="the kernels table (parquet); the summary goes next to it "
+                                      "as NAME.summary.json"),
+        jobs: int = typer.Option(1, "--jobs", "-j", min=1,
+                                 help="worker processes (one workload or kernel per task)"),
+        model_check: bool = typer.Option(False, "--model-check",
+                                         help="also compile each whole model with TVM and compare "
+                                              "it with PyTorch eager (recorded in the summary)"),
+        no_check: bool = typer.Option(False, "--no-check",
+                                      help="skip the raise check (lower(raise(f)) == f)")):
+    """Extract the kernels of models into a deduplicated kernels table.
+
+    Each workload is exported with torch.export, imported into TVM Relax, fused, and every fused
+    PrimFunc is raised to LEIR. Kernels are deduplicated across models by canonical LEIR hash;
+    each record lists its occurrences (model, PrimFunc name, calls) and its weight, and says
+    whether lower(raise(f)) was checked numerically equal to f. Unsupported operators and
+    raise failures are reported per model; the other kernels still come through.
+
+    \b
+    Examples:
+      steptp extract --zoo tiny --out kernels.parquet --jobs 2
+      steptp extract --zoo gemv,softmax,bert --model-check
+      steptp extract --model mypkg.nets:make_net --inputs 'f32[1,3,32,32]'
+      steptp extract --problems kernelbench/level1 --scale 0.25 --size default
+
+    Exit code 0 when every workload was scanned, 1 when some failed (the table is still
+    written), 2 on invalid options.
+    """
+    from .zoo import extract as X
+    from .zoo.workloads import UnknownName
+
+    sources = [x for x in (zoo, model, problems) if x is not None]
+    if len(sources) != 1:
+        raise typer.BadParameter("give exactly one of --zoo, --model, --problems")
+    if inputs is not None and model is None:
+        raise typer.BadParameter("--inputs goes with --model")
+    if not 0 < scale <= 1:
+        raise typer.BadParameter(f"--scale must be in (0, 1], got {scale}")
+    if size not in ("tiny", "default"):
+        raise typer.BadParameter(f"--size must be tiny or default, got {size!r}")
+    if dtype not in ("float32", "float16", "bfloat16"):
+        raise typer.BadParameter(f"--dtype must be float32, float16 or bfloat16, got {dtype!r}")
+    try:
+        if zoo is not None:
+            refs = X.refs_for_zoo(zoo, size=size, dtype=dtype)
+        elif model is not None:
+            refs = X.refs_for_model(model, inputs, size=size, dtype=dtype)
+        else:
+            refs = X.refs_for_problems(problems, scale=scale, size=size, dtype=dtype)
+    except (UnknownName, ValueError, ImportError, AttributeError, TypeError, OSError) as e:
+        _err(f"cannot read the workloads: {e}")
+        raise typer.Exit(2) from None
+    result = X.extract(refs, jobs=jobs, model_check=model_check, check=not no_check,
+                       progress=True, console=Console(stderr=True))
+    table_path, summary = X.write(result, out)
+    s = result.summary()
+    t = Table(title=f"steptp extract: {s['models_tried']} models -> {table_path}")
+    for col in ("model", "kernels", "calls", "unsupported ops", "model check", "s"):
+        t.add_column(col, justify="left" if col in ("model", "unsupported ops") else "right")
+    for w in s["workloads"]:
+        mc = w.get("model_check")
+        t.add_row(escape(w["workload"]) + ("" if w["ok"] else " [red](failed)[/red]"), str(w["kernels"]),
+                  str(w["calls"]), ", ".join(w["unsupported_ops"]) or "-",
+                  "-" if mc is None else ("pass" if mc["passed"] else "[red]FAIL[/red]"),
+                  f"{w['seconds']:.1f}")
+    console.print(t)
+    for f in s["failures"]:
+        what = f.get("op") or f.get("kernel") or ""
+        _err(f"{f['workload']}: {f['stage']} {what}: {f['reason']}")
+    rate = s["raise_success_rate"]
+    console.print(
+        f"models tried {s['models_tried']} (ok {s['models_ok']}), kernels found "
+        f"{s['kernels_found']}, unique {s['unique_kernels']}, raise ok {s['raise_ok']}"
+        + (f" ({100 * rate:.1f}%)" if rate is not None else "")
+        + (f", raise failures {s['raise_failures_by_reason']}" if s['raise_failures_by_reason'] else "")
+        + (f", model check {s['model_check']['passed']}/{s['model_check']['checked']} passed"
+           if s["model_check"] else "")
+        + f"; {s['seconds']['total']:.1f} s ({s['seconds_per_model']:.2f} s/model, "
+        f"{s['kernels_per_second']:.2f} kernels/s)\nwrote {table_path} and {summary}",
+        highlight=False)
+    raise typer.Exit(0 if s["models_ok"] == s["models_tried"] else 1)
+
+
+@app.command()
+def kernels(path: Path = typer.Argument(..., help="a kernels table written by steptp extract"),
+            limit: int = typer.Option(50, "--limit", "-n", help="rows to print (0: all)")):
+    """Print a kernels table: id, name, weight (calls over all models), FLOPs, raise check."""
+    from .records import KernelRecord, read_records
+
+    try:
+        recs = read_records(path, KernelRecord)
+    except Exception as e:  # noqa: BLE001 - polars/pydantic errors: say which file
+        _err(f"{path}: not a kernels table: {e}")
+        raise typer.Exit(2) from None
+    t = Table(title=f"{path}: {len(recs)} kernels")
+    for col in ("id", "name", "weight", "models", "flops", "bytes", "raise"):
+        t.add_column(col, justify="left" if col in ("id", "name", "raise") else "right")
+    for r in recs[: limit or None]:
+        t.add_row(r.kernel_id, r.name, str(r.weight), str(len({o.workload for o in r.occurrences})),
+                  f"{r.flops:,}", f"{r.bytes_moved:,}",
+                  "[green]ok[/green]" if r.raise_ok else f"[red]{escape(r.raise_reason[:40])}[/red]")
+    console.print(t)
+
+
+@app.command()
+def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet of StepRecord)"),
+        out: Path = typer.Option(..., "--out", "-o",
+                                 help="the steps table with cot, cot_text, cot_source filled; the "
+                                      "summary goes next to it as NAME.cot-summary.json"),
+        writer: str = typer.Option("template", "--writer", help="template (offline) or anthropic"),
+        seed: int = typer.Option(0, "--seed", help="wording seed of the template writer"),
+        model: Optional[str] = typer.Option(None, "--model", help="LLM model (anthropic writer)"),
+        max_retries: Optional[int] = typer.Option(
+            None, "--max-retries", help="validation failures fed back to the LLM before the step "
+                                        "falls back to the template writer"),
+        batch: bool = typer.Option(False, "--batch", help="first attempts through the Message "
+                                                          "Batches API (anthropic writer)"),
+        config: Optional[Path] = typer.Option(None, "--config", help="a JSON/YAML CoT config"),
+        cache_dir: Optional[Path] = typer.Option(None, "--cache-dir",
+                                                 help="LLM response cache (default out/cot-cache)")):
+    """Write each step's reasoning (the CoT column), validated against the step's facts.
+
+    A step whose LLM answer still fails validation after the retries falls back to the template
+    writer (cot_source=template-fallback); the run continues. The API key is read from
+    ANTHROPIC_API_KEY only. Exit code 0 when every step has a CoT, 1 otherwise, 2 on bad input.
+    """
+    from .cot.config import CotConfig
+    from .cot.run import write_cot
+    from .cot.template import TemplateWriter
+    from .records import StepRecord, read_records, table, write_table, write_text_atomic
+
+    if writer not in ("template", "anthropic"):
+        raise typer.BadParameter(f"--writer must be template or anthropic, got {writer!r}")
+    cfg = CotConfig.load(config, seed=seed, max_retries=max_retries, model=model,
+                         cache_dir=str(cache_dir) if cache_dir else None, batch=batch or None)
+    try:
+        recs = read_records(steps, StepRecord)
+    except Exception as e:  # noqa: BLE001 - polars/pydantic errors: say which file
+        _err(f"{steps}: not a steps table: {e}")
+        raise typer.Exit(2) from None
+    if writer == "anthropic":
+        from .cot.anthropic_writer import AnthropicWriter, CotWriterError
+
+        try:
+            w = AnthropicWriter(cfg.anthropic, cache_dir=cfg.cache_dir)
+        except CotWriterError as e:
+            _err(str(e))
+            raise typer.Exit(2) from None
+    else:
+        w = TemplateWriter(seed=cfg.seed)
+    done, summary = write_cot(recs, w, max_retries=cfg.max_retries, seed=cfg.seed, batch=cfg.batch,
+                              concurrency=getattr(getattr(w, "config", None), "concurrency", 1))
+    write_table(table(done, StepRecord), out)
+    summary_path = out.with_name(out.stem + ".cot-summary.json")
+    write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
+    t = Table(title=f"steptp cot: {len(done)} steps -> {out}")
+    for col in ("writer", "steps", "ok", "retries", "fallbacks", "failed", "tokens in/out", "cost $"):
+        t.add_column(col, justify="left" if col == "writer" else "right")
+    t.add_row(summary["writer"], str(summary["steps"]), str(summary["ok"]), str(summary["retries"]),
+              str(summary["fallbacks"]), str(summary["failed"]),
+              f"{summary.get('input_tokens', 0)}/{summary.get('output_tokens', 0)}",
+              f"{summary.get('cost_usd', 0.0):.4f}")
+    console.print(t)
+    for e in summary["errors"][:20]:
+        _err(e)
+    console.print(f"wrote {out} and {summary_path}", highlight=False)
+    raise typer.Exit(0 if summary["failed"] == 0 else 1)
+
+
+@app.command()
+def measure(files: list[Path] = typer.Argument(..., help="LEIR (or TVMScript) files to time"),
+            target: str = typer.Option("cpu", help="cpu or cuda"),
+            threads: Optional[int] = typer.Option(None, help="TVM threads (default: the cores)"),
+            min_repeat_ms: float = typer.Option(50.0, help="a repeat lasts at least this long"),
+            timeout: float = typer.Option(60.0, help="seconds per kernel (build + timing)"),
+            cache: Optional[Path] = typer.Option(None, help="result cache (default: "
+                                                 "$STEPTP_CACHE or .steptp/cache.sqlite)"),
+            no_cache: bool = typer.Option(False, "--no-cache", help="measure again")):
+    """Time kernels in isolated workers (cached); print one JSON line per file and the
+    fingerprint."""
+    from .measure.service import Measurer
+    from .measure.timing import MeasureConfig
+
+    cfg = MeasureConfig(min_repeat_ms=min_repeat_ms, num_threads=threads, timeout_s=timeout)
+    texts = [_read(f) for f in files]
+    with Measurer(_target(target), cfg, cache=False if no_cache else (cache or True)) as m:
+        typer.echo(json.dumps({"fingerprint": m.fingerprint.to_dict()}))
+        outs = m.time_many(texts)
+    for f, o in zip(files, outs):
+        typer.echo(json.dumps({"file": str(f), **o.model_dump()}))
+    raise typer.Exit(0 if all(o.ok for o in outs) else 1)
+
+
+# ---------------------------------------------------------------------------- release pipeline
+def _load_params(path: Optional[Path]) -> dict:
+    """params.yaml (a mapping), or {} when no file is given."""
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(_read(path)) or {}
+    except yaml.YAMLError as e:
+        raise typer.BadParameter(f"{path}: not YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise typer.BadParameter(f"{path}: must be a mapping")
+    return data
+
+
+@app.command()
+def curate(kernels: Path = typer.Option(..., "--kernels", help="kernels.parquet (steptp extract)"),
+           steps: Path = typer.Option(..., "--steps", help="steps.parquet (steptp search / cot)"),
+           trajectories: Optional[Path] = typer.Option(None, "--trajectories", help="trajectories.parquet"),
+           out: Path = typer.Option(Path("curated"), "--out", "-o", help="output folder"),
+           params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (section 'curate', 'seed')")):
+    """Dedup, drop no-ops / shortcuts / noisy steps (each with its reason in rejects.parquet),
+    balance strategies and split by workload. Writes OUT/{kernels,steps,trajectories,rejects}.parquet,
+    splits.json and report.json."""
+    from .curate import CurateConfig, curate as do_curate, write_curated
+    from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records
+
+    p = _load_params(params)
+    cfg = CurateConfig(**{"seed": p.get("seed", 0), **(p.get("curate") or {})})
+    ks = read_records(kernels, KernelRecord)
+    ss = read_records(steps, StepRecord)
+    ts = read_records(trajectories, TrajectoryRecord) if trajectories else []
+    res = do_curate(ks, ss, ts, cfg)
+    write_curated(res, out, ks, ts)
+    r = res.report
+    console.print(f"kept {r['kept_steps']} of {r['input_steps']} steps -> {escape(str(out))}; rejects: "
+                  f"{escape(json.dumps(r['rejects_by_reason']))}; splits: "
+                  f"{escape(json.dumps({k: v['steps'] for k, v in r['splits'].items()}))}; strategy entropy "
+                  f"{r['entropy_before_bits']:.3f} -> {r['entropy_after_bits']:.3f} bits")
+
+
+@app.command()
+def export(curated: Path = typer.Argument(..., help="a folder written by steptp curate"),
+           out: Path = typer.Option(Path("release"), "--out", "-o", help="the release folder (replaced)"),
+           params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (name, version)")):
+    """Write a release folder: parquet tables, chat JSONL per split, plots and the dataset card.
+    The manifest and Data Docs are added by `steptp validate --publish`."""
+    from .curate import read_curated
+    from .export import export_release
+    from .measure.fingerprint import current
+
+    p = _load_params(params)
+    threads = (p.get("search") or {}).get("threads")
+    stats = export_release(read_curated(curated), out, name=p.get("name", "steptp"),
+                           version=str(p.get("version", "0")), params=p,
+                           fingerprint=current(num_threads=threads).to_dict())
+    console.print(f"{escape(str(out))}: {stats['counts']['steps']} examples "
+                  f"{escape(json.dumps(stats['counts']['examples_per_split']))}")
+
+
+@app.command()
+def validate(release: Path = typer.Argument(..., help="a release folder (steptp export)"),
+             params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (thresholds)"),
+             docs: Optional[Path] = typer.Option(None, "--docs", help="Data Docs folder "
+                                                                     "(default RELEASE/data_docs)"),
+             publish: Optional[Path] = typer.Option(None, "--publish", help="when every gate passes, "
+                                                    "copy the release here with its manifest.json")):
+    """Run the Great Expectations suites in expectations/ on a release and write Data Docs.
+    Exit code 0 when every gate passes, 1 when one fails (nothing is published)."""
+    from .export import publish as do_publish
+    from .quality import validate_release
+
+    import shutil
+
+    if not (release / "data" / "steps.parquet").exists():
+        raise typer.BadParameter(f"{release} is not a release folder (no data/steps.parquet)")
+    p = _load_params(params)
+    target = release
+    if publish is not None:
+        # validate a copy next to the destination (so RELEASE, e.g. a DVC output, stays as it is),
+        # then move it into place only when every gate passes
+        target = publish.parent / f".{publish.name}.validating"
+        if target.exists():
+            shutil.rmtree(target)
+        publish.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(release, target)
+    rep = validate_release(target, p, docs_dir=docs)
+    for name, s in rep.suites.items():
+        mark = "[green]pass[/green]" if s["success"] else "[red]FAIL[/red]"
+        console.print(f"{mark} {name}: {s['evaluated'] - s['failed']}/{s['evaluated']} expectations")
+    for f in rep.failures:
+        _err(f"  {f['suite']}: {f['expectation']} {f.get('column') or ''}: {f['why']}; "
+             f"unexpected {f['unexpected']} {f.get('exception') or ''}")
+    if not rep.success:
+        if publish is not None:
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            console.print(f"Data Docs: {escape(rep.docs)}")
+        _err("quality gates failed: nothing published")
+        raise typer.Exit(1)
+    if publish is None:
+        console.print(f"Data Docs: {escape(rep.docs)}")
+    else:
+        dest = do_publish(target, publish, params=p, validation=rep.to_dict(), move=True)
+        console.print(f"published {escape(str(dest))}")
+        console.print(f"Data Docs: {escape(str(dest / 'data_docs' / 'index.html'))}")
+
+
+@app.command()
+def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="params.yaml"),
+            out: Path = typer.Option(Path("releases"), "--out", "-o", help="releases folder")):
+    """The main job: build a quality-gated release end to end with the Prefect build_release
+    flow (extract, search, CoT, curate, export, validate), cached under OUT/.prefect-results,
+    and print where the release and its Data Docs are."""
+    import os
+    import time as _time
+
+    p = _load_params(params)
+    out = out.resolve()
+    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(out / ".prefect-results"))
+    os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
+    # the temporary local server can be slow to start on a busy 2-core machine
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    root = Path(__file__).resolve().parents[1]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    t0 = _time.perf_counter()
+    from flows.build_release import ReleaseGateFailed, build_release
+
+    try:
+        res = build_release(p, str(out))
+    except ReleaseGateFailed as e:
+        _err(str(e))
+        raise typer.Exit(1) from None
+    c = res["counts"]
+    console.print(f"release built in {_time.perf_counter() - t0:.0f} s: {c['kernels']} kernels, "
+                  f"{c['trajectories']} trajectories, {c['steps']} examples "
+                  f"{escape(json.dumps(c['examples_per_split']))}")
+    console.print(f"release:   {escape(res['release'])}")
+    console.print(f"card:      {escape(res['card'])}")
+    console.print(f"Data Docs: {escape(res['data_docs'])}")
+
+
+@app.command()
+def search(kernels: Optional[Path] = typer.Option(None, "--kernels",
+                                                  help="a kernels table (kernels.parquet)"),
+           program: Optional[Path] = typer.Option(None, "--program", help="one LEIR file"),
+           policy: str = typer.Option("beam", help="beam, mcts, greedy or random"),
+           budget: int = typer.Option(64, "--budget", min=1, help="measurements per kernel"),
+           seconds: float = typer.Option(120.0, "--seconds", help="wall seconds per kernel"),
+           seed: int = typer.Option(0, "--seed"),
+           evaluator: str = typer.Option("auto", help="auto (the Measurer service), measurer or "
+                                                      "inprocess"),
+           out: Path = typer.Option(Path("search"), "--out", "-o",
+                                    help="folder for steps.parquet, trajectories.parquet and "
+                                         "curves.json")):
+    """Search rewrite sequences per kernel: verify and time every chosen candidate, write the
+    steps table (every evaluated candidate, with its outcome) and the trajectories table (the
+    best path per kernel)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .search import Budget
+    from .search.batch import geomean, load_kernels, search_many
+    from .search.evaluator import default_evaluator
+    from .search.policies import POLICIES
+    from .search.run import kernel_id_of
+
+    if policy not in POLICIES:
+        raise typer.BadParameter(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
+    if (kernels is None) == (program is None):
+        raise typer.BadParameter("give exactly one of --kernels and --program")
+    if program is not None:
+        from .leir import format_program
+
+        prog = _load_program(program)
+        items = [(kernel_id_of(prog), format_program(prog))]
+    else:
+        items = load_kernels(kernels)
+    ev = default_evaluator(kind=evaluator)
+    console.print(f"search: {len(items)} kernels, policy {policy}, {budget} measurements and "
+                  f"{seconds:g} s per kernel, TVM_NUM_THREADS={ev.num_threads}, "
+                  f"evaluator {type(ev).__name__}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:
+        total = bar.add_task("kernels", total=len(items))
+        inner = bar.add_task("measurements", total=budget)
+
+        def on_progress(s):
+            bar.update(inner, completed=s.measurements,
+                       description=f"{s.kernel_id[:12]} best {s.root.seconds / s.best.seconds:.2f}x")
+
+        def on_kernel(kid, res):
+            bar.advance(total)
+            bar.update(inner, completed=0)
+
+        try:
+            results = search_many(items, policy, Budget(budget, seconds), seed, out, ev,
+                                  on_kernel=on_kernel, on_progress=on_progress)
+        finally:
+            ev.close()
+    speedups = [r.trajectory.speedup for r in results.values() if r.trajectory is not None]
+    for kid, r in results.items():
+        if r.error:
+            _err(f"{kid}: {r.error}")
+    console.print(f"{len(speedups)}/{len(items)} kernels searched; geometric-mean speedup "
+                  f"{geomean(speedups):.2f}x; wrote {escape(str(out))}/steps.parquet, "
+                  f"trajectories.parquet, curves.json")
+    raise typer.Exit(0 if len(speedups) == len(items) else 1)
+
+
+@app.command()
+def strategies(family: Optional[str] = typer.Option(None, help="only this family (loop, graph, "
+                                                           "memory, algebraic, algorithmic)"),
+               as_json: bool = typer.Option(False, "--json", help="one JSON object per strategy")):
+    """List the strategy catalog: family, exactness class, targets and inverse of each."""
+    from . import strategies as S
+
+    rows = [r for r in S.describe() if family is None or r["family"] == family]
+    if not rows:
+        known = sorted({r["family"] for r in S.describe()})
+        raise typer.BadParameter(f"no strategy of family {family!r}; families: {', '.join(known)}")
+    if as_json:
+        for r in rows:
+            print(json.dumps(r, sort_keys=True))
+        return
+    table = Table(title=f"{len(rows)} strategies")
+    for col in ("name", "family", "exactness", "targets", "inverse"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["family"], r["exactness"], ",".join(r["targets"]), r["inverse"] or "-")
+    console.print(table)
+
+
+@app.command()
+def apply(program: Path = typer.Argument(..., help="a LEIR file"),
+          strategy: str = typer.Option(..., "--strategy", "-s", help="a strategy name (steptp strategies)"),
+          site: Optional[str] = typer.Option(None, help='only this site, as JSON, e.g. \'{"path":[0],"loops":["i"]}\''),
+          params: Optional[str] = typer.Option(None, help='only these params, as JSON, e.g. \'{"factor":4}\''),
+          seed: int = typer.Option(0, help="seed for sampled parameters"),
+          max_per_site: Optional[int] = typer.Option(None, help="at most this many parameter choices per site"),
+          target: str = typer.Option("cpu", help="cpu or gpu: which strategies' targets to honour"),
+          do_verify: bool = typer.Option(False, "--verify", help="build and check every candidate against "
+                                         "the original, in isolated workers (cached)"),
+          show_rejected: bool = typer.Option(False, "--rejected", help="also list refused choices and why"),
+          as_json: bool = typer.Option(False, "--json", help="one JSON object per candidate")):
+    """Apply one strategy to a program and print every candidate with its site and params.
+
+    With --site/--params the one application is checked and printed (or refused with the
+    reason, exit code 1). --verify builds each candidate and the original with TVM on seeded
+    inputs and compares within the strategy's exactness class.
+    """
+    from . import strategies as S
+    from .leir import format_program
+
+    prog = _load_program(program)
+    try:
+        strat = S.get(strategy)
+    except KeyError as e:
+        raise typer.BadParameter(str(e.args[0] if e.args else e)) from None
+    if (site is None) != (params is None):
+        raise typer.BadParameter("--site and --params go together")
+    if site is not None:
+        try:
+            site_j, params_j = json.loads(site), json.loads(params)
+        except json.JSONDecodeError as e:
+            raise typer.BadParameter(f"--site/--params must be JSON: {e}") from None
+        verdict = S.check(prog, strategy, site_j, params_j)
+        if not verdict.ok:
+            _err(f"{strategy} refused at {json.dumps(site_j)} with {json.dumps(params_j)}: {verdict.reason}")
+            raise typer.Exit(1)
+        cands = [c for c in S.candidates(prog, strategy, target=target, seed=None)
+                 if c.site.to_json() == site_j and dict(c.params) == params_j]
+        if not cands:
+            _err(f"{strategy} at {json.dumps(site_j)} with {json.dumps(params_j)} changes nothing")
+            raise typer.Exit(1)
+        rejected = []
+    else:
+        cands, rejected = S.candidates(prog, strategy, target=target, seed=seed,
+                                       max_per_site=max_per_site, with_rejected=True)
+    outcomes = [None] * len(cands)
+    if do_verify and cands:
+        from .measure import Measurer
+        from .tir.target import Target
+
+        tgt = Target.host_cpu() if target == "cpu" else Target.cuda()
+        with Measurer(target=tgt, jobs=2) as m:
+            outcomes = m.verify_many([(prog, c.program, c.exactness) for c in cands])
+    for n, (c, o) in enumerate(zip(cands, outcomes)):
+        head = dict(c.to_json())
+        if o is not None:
+            head["verified"] = bool(o.passed)
+            if not o.passed:
+                head["reason"] = o.reason
+        if as_json:
+            print(json.dumps({**head, "program": format_program(c.program)}, sort_keys=True))
+        else:
+            print(f"# candidate {n}: {json.dumps(head, sort_keys=True)}")
+            sys.stdout.write(format_program(c.program))
+    if show_rejected:
+        for r in rejected:
+            print(("" if as_json else "# rejected: ") + json.dumps(r.to_json(), sort_keys=True))
+    if not cands:
+        _err(f"{strategy} has no candidate in {program}"
+             + (f" ({len(rejected)} refused; --rejected shows why)" if rejected else ""))
+        raise typer.Exit(1)
+    if any(o is not None and not o.passed for o in outcomes):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

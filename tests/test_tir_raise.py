@@ -107,8 +107,9 @@ CASES = {
     "argmax": (lambda: _Fn(lambda x: x.argmax(-1)), lambda: (torch.randn(4, 16),)),
 }
 
-# kernels that must not raise, and why (name -> reason code)
-EXPECTED_FAILURES = {"argmax": "tuple-reduction"}
+# kernels that must not raise, and why (name -> reason code); argmax raises since its
+# interdependent tuple reduction is written out as an init guard plus plain stores
+EXPECTED_FAILURES: dict[str, str] = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -409,3 +410,12 @@ def test_raise_lower_roundtrip(text):
     q = raise_primfunc(lower(p), name=p.name)
     assert format_program(q) == text
     assert q == p
+
+
+def test_raised_structure_argmax():
+    """A tuple reduction whose accumulators read each other (argmax) is written out: the init
+    under "every reduction axis at its first iteration", then the updates as plain stores."""
+    ((name, f),) = _kernels("argmax")
+    text = format_program(raise_primfunc(f, name))
+    assert "  if j == 0:\n" in text, text
+    assert "max=" not in text and "where(" in text

@@ -17,7 +17,9 @@ What is understood
   form ``C = C + e`` (``+=``; also ``e + C`` and ``C - e`` as ``+= -e``), ``C * e`` (``*=``),
   ``max(C, e)`` (``max=``), ``min(C, e)`` (``min=``), its init must be the identity, and ``e``
   may read no accumulator of the block. Several independent accumulators in one block (tuple
-  reductions) become several reductions in the same loop nest.
+  reductions) become several reductions in the same loop nest. Interdependent accumulators
+  (argmax/argmin) are written out literally: ``if`` every reduction axis is at its first
+  iteration, the init stores; then the updates as plain stores.
 * ``Bind``/``LetStmt`` and ``Let`` are inlined (refused when a store in between overwrites a buffer
   the bound value reads).
 * Expressions: loads, arithmetic, floor division/modulo, truncating division/modulo of provably
@@ -361,6 +363,7 @@ class _Raiser:
             self._alloc(buf)
         env = env.child()
         reduce_loops: set[str] = set()
+        first: list[A.Expr] = []  # "every reduction axis at its first iteration"
         for iv, val in zip(b.iter_vars, br.iter_values):
             if int(iv.iter_type) not in (0, 2):  # 0 data-parallel, 2 comm-reduce
                 raise RaiseError("opaque-block", f"block {b.name_hint} has iter type {iv.iter_type}")
@@ -370,8 +373,9 @@ class _Raiser:
                 env.loop_vars.add(iv.var)
             if int(iv.iter_type) == 2:
                 reduce_loops.update(A.free_vars(lv))
+                first.append(A.Binary("==", lv, A.Const(_int_const(iv.dom.min, "reduce min"), "int")))
         if b.init is not None:
-            stmts = self._reduction(b, env, reduce_loops)
+            stmts = self._reduction(b, env, reduce_loops, first)
         else:
             stmts = self._stmt(b.body, env, depth)
         pred = br.predicate
@@ -406,7 +410,8 @@ class _Raiser:
             raise RaiseError("reduction-body", f"{what} holds {type(s).__name__}")
         return out
 
-    def _reduction(self, b, env: _Env, reduce_loops: set[str]) -> list[A.Stmt]:
+    def _reduction(self, b, env: _Env, reduce_loops: set[str],
+                   first: list[A.Expr] | None = None) -> list[A.Stmt]:
         # init: stores (binds allowed) evaluated in the block's environment
         init_env = env.child()
         inits: dict[str, tuple[tuple, A.Expr]] = {}
@@ -430,6 +435,15 @@ class _Raiser:
             raise RaiseError("reduction-init", f"init writes {sorted(inits)}, body writes {sorted(accs)}")
         if len(updates) != len(accs):
             raise RaiseError("reduction-body", "an accumulator is updated twice")
+        if first and any(_tensors_read(u.value) & (accs - {u.tensor}) for u in updates):
+            # Interdependent accumulators (argmax/argmin): no LEIR reduction op expresses them,
+            # so write T.init's meaning out: the init stores guarded by "every reduction axis at
+            # its first iteration", then the updates as plain stores, in the block's order.
+            cond = first[0]
+            for c in first[1:]:
+                cond = A.Binary("and", cond, c)
+            init_stmts = tuple(A.Assign(t, idx, "=", v) for t, (idx, v) in inits.items())
+            return [A.If(cond, init_stmts), *updates]
         out = []
         for u in updates:
             idx, init = inits[u.tensor]

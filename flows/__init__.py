@@ -1,0 +1,1 @@
+"""Prefect flows of the release pipeline (see flows/README.md)."""

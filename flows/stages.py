@@ -1,0 +1,192 @@
+"""The stages as Prefect flows and tasks; each calls into the ``steptp`` package.
+
+Caching: every task uses ``INPUTS + TASK_SOURCE`` (the key changes with its arguments and its
+code) and persists its result, so a rerun (after a crash, a kill, or a second nightly run with
+the same inputs) takes every finished task from the cache. Results live under the local storage
+path, which ``steptp release`` sets to ``<out>/.prefect-results`` (``PREFECT_LOCAL_STORAGE_PATH``)
+so caches travel with the data. Work is split into one task per kernel (search) and per
+trajectory (CoT), so a killed run loses at most the tasks that were running.
+
+Retries: search (measurement) and CoT (an LLM call when the writer is ``anthropic``) retry,
+because their failures can be transient (a timed-out worker, a rate limit).
+
+Measurement is serialized per device by the measurement service itself
+(``steptp.measure.service.device_lock``: an exclusive file lock per device, held around every
+timing, across threads and processes), so search tasks may run concurrently
+(``search.jobs``): their verifications run in parallel, their timings one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from steptp.records import (KernelRecord, StepRecord, TrajectoryRecord, table, write_table)
+
+CACHE = INPUTS + TASK_SOURCE
+
+
+def _log(msg: str) -> None:
+    try:
+        get_run_logger().info(msg)
+    except Exception:  # noqa: BLE001 - outside a run
+        print(msg)
+
+
+# ---------------------------------------------------------------------------- extract
+@task(cache_policy=CACHE, persist_result=True, retries=1, retry_delay_seconds=2)
+def extract_kernels(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True) -> list[KernelRecord]:
+    from steptp.zoo import extract as X
+
+    res = X.extract(X.refs_for_zoo(zoo, size=size), jobs=jobs, check=check)
+    return list(res.records)
+
+
+@flow(name="extract")
+def extract_flow(p: dict[str, Any]) -> list[KernelRecord]:
+    e = p.get("extract", {})
+    ks = extract_kernels(e.get("zoo", "tiny"), e.get("size", "tiny"), int(e.get("jobs", 1)),
+                         bool(e.get("check", True)))
+    _log(f"extract: {len(ks)} kernels ({sum(k.raise_ok for k in ks)} raise-checked)")
+    return ks
+
+
+# ---------------------------------------------------------------------------- search
+def select_kernels(kernels: list[KernelRecord], max_kernels: int | None) -> list[KernelRecord]:
+    """Kernels worth searching: raised and checked; the heaviest first (weight, then FLOPs), at
+    most ``max_kernels``; ties broken by id, so the choice is deterministic."""
+    ok = [k for k in kernels if k.raise_ok]
+    ok.sort(key=lambda k: (-k.weight, -k.flops, k.kernel_id))
+    return ok[:max_kernels] if max_kernels else ok
+
+
+@task(cache_policy=CACHE, persist_result=True, retries=2, retry_delay_seconds=5)
+def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
+               threads: int | None = None, max_actions: int | None = None
+               ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
+    from steptp.search import Budget, default_evaluator, search_kernel
+
+    ev = default_evaluator(num_threads=threads)
+    try:
+        steps, traj = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
+                                    seed, ev, max_actions=max_actions)
+    finally:
+        ev.close()
+    return list(steps), [traj] if traj is not None else []
+
+
+@flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))
+def search_flow(p: dict[str, Any], kernels: list[KernelRecord]) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
+    s = p.get("search", {})
+    chosen = select_kernels(kernels, s.get("max_kernels"))
+    args = dict(policy=s.get("policy", "beam"), measurements=int(s.get("measurements", 16)),
+                seconds=float(s.get("seconds", 60)), seed=int(p.get("seed", 0)),
+                threads=s.get("threads"), max_actions=s.get("max_actions"))
+    jobs = max(1, int(s.get("jobs", 1)))
+    if jobs > 1:
+        futs = [search_one.with_options(task_run_name=f"search-{k.name}").submit(k, **args) for k in chosen]
+        results = [f.result() for f in futs]
+    else:
+        results = [search_one.with_options(task_run_name=f"search-{k.name}")(k, **args) for k in chosen]
+    steps = [x for st, _ in results for x in st]
+    trajs = [x for _, tr in results for x in tr]
+    _log(f"search: {len(chosen)} kernels -> {len(trajs)} trajectories, {len(steps)} steps")
+    return steps, trajs
+
+
+# ---------------------------------------------------------------------------- CoT
+def _writer(writer: str, cache_dir: str | None = None):
+    """None = the template writer (offline, deterministic); ``anthropic`` = the LLM writer (reads
+    ANTHROPIC_API_KEY; responses cached under ``cache_dir``)."""
+    if writer == "template":
+        return None
+    if writer == "anthropic":
+        from steptp.cot.anthropic_writer import AnthropicWriter
+
+        return AnthropicWriter(cache_dir=cache_dir)
+    raise ValueError(f"unknown cot writer {writer!r}: use template or anthropic")
+
+
+@task(cache_policy=CACHE, persist_result=True, retries=3, retry_delay_seconds=10)
+def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 2,
+            cache_dir: str | None = None) -> list[StepRecord]:
+    """The CoT of one trajectory's steps (``steptp.cot.run.write_cot``: validated, with the
+    template writer as the fallback). Unverified steps are passed through untouched."""
+    from steptp.cot.run import write_cot
+
+    from steptp.curate.core import step_key
+
+    # a search's rows form a tree: many rows share (trajectory_id, step_index); key by step_key
+    todo = [s for s in steps if s.verified]
+    done, _summary = write_cot(todo, _writer(writer, cache_dir), max_retries=max_retries, seed=seed)
+    by_key = {step_key(s): s for s in done}
+    return [by_key.get(step_key(s), s) for s in steps]
+
+
+@flow(name="cot")
+def cot_flow(p: dict[str, Any], steps: list[StepRecord]) -> list[StepRecord]:
+    c = p.get("cot", {})
+    by_traj: dict[str, list[StepRecord]] = {}
+    for s in steps:
+        by_traj.setdefault(s.trajectory_id, []).append(s)
+    out: list[StepRecord] = []
+    for tid in sorted(by_traj):
+        out += cot_one.with_options(task_run_name=f"cot-{tid}")(
+            sorted(by_traj[tid], key=lambda s: s.step_index), c.get("writer", "template"),
+            int(c.get("seed", p.get("seed", 0))), int(c.get("max_retries", 2)), c.get("cache_dir"))
+    _log(f"cot: {sum(1 for s in out if s.cot)} of {len(out)} steps explained")
+    return out
+
+
+# ---------------------------------------------------------------------------- curate / export / validate
+def curate_config(p: dict[str, Any]):
+    from steptp.curate import CurateConfig
+
+    c = dict(p.get("curate", {}))
+    c.setdefault("seed", int(p.get("seed", 0)))
+    return CurateConfig(**c)
+
+
+@task(cache_policy=CACHE, persist_result=True)
+def curate_task(p: dict[str, Any], kernels: list[KernelRecord], steps: list[StepRecord],
+                trajectories: list[TrajectoryRecord], hardware: str) -> dict[str, Any]:
+    from steptp.curate import curate
+
+    res = curate(kernels, steps, trajectories, curate_config(p), hardware=hardware)
+    return {"kernels": kernels, "steps": res.steps, "trajectories": trajectories,
+            "rejects": res.rejects, "splits": res.splits, "groups": res.groups, "report": res.report}
+
+
+@flow(name="curate")
+def curate_flow(p: dict[str, Any], kernels, steps, trajectories, hardware: str = "") -> dict[str, Any]:
+    cur = curate_task(p, kernels, steps, trajectories, hardware)
+    r = cur["report"]
+    _log(f"curate: kept {r['kept_steps']} of {r['input_steps']} steps; rejects {r['rejects_by_reason']}")
+    return cur
+
+
+@flow(name="export")
+def export_flow(p: dict[str, Any], curated: dict[str, Any], staging: str,
+                fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+    from steptp.export import export_release
+
+    # not cached: it writes files (cheap); its inputs are cached upstream
+    return export_release(curated, staging, name=p.get("name", "steptp"), version=str(p.get("version", "0")),
+                          params=p, fingerprint=fingerprint)
+
+
+@flow(name="validate")
+def validate_flow(p: dict[str, Any], staging: str) -> dict[str, Any]:
+    from steptp.quality import validate_release
+
+    rep = validate_release(staging, p)
+    for f in rep.failures:
+        _log(f"gate FAILED: {f['suite']}/{f['expectation']} {f.get('column') or ''}: {f['why']} "
+             f"(e.g. {f['unexpected'][:3]})")
+    return rep.to_dict()

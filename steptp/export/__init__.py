@@ -1,0 +1,24 @@
+"""Export: a curated dataset → a release folder.
+
+    release/
+      README.md              dataset card (counts, strategy histogram, speedups, tokens, hardware,
+                             how to load it with `datasets` and polars)
+      manifest.json          versions, params, seeds, fingerprints, sha256 of every file
+      data/kernels.parquet   KernelRecord rows + `split`
+      data/steps.parquet     StepRecord rows + `split`
+      data/trajectories.parquet  TrajectoryRecord rows + `split`
+      data/rejects.parquet   RejectRecord rows (every dropped step and why)
+      chat/{train,validation,test}.jsonl   the chat format (``steptp.export.chat``)
+      plots/*.png            strategy histogram, speedup and token distributions
+      data_docs/             Great Expectations Data Docs (written by ``steptp validate``)
+
+``export_release`` writes everything but the manifest and the Data Docs; ``publish`` (after the
+quality gates pass) writes the manifest and moves the folder to its final place atomically.
+"""
+
+from .chat import FORMAT_VERSION, SYSTEM_PROMPT, check_line, example, messages
+from .release import (export_release, file_checksums, hardware_description, publish, verify_checksums,
+                      write_manifest)
+
+__all__ = ["FORMAT_VERSION", "SYSTEM_PROMPT", "check_line", "example", "messages", "export_release",
+           "file_checksums", "hardware_description", "publish", "verify_checksums", "write_manifest"]

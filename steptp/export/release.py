@@ -1,0 +1,347 @@
+"""The release folder: tables, chat JSONL, plots, dataset card, manifest (see the package doc)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import polars as pl
+
+from ..records import (SCHEMA_VERSION, KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, table,
+                       write_table, write_text_atomic)
+from . import chat
+
+SPLITS = ("train", "validation", "test")
+MANIFEST = "manifest.json"
+
+
+def hardware_description(fingerprint: Mapping[str, Any] | None, target: str = "") -> str:
+    """What the user turn names as the target hardware."""
+    if not fingerprint:
+        return target or "unknown"
+    if fingerprint.get("gpu_name") and "cuda" in json.dumps(fingerprint.get("target", {})):
+        return f"{fingerprint['gpu_name']} (CUDA)"
+    cores = fingerprint.get("num_threads") or fingerprint.get("cpu_affinity")
+    return f"{fingerprint.get('cpu_model', 'CPU')} ({fingerprint.get('machine', '')}, {cores} threads)"
+
+
+def _with_split(df: pl.DataFrame, splits: Mapping[str, str]) -> pl.DataFrame:
+    return df.with_columns(pl.col("kernel_id").replace_strict(dict(splits), default=None,
+                                                            return_dtype=pl.Utf8).alias("split"))
+
+
+# ---------------------------------------------------------------------------- plots
+def _plots(out: Path, strategy_before: Mapping[str, int], strategy_after: Mapping[str, int],
+           speedups: Sequence[float], traj_speedups: Sequence[float], tokens: Sequence[int]) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    names = sorted(set(strategy_before) | set(strategy_after), key=lambda n: -strategy_after.get(n, 0))
+    fig, ax = plt.subplots(figsize=(7, 0.35 * max(4, len(names)) + 1))
+    y = list(range(len(names)))
+    ax.barh([i + 0.2 for i in y], [strategy_before.get(n, 0) for n in names], 0.4, label="before balancing",
+            color="#bbbbbb")
+    ax.barh([i - 0.2 for i in y], [strategy_after.get(n, 0) for n in names], 0.4, label="released")
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.set_xlabel("steps")
+    ax.legend()
+    ax.set_title("Steps per strategy")
+    fig.tight_layout()
+    fig.savefig(out / "strategies.png", dpi=90)
+    plt.close(fig)
+    files["strategies"] = "plots/strategies.png"
+
+    fig, axs = plt.subplots(1, 2, figsize=(9, 3.2))
+    for ax, vals, title in ((axs[0], speedups, "step speedup"), (axs[1], traj_speedups, "trajectory speedup")):
+        v = [math.log2(x) for x in vals if x and x > 0 and math.isfinite(x)]
+        ax.hist(v or [0.0], bins=20)
+        ax.set_xlabel(f"log2({title})")
+        ax.set_ylabel("count")
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out / "speedups.png", dpi=90)
+    plt.close(fig)
+    files["speedups"] = "plots/speedups.png"
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.hist(list(tokens) or [0], bins=20)
+    ax.set_xlabel("tokens per chat example (o200k_base)")
+    ax.set_ylabel("examples")
+    fig.tight_layout()
+    fig.savefig(out / "tokens.png", dpi=90)
+    plt.close(fig)
+    files["tokens"] = "plots/tokens.png"
+    return files
+
+
+def _q(vals: Sequence[float]) -> dict[str, float | None]:
+    v = sorted(x for x in vals if x is not None and math.isfinite(x))
+    if not v:
+        return {"min": None, "median": None, "max": None, "mean": None}
+    return {"min": v[0], "p10": v[int(0.1 * (len(v) - 1))], "median": statistics.median(v),
+            "p90": v[int(0.9 * (len(v) - 1))], "max": v[-1], "mean": statistics.fmean(v)}
+
+
+def _geomean(vals: Sequence[float]) -> float | None:
+    v = [x for x in vals if x and x > 0 and math.isfinite(x)]
+    return math.exp(statistics.fmean(math.log(x) for x in v)) if v else None
+
+
+# ---------------------------------------------------------------------------- export
+def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "steptp",
+                   version: str = "0.0.0", params: Mapping[str, Any] | None = None,
+                   fingerprint: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write the release folder ``out`` (created or replaced) from a curated dataset (the dict
+    ``steptp.curate.read_curated`` returns). Returns the statistics the card shows."""
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "data").mkdir(parents=True)
+    kernels: list[KernelRecord] = list(curated["kernels"])
+    steps: list[StepRecord] = list(curated["steps"])
+    trajs: list[TrajectoryRecord] = list(curated["trajectories"])
+    rejects: list[RejectRecord] = list(curated["rejects"])
+    splits: dict[str, str] = dict(curated["splits"])
+    report: dict[str, Any] = dict(curated.get("report") or {})
+    target = steps[0].target if steps else (kernels[0].target if kernels else "")
+    hw = hardware_description(fingerprint, target)
+
+    write_table(_with_split(table(kernels, KernelRecord), splits), out / "data/kernels.parquet")
+    from ..curate.core import step_key
+
+    write_table(_with_split(table(steps, StepRecord), splits)
+                .with_columns(pl.Series("step_key", [step_key(s) for s in steps], dtype=pl.Utf8)),
+                out / "data/steps.parquet")
+    write_table(_with_split(table(trajs, TrajectoryRecord), splits), out / "data/trajectories.parquet")
+    write_table(table(rejects, RejectRecord), out / "data/rejects.parquet")
+
+    by_split: dict[str, list[str]] = {s: [] for s in SPLITS}
+    tokens: list[int] = []
+    for s in steps:
+        sp = splits.get(s.kernel_id, "train")
+        ex = chat.example(s, hw, sp)
+        tokens.append(ex["meta"]["tokens"]["total"])
+        by_split.setdefault(sp, []).append(chat.to_line(ex))
+    for sp, lines in by_split.items():
+        write_text_atomic(out / "chat" / f"{sp}.jsonl", "".join(l + "\n" for l in lines))
+
+    before = report.get("strategy_counts_before_balance") or dict(Counter(s.strategy for s in steps))
+    after = dict(Counter(s.strategy for s in steps))
+    speedups = [s.step_speedup for s in steps if s.step_speedup is not None]
+    traj_speedups = [t.speedup for t in trajs]
+    plots = _plots(out / "plots", before, after, speedups, traj_speedups, tokens)
+    stats = {
+        "name": name, "version": version, "hardware": hw,
+        "counts": {"kernels": len(kernels), "steps": len(steps), "trajectories": len(trajs),
+                   "rejects": len(rejects), "workloads": len({o.workload for k in kernels for o in k.occurrences}),
+                   "examples_per_split": {sp: len(v) for sp, v in by_split.items()},
+                   "kernels_per_split": {sp: sum(1 for k in kernels if splits.get(k.kernel_id) == sp)
+                                         for sp in SPLITS}},
+        "strategies": dict(sorted(after.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "strategies_before_balance": before,
+        "entropy_bits": report.get("entropy_after_bits"),
+        "entropy_before_bits": report.get("entropy_before_bits"),
+        "balance": report.get("balance"),
+        "rejects_by_reason": dict(sorted(Counter(r.reason.split(":", 1)[0] for r in rejects).items())),
+        "step_speedup": {**_q(speedups), "geomean": _geomean(speedups)},
+        "trajectory_speedup": {**_q(traj_speedups), "geomean": _geomean(traj_speedups)},
+        "tokens": _q([float(t) for t in tokens]),
+        "cot_sources": dict(Counter(s.cot_source or "none" for s in steps)),
+        "fingerprint": dict(fingerprint or {}),
+        "fingerprints": sorted({s.fingerprint for s in steps if s.fingerprint}),
+        "plots": plots, "chat_format": chat.FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
+    }
+    write_text_atomic(out / "stats.json", json.dumps(stats, indent=1, default=str) + "\n")
+    write_text_atomic(out / "README.md", card(stats, params or {}))
+    return stats
+
+
+# ---------------------------------------------------------------------------- card
+def _fmt(x: Any, spec: str = ".3g") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    c = stats["counts"]
+    lines = [
+        f"# {stats['name']} {stats['version']} — a Step-TP dataset", "",
+        "Step-level, verified, measured and explained tensor-program optimizations. Each example is "
+        "one atomic decision on a kernel written in LEIR: the program before, the strategy, the site "
+        "and the parameters, the chain of thought, and the program after. Every after-program was "
+        "built with TVM, matched the reference numerically within its strategy's exactness class, "
+        "and was timed on the hardware below.", "",
+        "## Contents", "",
+        "| | count |", "| --- | ---: |",
+        f"| kernels | {c['kernels']} |", f"| workloads | {c['workloads']} |",
+        f"| trajectories | {c['trajectories']} |", f"| steps (examples) | {c['steps']} |",
+        f"| rejected steps (`data/rejects.parquet`) | {c['rejects']} |", "",
+        "| split | kernels | examples |", "| --- | ---: | ---: |",
+        *[f"| {sp} | {c['kernels_per_split'].get(sp, 0)} | {c['examples_per_split'].get(sp, 0)} |" for sp in SPLITS],
+        "",
+        "Splits are by workload: kernels that occur in a common workload (an architecture, an operator "
+        "suite entry) are in the same split, so no kernel and no architecture's kernels are in more "
+        "than one split.", "",
+        "## Strategies", "",
+        f"![strategies]({stats['plots']['strategies']})", "",
+        "| strategy | released | before balancing |", "| --- | ---: | ---: |",
+        *[f"| `{k}` | {v} | {stats['strategies_before_balance'].get(k, 0)} |" for k, v in stats["strategies"].items()],
+        "",
+        f"Entropy of the strategy distribution: {_fmt(stats['entropy_bits'], '.3f')} bits "
+        f"(before balancing {_fmt(stats['entropy_before_bits'], '.3f')}). "
+        + (f"Balancing cap: {stats['balance']['cap']} steps per strategy."
+           if stats.get("balance") and stats["balance"].get("applied")
+           else "Balancing was not applied (" + str((stats.get("balance") or {}).get("why_not", "")) + ")."),
+        "", "## Speedups", "",
+        f"![speedups]({stats['plots']['speedups']})", "",
+        "| | min | median | max | geomean |", "| --- | ---: | ---: | ---: | ---: |",
+        *[f"| {k.replace('_', ' ')} | {_fmt(stats[k]['min'])} | {_fmt(stats[k]['median'])} | "
+          f"{_fmt(stats[k]['max'])} | {_fmt(stats[k]['geomean'])} |" for k in ("step_speedup", "trajectory_speedup")],
+        "", "## Token lengths", "",
+        f"![tokens]({stats['plots']['tokens']})", "",
+        f"Tokens per chat example (all three turns, `o200k_base`): min {_fmt(stats['tokens']['min'], '.0f')}, "
+        f"median {_fmt(stats['tokens']['median'], '.0f')}, max {_fmt(stats['tokens']['max'], '.0f')}.", "",
+        "## Rejected steps", "",
+        "| reason | steps |", "| --- | ---: |",
+        *[f"| `{k}` | {v} |" for k, v in stats["rejects_by_reason"].items()],
+        "", "## Hardware", "",
+        f"Timed on: **{stats['hardware']}**.", "",
+        "```json", json.dumps(stats["fingerprint"], indent=1, sort_keys=True), "```", "",
+        "## Chat format", "",
+        f"`chat/{{train,validation,test}}.jsonl`, format `{stats['chat_format']}`: one JSON object per "
+        "line, `{\"messages\": [system, user, assistant], \"meta\": {...}}`. The user turn holds the "
+        "target hardware and the LEIR program; the assistant turn holds `<think>` + the chain of "
+        "thought + `</think>` and then the answer JSON `{\"strategy\", \"site\", \"params\", "
+        "\"program\"}` (`program` is the LEIR after the step). `meta` joins back to "
+        "`data/steps.parquet` by `step_key` (a search's rows form a tree: `step_index` is the depth, so (`trajectory_id`, `step_index`) alone is not unique).", "",
+        "## Loading", "",
+        "```python",
+        "from datasets import load_dataset",
+        "chat = load_dataset(\"json\", data_files={s: f\"chat/{s}.jsonl\" for s in (\"train\", \"validation\", \"test\")})",
+        "steps = load_dataset(\"parquet\", data_files=\"data/steps.parquet\")[\"train\"]",
+        "",
+        "import polars as pl, json",
+        "steps = pl.read_parquet(\"data/steps.parquet\")           # site, params, cot: JSON strings",
+        "train = steps.filter(pl.col(\"split\") == \"train\")",
+        "params = [json.loads(p) for p in train[\"params\"]]",
+        "```", "",
+        "Tables: `data/kernels.parquet`, `data/steps.parquet`, `data/trajectories.parquet` (each with a "
+        "`split` column; steps also with `step_key`) and `data/rejects.parquet`. `manifest.json` lists versions, parameters, seeds, "
+        "fingerprints and the sha256 of every file; `data_docs/index.html` is the Great Expectations "
+        "report of the quality gates this release passed.", "",
+        "## Parameters", "",
+        "```json", json.dumps(dict(params), indent=1, sort_keys=True, default=str), "```", "",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- manifest, publish
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_checksums(folder: str | Path) -> dict[str, dict[str, Any]]:
+    folder = Path(folder)
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            out[p.relative_to(folder).as_posix()] = {"sha256": _sha256(p), "bytes": p.stat().st_size}
+    return out
+
+
+def verify_checksums(folder: str | Path) -> list[str]:
+    """Files whose checksum differs from the manifest, or are missing (empty: all good)."""
+    folder = Path(folder)
+    man = json.loads((folder / MANIFEST).read_text())
+    bad = []
+    for rel, d in man["files"].items():
+        p = folder / rel
+        if not p.is_file() or _sha256(p) != d["sha256"]:
+            bad.append(rel)
+    return bad
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in ("steptp", "apache-tvm", "polars", "pyarrow", "prefect", "dvc", "great-expectations",
+                "bpe-openai", "torch", "transformers"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def write_manifest(folder: str | Path, *, params: Mapping[str, Any] | None = None,
+                   validation: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> Path:
+    folder = Path(folder)
+    stats = json.loads((folder / "stats.json").read_text()) if (folder / "stats.json").exists() else {}
+    p = dict(params or {})
+    seeds = {k: v for k, v in _flatten(p).items() if k.split(".")[-1] == "seed"}
+    man = {
+        "name": stats.get("name"), "version": stats.get("version"),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "schema_version": SCHEMA_VERSION, "chat_format": chat.FORMAT_VERSION,
+        "versions": _versions(), "params": p, "seeds": seeds,
+        "fingerprints": {"hardware": stats.get("fingerprint"), "step_fingerprints": stats.get("fingerprints", [])},
+        "counts": stats.get("counts"), "validation": dict(validation or {}),
+        **dict(extra or {}),
+        "files": file_checksums(folder),
+    }
+    return write_text_atomic(folder / MANIFEST, json.dumps(man, indent=1, default=str) + "\n")
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def publish(staging: str | Path, dest: str | Path, *, params: Mapping[str, Any] | None = None,
+            validation: Mapping[str, Any] | None = None, move: bool = True) -> Path:
+    """Write the manifest into ``staging`` and put the folder at ``dest`` atomically: it appears
+    complete or not at all (an older release at ``dest`` is replaced). ``move=False`` copies
+    (``staging`` stays, e.g. as a DVC output of the export stage)."""
+    staging, dest = Path(staging), Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.incoming-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    if move:
+        os.replace(staging, tmp) if staging.parent.resolve() == dest.parent.resolve() else shutil.move(str(staging), tmp)
+    else:
+        shutil.copytree(staging, tmp)
+    write_manifest(tmp, params=params, validation=validation)
+    old = None
+    if dest.exists():
+        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest

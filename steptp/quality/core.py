@@ -1,0 +1,285 @@
+"""Build GX suites from ``expectations/*.json``, derive the checked columns, run, write Data Docs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import polars as pl
+
+from ..records import write_text_atomic
+
+SUITES = ("kernels", "steps", "export")
+_PARAM = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
+
+# defaults of the parameters the suites read (params.yaml overrides)
+DEFAULT_PARAMS: dict[str, Any] = {
+    "curate": {"max_spread": 0.25, "max_tokens": 16384, "balance_factor": 3.0, "balance_min_steps": 30,
+               "balance_min_strategies": 3},
+    "quality": {"min_kernels": 1, "min_steps": 1, "min_tokens": 50},
+}
+
+
+def expectations_dir() -> Path:
+    """``$STEPTP_EXPECTATIONS``, else ``./expectations`` (a project run from its root, e.g. by
+    ``dvc repro``), else ``expectations/`` of the source checkout."""
+    env = os.environ.get("STEPTP_EXPECTATIONS")
+    if env:
+        return Path(env)
+    if (Path.cwd() / "expectations" / "steps.json").is_file():
+        return Path.cwd() / "expectations"
+    return Path(__file__).resolve().parents[2] / "expectations"
+
+
+def _lookup(params: Mapping[str, Any], dotted: str) -> Any:
+    cur: Any = params
+    for part in dotted.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            cur = DEFAULT_PARAMS
+            for p in dotted.split("."):
+                cur = cur[p]
+            return cur
+        cur = cur[part]
+    return cur
+
+
+def _subst(v: Any, params: Mapping[str, Any]) -> Any:
+    if isinstance(v, str) and (m := _PARAM.match(v)):
+        return _lookup(params, m.group(1))
+    if isinstance(v, list):
+        return [_subst(x, params) for x in v]
+    if isinstance(v, dict):
+        return {k: _subst(x, params) for k, x in v.items()}
+    return v
+
+
+def load_suite_spec(name: str, params: Mapping[str, Any] | None = None,
+                    directory: str | Path | None = None) -> dict[str, Any]:
+    d = Path(directory) if directory else expectations_dir()
+    spec = json.loads((d / f"{name}.json").read_text())
+    spec["expectations"] = [{**e, "kwargs": _subst(e.get("kwargs", {}), params or {})}
+                            for e in spec["expectations"]]
+    return spec
+
+
+# ---------------------------------------------------------------------------- derived tables
+def _cap(steps: pl.DataFrame, params: Mapping[str, Any]) -> int | None:
+    counts = Counter(steps["strategy"].to_list())
+    n = len(steps)
+    if (n < _lookup(params, "curate.balance_min_steps")
+            or len(counts) < _lookup(params, "curate.balance_min_strategies")):
+        return None
+    # the cap curation used was computed before balancing; the released counts are at most that
+    # cap, and their median is at most the original median, so this bound is conservative only
+    # when the report is missing
+    return max(1, math.floor(_lookup(params, "curate.balance_factor") * statistics.median(counts.values())))
+
+
+def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None) -> dict[str, pl.DataFrame]:
+    """The three tables the suites check, with their derived columns."""
+    from ..export.chat import check_line
+
+    release = Path(release)
+    params = params or {}
+    kernels = pl.read_parquet(release / "data/kernels.parquet")
+    steps = pl.read_parquet(release / "data/steps.parquet")
+
+    # kernels: workload -> splits of its kernels
+    wl_splits: dict[str, set] = defaultdict(set)
+    k_workloads: dict[str, list[str]] = {}
+    for r in kernels.select("kernel_id", "occurrences", "split").iter_rows(named=True):
+        wls = sorted({o["workload"] for o in json.loads(r["occurrences"])})
+        k_workloads[r["kernel_id"]] = wls
+        for w in wls:
+            wl_splits[w].add(r["split"])
+    kernels = kernels.with_columns(pl.Series("workload_n_splits", [
+        max((len(wl_splits[w]) for w in k_workloads[k]), default=1) for k in kernels["kernel_id"]],
+        dtype=pl.Int64))
+
+    # steps
+    def spread(t):
+        return None if t is None else float(t["spread"])
+
+    report_path = release / "stats.json"
+    cap = None
+    if report_path.exists():
+        bal = (json.loads(report_path.read_text()).get("balance") or {})
+        cap = bal.get("cap") if bal.get("applied") else None
+    else:
+        cap = _cap(steps, params)
+    counts = Counter(steps["strategy"].to_list())
+    known = set(kernels["kernel_id"].to_list())
+    cot_ok = []
+    for r in steps.select("cot", "cot_text").iter_rows(named=True):
+        cot_ok.append(_cot_valid(r["cot"], r["cot_text"]))
+    sp_max = []
+    for b, a in zip(steps["before"].to_list(), steps["after"].to_list()):
+        vals = [v for v in (spread(b), spread(a)) if v is not None]
+        sp_max.append(max(vals) if vals else None)
+    steps = steps.with_columns(
+        pl.Series("spread_max", sp_max, dtype=pl.Float64),
+        pl.Series("speedup_finite", [x is not None and math.isfinite(x) for x in steps["step_speedup"].to_list()]),
+        pl.Series("strategy_over_cap", [counts[s] - cap if cap else 0 for s in steps["strategy"].to_list()],
+                  dtype=pl.Int64),
+        pl.Series("cot_valid", cot_ok, dtype=pl.Boolean),
+        pl.Series("kernel_known", [k in known for k in steps["kernel_id"].to_list()], dtype=pl.Boolean),
+    )
+
+    # chat examples
+    split_of = dict(zip(kernels["kernel_id"].to_list(), kernels["split"].to_list()))
+    step_keys = set(steps["step_key"].to_list()) if "step_key" in steps.columns else set()
+    rows = []
+    for f in sorted((release / "chat").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            if not line.strip():
+                continue
+            problems = check_line(line)
+            try:
+                meta = json.loads(line).get("meta", {})
+            except ValueError:
+                meta = {}
+            rows.append({"file_split": f.stem, "kernel_id": meta.get("kernel_id"), "step_key": meta.get("step_key"),
+                         "trajectory_id": meta.get("trajectory_id"), "step_index": meta.get("step_index"),
+                         "tokens": (meta.get("tokens") or {}).get("total"),
+                         "format_problems": "; ".join(problems)})
+    ex_splits: dict[str, set] = defaultdict(set)
+    for r in rows:
+        ex_splits[r["kernel_id"]].add(r["file_split"])
+        if r["kernel_id"] in split_of:
+            ex_splits[r["kernel_id"]].add(split_of[r["kernel_id"]])
+    for r in rows:
+        k = r["kernel_id"]
+        r["kernel_n_splits"] = len(ex_splits[k])
+        r["workload_n_splits"] = max((len(wl_splits[w] | ex_splits[k]) for w in k_workloads.get(k, [])),
+                                     default=len(ex_splits[k]))
+        r["split_matches_file"] = split_of.get(k) == r["file_split"]
+        r["in_steps_table"] = r["step_key"] in step_keys
+    chat = pl.DataFrame(rows, schema={"file_split": pl.Utf8, "kernel_id": pl.Utf8, "step_key": pl.Utf8,
+                                      "trajectory_id": pl.Utf8,
+                                      "step_index": pl.Int64, "tokens": pl.Int64, "format_problems": pl.Utf8,
+                                      "kernel_n_splits": pl.Int64, "workload_n_splits": pl.Int64,
+                                      "split_matches_file": pl.Boolean, "in_steps_table": pl.Boolean})
+    return {"kernels": kernels, "steps": steps, "chat": chat}
+
+
+def _cot_valid(cot: str | None, cot_text: str | None) -> bool:
+    try:
+        d = json.loads(cot) if cot else {}
+    except ValueError:
+        return False
+    if not d:
+        return False
+    try:
+        from ..cot.schema import cot_from_record
+
+        cot_from_record(d)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------- running
+@dataclass
+class ValidationReport:
+    success: bool
+    suites: dict[str, dict[str, Any]] = field(default_factory=dict)
+    docs: str = ""
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        return [f for s in self.suites.values() for f in s["failures"]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"success": self.success, "docs": self.docs, "suites": self.suites}
+
+
+def _to_pandas(df: pl.DataFrame):
+    """Pandas for GX; nested columns (structs/lists) are not checked and become JSON text."""
+    nested = [c for c, t in df.schema.items() if isinstance(t, (pl.Struct, pl.List))]
+    if nested:
+        df = df.with_columns([pl.col(c).map_elements(lambda v: json.dumps(v, default=str), return_dtype=pl.Utf8)
+                              for c in nested])
+    return df.to_pandas()
+
+
+def validate_release(release: str | Path, params: Mapping[str, Any] | None = None,
+                     docs_dir: str | Path | None = None, expectations: str | Path | None = None,
+                     write_report: bool = True) -> ValidationReport:
+    """Run every suite on ``release``; write Data Docs to ``docs_dir`` (default
+    ``release/data_docs``) and ``validation.json`` into the release."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    import great_expectations as gx
+
+    release = Path(release)
+    params = params or {}
+    docs = Path(docs_dir) if docs_dir else release / "data_docs"
+    tables = derived_tables(release, params)
+    ctx = gx.get_context(mode="ephemeral")
+    try:
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    except Exception:  # noqa: BLE001 - cosmetic only
+        pass
+    try:
+        ctx.delete_data_docs_site("local_site")
+    except Exception:  # noqa: BLE001 - not present in every version
+        pass
+    ctx.add_data_docs_site(site_name="release", site_config={
+        "class_name": "SiteBuilder", "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs.resolve())}})
+    ds = ctx.data_sources.add_pandas("release")
+    vds = []
+    specs = {}
+    for name in SUITES:
+        spec = load_suite_spec(name, params, expectations)
+        specs[name] = spec
+        suite = gx.ExpectationSuite(name=name)
+        for e in spec["expectations"]:
+            cls = _expectation_class(e["type"])
+            suite.add_expectation(cls(**e["kwargs"], meta={"why": e.get("why", "")}))
+        suite = ctx.suites.add(suite)
+        bd = ds.add_dataframe_asset(name).add_batch_definition_whole_dataframe("all")
+        vds.append(ctx.validation_definitions.add(gx.ValidationDefinition(name=name, data=bd, suite=suite)))
+    report = ValidationReport(success=True)
+    for name, vd in zip(SUITES, vds):
+        cp = ctx.checkpoints.add(gx.Checkpoint(
+            name=f"{name}_gate", validation_definitions=[vd],
+            actions=[gx.checkpoint.UpdateDataDocsAction(name="docs", site_names=["release"])]))
+        cres = cp.run(batch_parameters={"dataframe": _to_pandas(tables[specs[name]["table"]])})
+        res = next(iter(cres.run_results.values()))
+        fails = []
+        for r in res.results:
+            if not r.success:
+                cfg = r.expectation_config
+                exc = r.exception_info if isinstance(r.exception_info, dict) else {}
+                fails.append({"suite": name, "expectation": cfg.type,
+                              "column": cfg.kwargs.get("column"), "why": (cfg.meta or {}).get("why", ""),
+                              "unexpected": [str(x) for x in (r.result or {}).get("partial_unexpected_list", [])[:5]],
+                              "observed": str((r.result or {}).get("observed_value", ""))[:200],
+                              "exception": exc.get("exception_message")})
+        report.suites[name] = {"success": bool(res.success), "evaluated": len(res.results),
+                               "failed": len(fails), "failures": fails}
+        report.success = report.success and bool(res.success)
+    report.docs = str((docs / "index.html").resolve())
+    if write_report:
+        write_text_atomic(release / "validation.json", json.dumps(report.to_dict(), indent=1) + "\n")
+    return report
+
+
+def _expectation_class(type_name: str):
+    import great_expectations as gx
+
+    cls_name = "".join(p.capitalize() for p in type_name.split("_"))
+    cls = getattr(gx.expectations, cls_name, None)
+    if cls is None:
+        raise ValueError(f"unknown expectation type {type_name!r} (no gx.expectations.{cls_name})")
+    return cls

@@ -1,0 +1,142 @@
+"""Real, small records for the release-pipeline tests (curate, export, quality, flows).
+
+Until the extraction and search stages feed them, the tests make their records the way those
+stages will: parse bundled example kernels, apply real strategies from the registry
+(``steptp.strategies.candidates``), verify each after-program against the before-program with
+TVM (``steptp.measure.verify.verify``) and time both (``steptp.tir.build.time``). Nothing is
+made up but the workload names a kernel occurs in.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import statistics
+
+import numpy as np
+
+from steptp import examples, strategies as S
+from steptp.leir import format_program, parse
+from steptp.leir.canon import canonical_hash, canonical_text
+from steptp.records import KernelRecord, Occurrence, StepRecord, TensorSpec, Timing, TrajectoryRecord
+
+# example kernel -> the workloads (architectures / operator suites) it "occurs" in
+WORKLOADS = {
+    "matmul_bias_gelu": [("bert", "archs"), ("gpt2", "archs")],
+    "layer_norm": [("bert", "archs")],
+    "softmax": [("gpt2", "archs")],
+    "conv2d_relu": [("resnet", "archs")],
+    "linear_leaky_relu": [("mlp", "archs")],
+    "cumsum": [("scan", "ops")],
+    "dual_matmul": [("llama", "archs")],
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _target():
+    from steptp.tir.build import default_target
+
+    return default_target()
+
+
+def _time(text: str) -> Timing:
+    from steptp.measure.verify import random_inputs
+    from steptp.tir import build as B
+
+    built = B.build(text, _target())
+    ins = random_inputs(parse(text), 0)
+    t = B.time(built, ins, number=5, repeat=5)
+    res = sorted(t.results)
+    q1, q3 = res[len(res) // 4], res[(3 * len(res)) // 4]
+    med = statistics.median(res)
+    return Timing(median_s=med, min_s=res[0], spread=(q3 - q1) / med if med else 0.0,
+                  repeats=t.repeat, number=t.number)
+
+
+def kernel_record(name: str) -> KernelRecord:
+    from steptp.cot.facts import program_facts
+    from steptp.tir.lower import lower
+    import tvm_ffi
+
+    prog = parse(examples.text(name))
+    text = format_program(prog)
+    h = canonical_hash(prog)
+    func = lower(prog, _target())
+    pf = program_facts(text)
+    sig = [TensorSpec(name=t.name, dtype=t.dtype, shape=list(t.shape), role="input") for t in prog.inputs]
+    sig += [TensorSpec(name=t.name, dtype=t.dtype, shape=list(t.shape), role="output") for t in prog.outputs]
+    occ = [Occurrence(workload=w, suite=s, count=1, original_name=name) for w, s in WORKLOADS[name]]
+    return KernelRecord(kernel_id=h[:16], name=name, leir=text, leir_hash=h,
+                        tir_hash=f"{tvm_ffi.structural_hash(func)}",
+                        signature=sig, occurrences=occ, weight=len(occ), flops=pf.flops,
+                        bytes_moved=pf.bytes_moved, tvmscript=func.script(), target=_target().key,
+                        raise_ok=True)
+
+
+def trajectory(kernel: KernelRecord, steps: int = 2, seed: int = 0, policy: str = "greedy-test",
+               with_cot: bool = True) -> tuple[list[StepRecord], TrajectoryRecord]:
+    """A short greedy walk: at each step, the first few candidates are verified and timed and the
+    fastest verified one is taken."""
+    from steptp.measure.verify import verify
+
+    tid = hashlib.sha256(f"{kernel.kernel_id}|{policy}|{seed}".encode()).hexdigest()[:16]
+    cur = kernel.leir
+    cur_t = _time(cur)
+    base_t = cur_t
+    out: list[StepRecord] = []
+    for i in range(steps):
+        cands = S.candidates(parse(cur), seed=seed, max_per_site=1)[:4]
+        best = None
+        for c in cands:
+            after = format_program(c.program)
+            v = verify(c.program, parse(kernel.leir), exactness=c.exactness, target=_target())
+            if not v.passed:
+                continue
+            t = _time(after)
+            if best is None or t.median_s < best[1].median_s:
+                best = (c, t, after, v)
+        if best is None:
+            break
+        c, t, after, v = best
+        st = S.get(c.strategy)
+        out.append(StepRecord(
+            trajectory_id=tid, step_index=i, kernel_id=kernel.kernel_id, before_leir=cur,
+            after_leir=after, strategy=c.strategy, family=st.family, exactness=c.exactness,
+            site=c.site.to_json(), params=dict(c.params),
+            outcome="improved" if t.median_s < cur_t.median_s else "not_improved",
+            verified=True, max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err,
+            before=cur_t, after=t, step_speedup=cur_t.median_s / t.median_s,
+            cumulative_speedup=base_t.median_s / t.median_s, target=_target().key,
+            fingerprint="test", policy=policy))
+        cur, cur_t = after, t
+    if with_cot:
+        out = [with_template_cot(s) for s in out]
+    traj = TrajectoryRecord(trajectory_id=tid, kernel_id=kernel.kernel_id, policy=policy, seed=seed,
+                            n_steps=len(out), strategies=[s.strategy for s in out],
+                            baseline_s=base_t.median_s, best_s=min([base_t.median_s] + [s.after.median_s for s in out]),
+                            speedup=base_t.median_s / min([base_t.median_s] + [s.after.median_s for s in out]),
+                            final_leir=cur, target=_target().key, fingerprint="test")
+    return out, traj
+
+
+def with_template_cot(step: StepRecord, seed: int = 0) -> StepRecord:
+    from steptp.cot.schema import answer_json, cot_record, render
+    from steptp.cot.template import TemplateWriter
+
+    cot = TemplateWriter(seed=seed).write(step)
+    text = render(cot, answer_json(step.strategy, step.site, step.params, step.after_leir))
+    return step.model_copy(update={"cot": cot_record(cot), "cot_text": text, "cot_source": "template"})
+
+
+@functools.lru_cache(maxsize=None)
+def dataset(names: tuple[str, ...] = ("matmul_bias_gelu", "layer_norm", "softmax", "cumsum",
+                                      "linear_leaky_relu", "dual_matmul"), steps: int = 2):
+    """(kernels, steps, trajectories) of real records: a few kernels, a short walk each."""
+    ks, ss, ts = [], [], []
+    for n in names:
+        k = kernel_record(n)
+        st, tr = trajectory(k, steps=steps)
+        ks.append(k)
+        ss += st
+        ts.append(tr)
+    return ks, ss, ts

@@ -1,0 +1,172 @@
+"""Curation: each rule on hand-built steps over real programs and real rewrites, balancing,
+workload-level splits; then the whole of it on real (verified, timed) records."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from steptp import examples, strategies as S
+from steptp.curate import (CurateConfig, assign_splits, curate, entropy, read_curated, workload_groups,
+                           write_curated)
+from steptp.curate.core import _balance
+from steptp.leir import format_program, parse
+from steptp.records import KernelRecord, Occurrence, StepRecord, Timing
+
+CFG = CurateConfig(require_cot=False)
+
+
+def _t(median=1e-5, spread=0.01):
+    return Timing(median_s=median, min_s=median, spread=spread, repeats=7, number=10)
+
+
+def _kernel(kid, workloads):
+    return KernelRecord(kernel_id=kid, name=kid, leir="", leir_hash=kid, tir_hash="", signature=[],
+                        occurrences=[Occurrence(workload=w, suite="archs") for w in workloads],
+                        weight=len(workloads), flops=1, bytes_moved=1, tvmscript="", target="cpu", raise_ok=True)
+
+
+def _step(before, after, tid="t0", i=0, kid="k0", strategy="loop_reorder", spread=0.01, verified=True,
+          speedup=1.5, outcome="improved"):
+    return StepRecord(trajectory_id=tid, step_index=i, kernel_id=kid, before_leir=before, after_leir=after,
+                      strategy=strategy, family="loop", exactness="exact", site={"path": [0]}, params={},
+                      outcome=outcome, verified=verified, before=_t(spread=spread), after=_t(spread=spread),
+                      step_speedup=speedup, cumulative_speedup=speedup, target="cpu")
+
+
+@pytest.fixture(scope="module")
+def progs():
+    """(A, B, C): a kernel, one real reorder of it, and a real split of B."""
+    a = parse(examples.text("matmul_bias_gelu"))
+    b = S.candidates(a, strategy="loop_reorder", seed=None)[0].program
+    c = S.candidates(b, strategy="loop_split", seed=None)[0].program
+    return format_program(a), format_program(b), format_program(c)
+
+
+def _reasons(res):
+    return {(r.trajectory_id, r.step_index): r.reason.split(":")[0] for r in res.rejects}
+
+
+def test_rules_each_reject_with_a_reason(progs):
+    a, b, c = progs
+    renamed = b.replace("T0", "Tacc")
+    assert renamed != b
+    steps = [
+        _step(a, b, "t0", 0), _step(b, a, "t0", 1),                 # reorder, then reorder back
+        _step(a, a, "t1", 0),                                       # no-op
+        _step(b, renamed, "t2", 0),                                 # rename only
+        _step(a, b, "t3", 0),                                       # duplicate of t0:0
+        _step(b, c, "t4", 0, spread=0.6),                           # noisy
+        _step(b, c, "t5", 0, verified=False, outcome="failed_verify"),
+        _step(b, c, "t6", 0, speedup=float("inf")),
+        _step(b, c, "t7", 0, kid="nope"),
+        _step(b, c, "t8", 0, strategy="loop_split"),                # kept
+    ]
+    res = curate([_kernel("k0", ["bert"])], steps, [], CFG)
+    got = _reasons(res)
+    assert got == {("t0", 1): "shortcut", ("t1", 0): "no_op", ("t2", 0): "rename_only",
+                   ("t3", 0): "duplicate", ("t4", 0): "noisy", ("t5", 0): "unverified",
+                   ("t6", 0): "unmeasured", ("t7", 0): "unknown_kernel"}
+    assert [(s.trajectory_id, s.step_index) for s in res.steps] == [("t0", 0), ("t8", 0)]
+    # every input step is kept or rejected, exactly once
+    assert len(res.steps) + len(res.rejects) == len(steps)
+    noisy = next(r for r in res.rejects if r.trajectory_id == "t4")
+    assert "0.6" in noisy.reason and "0.25" in noisy.reason
+    assert res.report["rejects_by_reason"]["shortcut"] == 1
+
+
+def test_shortcut_to_any_ancestor(progs):
+    a, b, c = progs
+    steps = [_step(a, b, "t", 0), _step(b, c, "t", 1, strategy="loop_split"),
+             _step(c, a, "t", 2, strategy="loop_fusion")]
+    res = curate([_kernel("k0", ["bert"])], steps, [], CFG)
+    assert _reasons(res) == {("t", 2): "shortcut"}
+    assert "before step 0" in res.rejects[0].reason
+
+
+def test_search_tree_siblings_are_not_shortcuts(progs):
+    """A search's rows share a trajectory id; step_index is the depth; siblings share a parent."""
+    a, b, c = progs
+    d = S.candidates(parse(b), strategy="loop_split", seed=None)[1].program
+    rows = [_step(a, b, "t", 0), _step(b, c, "t", 1, strategy="loop_split"),
+            _step(b, format_program(d), "t", 1, strategy="loop_split"),
+            _step(c, b, "t", 2, strategy="loop_fusion")]            # back to its grandparent's after
+    res = curate([_kernel("k0", ["bert"])], rows, [], CFG)
+    assert [r.reason.split(":")[0] for r in res.rejects] == ["shortcut"]
+    assert res.rejects[0].step_index == 2 and len(res.steps) == 3
+
+
+def test_cot_required(progs):
+    a, b, _ = progs
+    res = curate([_kernel("k0", ["w"])], [_step(a, b)], [], CurateConfig(require_cot=True))
+    assert _reasons(res) == {("t0", 0): "no_cot"}
+    bad = _step(a, b).model_copy(update={"cot": {"schema_version": "steptp-cot-1", "observation": 1}})
+    res = curate([_kernel("k0", ["w"])], [bad], [], CurateConfig(require_cot=True))
+    assert _reasons(res) == {("t0", 0): "cot_invalid"}
+
+
+def test_balance_caps_the_big_strategy(progs):
+    a, b, _ = progs
+    steps = [_step(a, b, f"x{n}", 0, strategy="big") for n in range(40)]
+    for s in ("p", "q", "r"):
+        steps += [_step(a, b, f"{s}{n}", 0, strategy=s) for n in range(5)]
+    kept, rej, info = _balance(steps, CurateConfig(balance_factor=3.0, balance_min_steps=30))
+    assert info["applied"] and info["cap"] == 15 and info["median"] == 5
+    counts = {s: sum(1 for x in kept if x.strategy == s) for s in ("big", "p", "q", "r")}
+    assert counts == {"big": 15, "p": 5, "q": 5, "r": 5}
+    assert len(rej) == 25 and all(r.reason.startswith("balance: big above the cap of 15") for r in rej)
+    # deterministic given the seed, different with another seed
+    again, _, _ = _balance(steps, CurateConfig(balance_factor=3.0, balance_min_steps=30))
+    assert [s.trajectory_id for s in again] == [s.trajectory_id for s in kept]
+    other, _, _ = _balance(steps, CurateConfig(balance_factor=3.0, balance_min_steps=30, seed=1))
+    assert [s.trajectory_id for s in other] != [s.trajectory_id for s in kept]
+    # not enough data: no balancing
+    small, rej2, info2 = _balance(steps[:20], CurateConfig(balance_min_steps=30))
+    assert len(small) == 20 and not rej2 and not info2["applied"]
+    assert entropy({"a": 1, "b": 1}) == pytest.approx(1.0)
+    assert entropy({"a": 3}) == 0.0
+
+
+def test_workload_groups_and_splits():
+    ks = [_kernel("k1", ["bert"]), _kernel("k2", ["bert", "gpt2"]), _kernel("k3", ["gpt2"]),
+          _kernel("k4", ["resnet"]), _kernel("k5", ["mlp"]), _kernel("k6", ["scan"]), _kernel("k7", ["llama"])]
+    groups = workload_groups(ks)
+    assert ["k1", "k2", "k3"] in groups and len(groups) == 5
+    w = {k.kernel_id: 3 for k in ks}
+    fr = {"train": 0.8, "validation": 0.1, "test": 0.1}
+    sp = assign_splits(groups, w, fr, seed=0)
+    assert set(sp) == {k.kernel_id for k in ks}
+    assert sp["k1"] == sp["k2"] == sp["k3"]
+    assert set(sp.values()) == {"train", "validation", "test"}
+    assert assign_splits(groups, w, fr, seed=0) == sp
+    seeds = {tuple(sorted(assign_splits(groups, w, fr, seed=s).items())) for s in range(6)}
+    assert len(seeds) > 1
+    # every architecture's kernels in one split
+    for wl in ("bert", "gpt2", "resnet"):
+        assert len({sp[k.kernel_id] for k in ks if wl in {o.workload for o in k.occurrences}}) == 1
+
+
+# ---------------------------------------------------------------------------- real records
+@pytest.fixture(scope="module")
+def real():
+    from _release_records import dataset
+
+    return dataset()
+
+
+@pytest.mark.slow
+def test_curate_real_records(real, tmp_path):
+    ks, ss, ts = real
+    res = curate(ks, ss, ts, CurateConfig())
+    assert res.steps, res.report
+    assert len(res.steps) + len(res.rejects) == len(ss)
+    assert all(s.verified and s.cot for s in res.steps)
+    assert all(math.isfinite(s.step_speedup) and s.step_speedup > 0 for s in res.steps)
+    assert {res.splits[s.kernel_id] for s in res.steps} <= {"train", "validation", "test"}
+    write_curated(res, tmp_path / "cur", ks, ts)
+    back = read_curated(tmp_path / "cur")
+    assert back["steps"] == res.steps and back["splits"] == res.splits
+    assert back["report"]["kept_steps"] == len(res.steps)
+    again = curate(ks, ss, ts, CurateConfig())
+    assert again.splits == res.splits and again.steps == res.steps

@@ -1,0 +1,113 @@
+"""Export: the chat format, and a release folder from real (verified, timed, explained) records."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from steptp.curate import CurateConfig, curate, read_curated, write_curated
+from steptp.export import check_line, example, export_release, publish, verify_checksums
+from steptp.export.chat import SYSTEM_PROMPT, answer, think
+from steptp.records import StepRecord, Timing
+
+
+def _step(**kw):
+    from steptp import examples
+    from steptp.leir import format_program, parse
+
+    a = format_program(parse(examples.text("softmax")))
+    t = Timing(median_s=1e-5, min_s=1e-5, spread=0.01, repeats=7, number=10)
+    d = dict(trajectory_id="t", step_index=0, kernel_id="k", before_leir=a, after_leir=a.replace("T0", "T9"),
+             strategy="loop_split", family="loop", exactness="exact", site={"path": [0], "loops": ["i"]},
+             params={"factor": 2}, outcome="improved", verified=True, before=t, after=t, step_speedup=1.2,
+             target="llvm-x86_64", cot={}, cot_text="<think>\nbecause `i` is long\n</think>\n{}")
+    d.update(kw)
+    return StepRecord(**d)
+
+
+def test_chat_format_one_line():
+    s = _step()
+    ex = example(s, "Xeon (x86_64, 2 threads)", "train")
+    line = json.dumps(ex)
+    assert check_line(line) == []
+    msgs = json.loads(line)["messages"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
+    assert msgs[0]["content"] == SYSTEM_PROMPT
+    assert "Xeon (x86_64, 2 threads)" in msgs[1]["content"] and s.before_leir in msgs[1]["content"]
+    a = msgs[2]["content"]
+    assert a.startswith("<think>\nbecause `i` is long\n</think>\n")
+    ans = json.loads(a.split("</think>\n", 1)[1])
+    assert ans == {"strategy": "loop_split", "site": {"path": [0], "loops": ["i"]}, "params": {"factor": 2},
+                   "program": s.after_leir}
+    assert ex["meta"]["tokens"]["total"] > 50 and ex["meta"]["split"] == "train"
+    assert think(_step(cot_text="plain reasoning")) == "plain reasoning"
+    assert json.loads(answer(s))["strategy"] == "loop_split"
+
+
+def test_check_line_catches_problems():
+    good = json.loads(json.dumps(example(_step(), "cpu")))
+    assert check_line("{not json") and check_line("{not json")[0].startswith("not JSON")
+    bad = json.loads(json.dumps(good))
+    bad["messages"] = bad["messages"][1:]
+    assert check_line(json.dumps(bad)) == ["messages must be system, user, assistant"]
+    bad = json.loads(json.dumps(good))
+    bad["messages"][2]["content"] = "<think>\nx\n</think>\n{\"strategy\": 1}"
+    assert any("answer keys" in p for p in check_line(json.dumps(bad)))
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    from _release_records import dataset
+
+    ks, ss, ts = dataset()
+    res = curate(ks, ss, ts, CurateConfig())
+    d = tmp_path_factory.mktemp("exp")
+    write_curated(res, d / "cur", ks, ts)
+    fp = {"cpu_model": "Test CPU", "machine": "x86_64", "num_threads": 2, "id": "abc"}
+    stats = export_release(read_curated(d / "cur"), d / "stage", name="steptp-test", version="9",
+                           params={"seed": 0, "curate": {"max_spread": 0.25}}, fingerprint=fp)
+    return d, res, stats
+
+
+@pytest.mark.slow
+def test_release_folder(release):
+    d, res, stats = release
+    stage = d / "stage"
+    for f in ("README.md", "stats.json", "data/kernels.parquet", "data/steps.parquet",
+              "data/trajectories.parquet", "data/rejects.parquet", "chat/train.jsonl", "chat/validation.jsonl",
+              "chat/test.jsonl", "plots/strategies.png", "plots/speedups.png", "plots/tokens.png"):
+        assert (stage / f).is_file(), f
+    assert (stage / "plots/strategies.png").read_bytes()[:4] == b"\x89PNG"
+    steps = pl.read_parquet(stage / "data/steps.parquet")
+    assert len(steps) == len(res.steps) and steps["split"].null_count() == 0
+    assert pl.read_parquet(stage / "data/rejects.parquet").columns[:5] == [
+        "trajectory_id", "step_index", "kernel_id", "strategy", "reason"]
+    n = 0
+    for sp in ("train", "validation", "test"):
+        for line in (stage / f"chat/{sp}.jsonl").read_text().splitlines():
+            assert check_line(line) == []
+            meta = json.loads(line)["meta"]
+            assert meta["split"] == sp == res.splits[meta["kernel_id"]]
+            n += 1
+    assert n == len(res.steps) == stats["counts"]["steps"]
+    card = (stage / "README.md").read_text()
+    for needle in ("## Strategies", "plots/speedups.png", "plots/tokens.png", "Test CPU", "load_dataset",
+                   "pl.read_parquet", "| train |"):
+        assert needle in card, needle
+
+    # publish: manifest with checksums, atomic move, replaces an older release
+    dest = d / "releases" / "steptp-test-9"
+    dest.mkdir(parents=True)
+    (dest / "old.txt").write_text("old")
+    publish(stage, dest, params={"seed": 0}, validation={"success": True}, move=False)
+    assert stage.exists() and not (dest / "old.txt").exists()
+    man = json.loads((dest / "manifest.json").read_text())
+    assert man["params"] == {"seed": 0} and man["seeds"] == {"seed": 0}
+    assert "data/steps.parquet" in man["files"] and "great-expectations" in man["versions"]
+    assert man["fingerprints"]["hardware"]["cpu_model"] == "Test CPU"
+    assert verify_checksums(dest) == []
+    (dest / "chat/train.jsonl").write_text("tampered\n")
+    assert verify_checksums(dest) == ["chat/train.jsonl"]
+    assert not [p for p in dest.parent.iterdir() if p.name.startswith(".")]

@@ -1,0 +1,92 @@
+"""Quality gates: the GX suites in expectations/ pass on a good release and stop a bad one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import polars as pl
+import pytest
+
+from steptp.curate import CurateConfig, curate, read_curated, write_curated
+from steptp.export import export_release
+from steptp.quality import load_suite_spec, validate_release
+from steptp.quality.core import SUITES, _expectation_class
+
+
+def test_suite_files_are_valid():
+    for name in SUITES:
+        spec = load_suite_spec(name, {"curate": {"max_spread": 0.3}})
+        assert spec["expectations"]
+        for e in spec["expectations"]:
+            _expectation_class(e["type"])  # a real GX expectation
+            assert e.get("why")
+            assert not any(isinstance(v, str) and v.startswith("${") for v in e["kwargs"].values())
+    steps = load_suite_spec("steps", {"curate": {"max_spread": 0.3}})
+    spread = next(e for e in steps["expectations"] if e["kwargs"].get("column") == "spread_max")
+    assert spread["kwargs"]["max_value"] == 0.3
+    # default when params do not say
+    assert next(e for e in load_suite_spec("steps", {})["expectations"]
+                if e["kwargs"].get("column") == "spread_max")["kwargs"]["max_value"] == 0.25
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    from _release_records import dataset
+
+    ks, ss, ts = dataset()
+    res = curate(ks, ss, ts, CurateConfig())
+    d = tmp_path_factory.mktemp("q")
+    write_curated(res, d / "cur", ks, ts)
+    export_release(read_curated(d / "cur"), d / "good", name="t", version="0")
+    return d
+
+
+@pytest.mark.slow
+def test_good_release_passes_and_writes_data_docs(staged):
+    rep = validate_release(staged / "good", {})
+    assert rep.success, rep.failures
+    assert (staged / "good/data_docs/index.html").is_file()
+    assert set(rep.suites) == {"kernels", "steps", "export"}
+    assert json.loads((staged / "good/validation.json").read_text())["success"] is True
+
+
+@pytest.mark.slow
+def test_bad_release_fails_the_gates(staged):
+    bad = staged / "bad"
+    shutil.copytree(staged / "good", bad, ignore=shutil.ignore_patterns("data_docs"))
+    steps = pl.read_parquet(bad / "data/steps.parquet")
+    steps = steps.with_columns(pl.lit(False).alias("verified"), pl.lit("{}").alias("cot"))
+    steps.write_parquet(bad / "data/steps.parquet")
+    k = pl.read_parquet(bad / "data/kernels.parquet")
+    # leak: move one kernel to another split in the kernels table only
+    k = k.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("test" if k["split"][0] != "test" else "train"))
+                       .otherwise(pl.col("split")).alias("split"))
+    k.write_parquet(bad / "data/kernels.parquet")
+    with open(bad / "chat/train.jsonl", "a") as f:
+        f.write("{broken\n")
+    rep = validate_release(bad, {})
+    assert not rep.success
+    failed = {(f["suite"], f.get("column")) for f in rep.failures}
+    assert ("steps", "verified") in failed
+    assert ("steps", "cot_valid") in failed
+    assert ("export", "format_problems") in failed
+    assert ("export", "split_matches_file") in failed or ("export", "kernel_n_splits") in failed
+
+
+@pytest.mark.slow
+def test_cli_validate_exit_codes(staged, tmp_path):
+    from typer.testing import CliRunner
+
+    from steptp.cli import app
+
+    r = CliRunner().invoke(app, ["validate", str(staged / "good"), "--publish", str(tmp_path / "pub")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "pub/manifest.json").is_file() and (tmp_path / "pub/data_docs/index.html").is_file()
+    bad = tmp_path / "bad"
+    shutil.copytree(staged / "good", bad, ignore=shutil.ignore_patterns("data_docs"))
+    pl.read_parquet(bad / "data/steps.parquet").with_columns(pl.lit(-1.0).alias("step_speedup")) \
+        .write_parquet(bad / "data/steps.parquet")
+    r = CliRunner().invoke(app, ["validate", str(bad), "--publish", str(tmp_path / "pub2")])
+    assert r.exit_code == 1
+    assert not (tmp_path / "pub2").exists()
