@@ -116,8 +116,8 @@ def candidates(program: A.Program, strategy: str | Iterable[str] | None = None, 
 
     * ``strategy``: one name, several, or None for every strategy that supports ``target``;
     * ``seed``: sampling seed (``None`` = each strategy's full deterministic enumeration);
-    * ``max_per_site``: keep at most this many parameter choices per site (sampled with the seeded
-      generator, order preserved);
+    * ``max_per_site``: keep at most this many candidates per site: choices are tried in a seeded
+      order until that many are legal (output in enumeration order);
     * ``rng``: an explicit generator, overriding ``seed``;
     * ``with_rejected``: also return the refused and no-op choices with their reasons;
     * ``validate``: run ``leir.check`` on each result when the checker is available, rejecting
@@ -147,14 +147,18 @@ def candidates(program: A.Program, strategy: str | Iterable[str] | None = None, 
         r = rng if rng is not None else _rng(seed, s.name)
         seen: set[str] = set()
         for site in s.sites(program, analysis):
-            choices = s.params(program, site, r)
-            if max_per_site is not None and len(choices) > max_per_site:
-                if r is None:
-                    choices = choices[:max_per_site]
-                else:
-                    keep = sorted(r.sample(range(len(choices)), max_per_site))
-                    choices = [choices[k] for k in keep]
-            for p in choices:
+            choices = list(s.params(program, site, r))
+            # With a cap, choices are tried in a seeded order until `max_per_site` of them are
+            # legal and new (an illegal draw does not cost the site its candidate); the kept
+            # ones come out in enumeration order.
+            order = list(range(len(choices)))
+            if max_per_site is not None and r is not None:
+                r.shuffle(order)
+            kept: list[tuple[int, Candidate]] = []
+            for k in order:
+                if max_per_site is not None and len(kept) >= max_per_site:
+                    break
+                p = choices[k]
                 v = s.check(program, site, p)
                 if not v.ok:
                     rejected.append(Rejected(s.name, site, p, v.reason))
@@ -178,7 +182,9 @@ def candidates(program: A.Program, strategy: str | Iterable[str] | None = None, 
                     rejected.append(Rejected(s.name, site, p, "duplicate of an earlier candidate"))
                     continue
                 seen.add(text)
-                out.append(Candidate(s.name, site, dict(p), new, s.exactness_for(program, site, p), text))
+                kept.append((k, Candidate(s.name, site, dict(p), new,
+                                          s.exactness_for(program, site, p), text)))
+            out.extend(c for _, c in sorted(kept, key=lambda kc: kc[0]))
     return (out, rejected) if with_rejected else out
 
 
