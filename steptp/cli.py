@@ -307,8 +307,11 @@ def kernels(path: Path = typer.Argument(..., help="a kernels table written by st
         _err(f"{path}: not a kernels table: {e}")
         raise typer.Exit(2) from None
     t = Table(title=f"{path}: {len(recs)} kernels")
-    for col in ("id", "name", "weight", "models", "flops", "bytes", "raise"):
-        t.add_column(col, justify="left" if col in ("id", "name", "raise") else "right")
+    t.add_column("id", no_wrap=True, min_width=16)
+    t.add_column("name", overflow="fold")
+    for col in ("weight", "models", "flops", "bytes"):
+        t.add_column(col, justify="right")
+    t.add_column("raise")
     for r in recs[: limit or None]:
         t.add_row(r.kernel_id, r.name, str(r.weight), str(len({o.workload for o in r.occurrences})),
                   f"{r.flops:,}", f"{r.bytes_moved:,}",

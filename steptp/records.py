@@ -209,11 +209,19 @@ def write_table(df: pl.DataFrame, path: str | os.PathLike) -> Path:
     os.close(fd)
     try:
         df.write_parquet(tmp)
+        _umask_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask_mode(path: str) -> None:
+    """Give a temp file the mode a plain open() would (mkstemp makes it 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
@@ -224,6 +232,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        _umask_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,638 @@
+"""Kernel extraction: workloads → fused TIR PrimFuncs → LEIR kernel records (one parquet table).
+
+    from steptp.zoo import extract
+    result = extract.extract(extract.refs_for_zoo("tiny"), jobs=2)
+    extract.write(result, "kernels.parquet")          # + kernels.summary.json next to it
+
+Two phases:
+
+1. **scan** (one task per workload): build the module and its seeded inputs, ``torch.export``,
+   import into Relax (unsupported ATen operators become opaque calls and are reported, the rest
+   of the model still comes through; see ``steptp.zoo.relax_import``), fuse, and for every fused
+   PrimFunc: its TVMScript, TIR structural hash, how often ``main`` calls it, and the raised,
+   canonically renamed LEIR with its hash, signature, FLOPs and bytes (or the raise failure's
+   reason). With ``model_check`` the whole model is also compiled with TVM and compared with
+   PyTorch eager (``steptp.zoo.model_check.whole_model_check``).
+2. **check** (one task per *unique* kernel): the raise check, ``lower(raise(f))`` numerically
+   equal to ``f`` (``steptp.measure.verify`` with exactness ``exact`` on seeds 0, 1, 2). The
+   reference is ``f`` parsed back from the recorded TVMScript, so the check also vouches for the
+   record's text (the scan checks that the TVMScript round-trips to the same structural hash).
+
+Kernels are deduplicated across all workloads by their canonical LEIR hash (kernels that do not
+raise: by the TIR structural hash). Each record lists its occurrences (workload, suite, PrimFunc
+name, number of calls) sorted by workload order then name; ``weight`` is the total number of
+calls. The kernel id is the first 16 hex digits of the canonical LEIR hash (kernels that do not
+raise: of the SHA-256 of their TVMScript printed under the name ``k``).
+
+Tasks exchange only plain data (text, numbers), never TVM objects. With ``jobs > 1`` they run
+in ``spawn`` worker processes; a worker that dies (a crash inside TVM or torch) costs only its
+task: the pool is recreated, the unfinished tasks are rerun one at a time to find the culprit,
+and the culprit is reported as ``crashed``. Results are merged in workload order, so the output
+does not depend on ``jobs`` or on timing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+__all__ = ["WorkloadRef", "KernelScan", "WorkloadScan", "CheckResult", "ExtractResult",
+           "refs_for_zoo", "refs_for_model", "refs_for_problems", "scan_workload",
+           "check_kernel", "extract", "write", "summary_path"]
+
+
+# ----------------------------------------------------------------------------- references
+@dataclass(frozen=True)
+class WorkloadRef:
+    """A picklable description of a workload that a worker process can rebuild.
+
+    ``kind``: ``registry`` (``name`` in ``steptp.zoo.workloads``), ``factory`` (``source`` is
+    ``pkg.module:factory``, ``inputs`` an optional input spec) or ``problem`` (``source`` is a
+    KernelBench-style file, ``scale`` its scale).
+    """
+
+    kind: str
+    name: str
+    source: str = ""
+    inputs: str | None = None
+    scale: float = 1.0
+    size: str = "tiny"
+    dtype: str = "float32"
+
+    def workload(self):
+        from steptp.zoo import user, workloads
+
+        if self.kind == "registry":
+            return workloads.get(self.name)
+        if self.kind == "factory":
+            return user.from_factory(self.source, inputs=self.inputs, name=self.name)
+        if self.kind == "problem":
+            return user.problem_workload(self.source, scale=self.scale, tiny_scale=None)
+        raise ValueError(f"unknown workload kind {self.kind!r}")
+
+
+def refs_for_zoo(spec: str, size: str = "tiny", dtype: str = "float32") -> list[WorkloadRef]:
+    """``spec`` is a suite name (``tiny``, ``ops``, ``default``...) or workload names separated
+    by commas (suites may be mixed in). Duplicates are dropped, order is kept."""
+    from steptp.zoo import workloads
+
+    out: list[WorkloadRef] = []
+    seen: set[str] = set()
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"--zoo {spec!r}: name a suite ({', '.join(workloads.SUITE_NAMES)}) "
+                         f"or workloads separated by commas")
+    for part in parts:
+        if part in workloads.SUITE_NAMES:
+            names = [w.name for w in workloads.suite(part)]
+        else:
+            names = [workloads.get(part).name]  # UnknownName lists the valid names
+        for n in names:
+            if n not in seen:
+                seen.add(n)
+                out.append(WorkloadRef("registry", n, size=size, dtype=dtype))
+    return out
+
+
+def refs_for_model(target: str, inputs: str | None = None, size: str = "tiny",
+                   dtype: str = "float32") -> list[WorkloadRef]:
+    """One user model, ``pkg.module:factory`` or ``path/to/file.py:factory`` (built once here so
+    that a bad reference or input spec fails before any work starts)."""
+    from steptp.zoo import user
+
+    w = user.from_factory(target, inputs=inputs)
+    return [WorkloadRef("factory", w.name, source=target, inputs=inputs, size=size, dtype=dtype)]
+
+
+def refs_for_problems(directory: str | os.PathLike, scale: float = 1.0, size: str = "default",
+                      dtype: str = "float32") -> list[WorkloadRef]:
+    """One reference per KernelBench-style problem file in ``directory`` (sorted by name)."""
+    from steptp.zoo import user
+
+    ws = user.load_problems(directory, scale=scale, tiny_scale=None)
+    return [WorkloadRef("problem", w.name, source=str(w.meta["source"]), scale=scale,
+                        size=size, dtype=dtype) for w in ws]
+
+
+# ----------------------------------------------------------------------------- scan (phase 1)
+@dataclass
+class KernelScan:
+    """One fused PrimFunc of one workload, as plain data."""
+
+    name: str
+    calls: int
+    tvmscript: str
+    tir_hash: str
+    script_hash: str
+    leir: str = ""          # canonical text (canonical names, the PrimFunc's name as kernel name)
+    leir_hash: str = ""
+    names: dict = field(default_factory=dict)
+    signature: list = field(default_factory=list)
+    flops: int = 0
+    bytes_moved: int = 0
+    raise_reason: str = ""  # "" when the raise succeeded
+    raise_detail: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"leir:{self.leir_hash}" if self.leir_hash else f"tir:{self.tir_hash}"
+
+    @property
+    def kernel_id(self) -> str:
+        return (self.leir_hash or self.script_hash)[:16]
+
+
+@dataclass
+class WorkloadScan:
+    workload: str
+    suite: str
+    ok: bool = False
+    error: str = ""
+    stage: str = ""
+    kernels: list[KernelScan] = field(default_factory=list)
+    unsupported: list[dict] = field(default_factory=list)
+    model_check: dict | None = None
+    seconds: float = 0.0
+    meta: dict = field(default_factory=dict)
+
+
+def _short(e: BaseException, limit: int = 300) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}"[:limit]
+
+
+def _signature(program) -> list[dict]:
+    return [{"name": t.name, "dtype": t.tvm_dtype, "shape": [int(d) for d in t.shape],
+             "role": "input" if i < len(program.inputs) else "output"}
+            for i, t in enumerate(program.params)]
+
+
+def _tir_signature(f) -> list[dict]:
+    from steptp.tir.build import signature
+
+    try:
+        return [{"name": p.name, "dtype": p.dtype, "shape": list(p.shape),
+                 "role": "output" if p.is_output else "input"} for p in signature(f)]
+    except Exception:  # noqa: BLE001 - symbolic shapes: no static signature
+        return []
+
+
+def scan_primfunc(name: str, f, calls: int = 1) -> KernelScan:
+    """Raise one PrimFunc and describe it (never raises: failures go into ``raise_reason``)."""
+    import tvm
+    import tvm_ffi
+
+    from steptp.leir import analysis
+    from steptp.leir.canon import canonical_hash, canonicalize
+    from steptp.leir.printer import format_program
+    from steptp.tir.raise_ import RaiseError, raise_primfunc
+
+    script = f.script(name=name)
+    tir_hash = str(tvm_ffi.structural_hash(f))
+    k = KernelScan(name=name, calls=calls, tvmscript=script, tir_hash=tir_hash,
+                   script_hash=hashlib.sha256(f.script(name="k").encode()).hexdigest())
+    try:
+        prog = raise_primfunc(f, name)
+    except RaiseError as e:
+        k.raise_reason, k.raise_detail = e.reason, str(e.detail)[:300]
+        k.signature = _tir_signature(f)
+        return k
+    except Exception as e:  # noqa: BLE001 - a raiser bug must not cost the workload
+        k.raise_reason, k.raise_detail = "raise-crashed", _short(e)
+        k.signature = _tir_signature(f)
+        return k
+    # The raise check's reference is parsed back from this text: it must mean the same kernel
+    # (structural equality is too strict: the parser re-infers region dtypes and the like).
+    try:
+        back = tvm.script.from_source(script)
+        if isinstance(back, tvm.IRModule):
+            back = back["main"]
+        same = canonical_hash(raise_primfunc(back, name)) == canonical_hash(prog)
+    except Exception as e:  # noqa: BLE001
+        k.raise_reason, k.raise_detail = "tvmscript-roundtrip", _short(e)
+        k.signature = _tir_signature(f)
+        return k
+    if not same:
+        k.raise_reason, k.raise_detail = "tvmscript-roundtrip", \
+            "the printed TVMScript parses to a kernel that raises differently"
+        k.signature = _tir_signature(f)
+        return k
+    canon, meta = canonicalize(prog)
+    k.leir = format_program(canon)
+    k.leir_hash = canonical_hash(prog)
+    k.names = meta
+    k.signature = _signature(canon)
+    try:
+        k.flops = int(analysis.flops(canon))
+        k.bytes_moved = int(analysis.bytes_moved(canon))
+    except Exception:  # noqa: BLE001 - analyses are best effort; the record still counts
+        pass
+    return k
+
+
+def scan_workload(ref: WorkloadRef, model_check: bool = False,
+                  target: dict | None = None) -> WorkloadScan:
+    """Phase 1 for one workload (never raises; failures are in ``error``/``stage``)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    t0 = time.perf_counter()
+    res = WorkloadScan(workload=ref.name, suite="?")
+    try:
+        res.stage = "build"
+        w = ref.workload()
+        res.suite = w.suite
+        module, inputs = w.build(ref.size, ref.dtype)
+        res.stage = "import"
+        from steptp.zoo.relax_import import ImportReport, call_counts, import_module, primfuncs
+
+        report = ImportReport()
+        mod, _params = import_module(module, inputs, target=target, unsupported="opaque",
+                                     report=report)
+        res.unsupported = [u.to_dict() for u in report.unsupported]
+        res.unsupported += [{"op": op, "error": "no TIR legalization for this Relax operator",
+                             "count": 1} for op in report.unlegalized]
+        counts = call_counts(mod)
+        res.stage = "raise"
+        for name, f in primfuncs(mod):
+            res.kernels.append(scan_primfunc(name, f, counts.get(name, 1)))
+        res.ok = True
+        res.stage = ""
+        if model_check:
+            from steptp.zoo.model_check import whole_model_check
+
+            c = whole_model_check(w, size=ref.size, dtype=ref.dtype, target=target)
+            res.model_check = {k: v for k, v in c.to_dict().items() if k != "target"}
+        if w.meta.get("applied_scale"):
+            res.meta["applied_scale"] = dict(w.meta["applied_scale"])
+    except Exception as e:  # noqa: BLE001 - reported per workload, the run goes on
+        res.ok = False
+        res.error = _short(e, 500)
+        res.meta["traceback"] = traceback.format_exc(limit=6)[-2000:]
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+# ----------------------------------------------------------------------------- check (phase 2)
+@dataclass
+class CheckResult:
+    key: str
+    passed: bool
+    max_abs_err: float | None = None
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def gather_bounds(prog) -> dict[str, int]:
+    """Integer inputs that end up as subscripts, with the extent they index (exclusive bound),
+    also through intermediates: ``E[i] = B[i]; D[i] = A[E[i]]`` bounds ``B`` by ``A``'s extent.
+    (Direct subscripts are what ``verify.random_inputs`` finds itself; this adds the copies that
+    Relax's advanced indexing makes, so the raise check never gathers out of bounds.)"""
+    from steptp.leir import ast as A
+
+    tensors = prog.tensors
+    ints = {t.name for t in (*prog.inputs, *prog.intermediates) if t.dtype in A.INT_DTYPES}
+    inputs = {t.name for t in prog.inputs}
+    bounds: dict[str, int] = {}
+    nodes = [n for st in prog.body for n in A.walk(st)]
+    for n in nodes:
+        if isinstance(n, (A.Load, A.Assign)) and n.tensor in tensors:
+            for dim, sub in zip(tensors[n.tensor].shape, n.index):
+                for ld in A.loads(sub):
+                    if ld.tensor in ints:
+                        bounds[ld.tensor] = min(bounds.get(ld.tensor, dim), dim)
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if isinstance(n, A.Assign) and n.op == "=" and n.tensor in bounds:
+                for ld in A.loads(n.value):
+                    if ld.tensor in ints and bounds.get(ld.tensor, 1 << 62) > bounds[n.tensor]:
+                        bounds[ld.tensor] = bounds[n.tensor]
+                        changed = True
+    return {k: v for k, v in sorted(bounds.items()) if k in inputs}
+
+
+def check_kernel(key: str, leir: str, tvmscript: str, seeds: Sequence[int] = (0, 1, 2)
+                 ) -> CheckResult:
+    """The raise check of one kernel: its LEIR, lowered and built, against the PrimFunc parsed
+    from its TVMScript (``exact`` tolerance). Never raises."""
+    t0 = time.perf_counter()
+    try:
+        import tvm
+
+        from steptp.leir import parse
+        from steptp.measure.verify import verify
+
+        from steptp.measure.verify import random_inputs
+
+        ref = tvm.script.from_source(tvmscript)
+        if isinstance(ref, tvm.IRModule):
+            ref = ref["main"]
+        prog = parse(leir)
+        bounds = gather_bounds(prog)
+        inputs = [random_inputs(prog, s, index_bounds=bounds) for s in seeds] if bounds else None
+        v = verify(prog, ref, exactness="exact", seeds=tuple(seeds), inputs=inputs)
+        out = CheckResult(key, bool(v.passed), float(v.max_abs_err),
+                          "" if v.passed else f"verify: {v.reason}"[:500])
+    except Exception as e:  # noqa: BLE001
+        out = CheckResult(key, False, None, f"check-crashed: {_short(e)}")
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+# ----------------------------------------------------------------------------- running tasks
+def _init_worker(threads: int) -> None:
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+class _Pool:
+    """A lazily started ``spawn`` process pool shared by both phases; ``jobs <= 1`` runs tasks in
+    this process. A pool whose worker died is shut down and replaced on the next use."""
+
+    def __init__(self, jobs: int):
+        self.jobs, self.pool, self.size = jobs, None, 0
+
+    def get(self, workers: int) -> ProcessPoolExecutor:
+        if self.pool is not None and self.size != workers:
+            self.close()
+        if self.pool is None:
+            import multiprocessing as mp
+
+            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                            initializer=_init_worker, initargs=(1,))
+            self.size = workers
+        return self.pool
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool, self.size = None, 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _run_tasks(pool: _Pool, fn: Callable, items: Sequence[tuple],
+               on_done: Callable[[int, Any], None], crashed: Callable[[int, str], Any]) -> list:
+    """Run ``fn(*items[i])`` for every i, in-process (jobs <= 1) or in the worker pool. Returns
+    the results in item order; a task whose worker died gets ``crashed(i, why)``. After a worker
+    death the unfinished tasks are rerun one at a time, so only the culprit is lost."""
+    from concurrent.futures import as_completed
+
+    results: list = [None] * len(items)
+    if pool.jobs <= 1:
+        for i, args in enumerate(items):
+            results[i] = fn(*args)
+            on_done(i, results[i])
+        return results
+    pending = list(range(len(items)))
+    while pending:
+        ex = pool.get(min(pool.jobs, len(pending)))
+        futs = {ex.submit(fn, *items[i]): i for i in pending}
+        broken: list[int] = []
+        for fut in as_completed(futs):
+            i = futs[fut]
+            try:
+                results[i] = fut.result()
+                on_done(i, results[i])
+            except BrokenProcessPool:
+                broken.append(i)
+        pending = []
+        if broken:
+            pool.close()
+            for i in sorted(broken):  # one at a time in a fresh single worker
+                try:
+                    results[i] = pool.get(1).submit(fn, *items[i]).result()
+                except BrokenProcessPool:
+                    pool.close()
+                    results[i] = crashed(i, "worker process died (a crash in TVM or torch)")
+                on_done(i, results[i])
+    return results
+
+
+def _crashed_scan(refs: Sequence[WorkloadRef]):
+    def make(i: int, why: str) -> WorkloadScan:
+        return WorkloadScan(workload=refs[i].name, suite="?", ok=False, error=why, stage="crashed")
+    return make
+
+
+# ----------------------------------------------------------------------------- merge
+@dataclass
+class ExtractResult:
+    records: list                     # KernelRecord, in first-occurrence order
+    scans: list[WorkloadScan]
+    checks: dict[str, CheckResult]
+    target: dict
+    seconds: dict[str, float]
+    options: dict = field(default_factory=dict)
+
+    # -- summary figures
+    def summary(self) -> dict[str, Any]:
+        recs = self.records
+        n_unique = len(recs)
+        n_ok = sum(1 for r in recs if r.raise_ok)
+        by_reason: dict[str, int] = {}
+        failures: list[dict] = []
+        for s in self.scans:
+            if not s.ok:
+                failures.append({"workload": s.workload, "stage": s.stage or "scan",
+                                 "op": "", "kernel": "", "reason": s.error})
+            for u in s.unsupported:
+                failures.append({"workload": s.workload, "stage": "import", "op": u["op"],
+                                 "kernel": "", "reason": u["error"], "count": u["count"]})
+        for r in recs:
+            if not r.raise_ok:
+                code = r.raise_reason.split(":", 1)[0] if r.raise_reason else "unknown"
+                by_reason[code] = by_reason.get(code, 0) + 1
+                for o in r.occurrences:
+                    failures.append({"workload": o.workload, "stage": "raise", "op": "",
+                                     "kernel": o.original_name, "kernel_id": r.kernel_id,
+                                     "reason": r.raise_reason})
+        per_wl = []
+        for s in self.scans:
+            row = {"workload": s.workload, "suite": s.suite, "ok": s.ok,
+                   "kernels": len(s.kernels), "calls": sum(k.calls for k in s.kernels),
+                   "unsupported_ops": [u["op"] for u in s.unsupported],
+                   "seconds": round(s.seconds, 3)}
+            if s.model_check is not None:
+                row["model_check"] = s.model_check
+            if s.meta.get("applied_scale"):
+                row["applied_scale"] = s.meta["applied_scale"]
+            per_wl.append(row)
+        mc = [s.model_check for s in self.scans if s.model_check is not None]
+        total_s = self.seconds.get("total", 0.0)
+        found = sum(len(s.kernels) for s in self.scans)
+        return {
+            "models_tried": len(self.scans),
+            "models_ok": sum(1 for s in self.scans if s.ok),
+            "kernels_found": found,
+            "unique_kernels": n_unique,
+            "raise_ok": n_ok,
+            "raise_success_rate": (n_ok / n_unique) if n_unique else None,
+            "raise_failures_by_reason": dict(sorted(by_reason.items())),
+            "model_check": None if not mc else {
+                "checked": len(mc), "passed": sum(1 for c in mc if c["passed"])},
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "seconds_per_model": round(total_s / len(self.scans), 3) if self.scans else None,
+            "kernels_per_second": round(found / total_s, 3) if total_s else None,
+            "target": self.target,
+            "options": self.options,
+            "workloads": per_wl,
+            "failures": failures,
+        }
+
+
+def _merge(scans: Sequence[WorkloadScan]) -> tuple[dict[str, list[tuple[WorkloadScan, KernelScan]]], list[str]]:
+    groups: dict[str, list[tuple[WorkloadScan, KernelScan]]] = {}
+    order: list[str] = []
+    for s in scans:
+        for k in sorted(s.kernels, key=lambda k: k.name):
+            if k.key not in groups:
+                groups[k.key] = []
+                order.append(k.key)
+            groups[k.key].append((s, k))
+    return groups, order
+
+
+def _record(group: list[tuple[WorkloadScan, KernelScan]], check: CheckResult | None,
+            target_key: str):
+    from steptp.records import KernelRecord, Occurrence, TensorSpec
+
+    _s0, k0 = group[0]
+    occ = [Occurrence(workload=s.workload, suite=s.suite, count=k.calls, original_name=k.name)
+           for s, k in group]
+    if k0.raise_reason:
+        raise_ok, reason, err = False, f"{k0.raise_reason}: {k0.raise_detail}".rstrip(": "), None
+    elif check is None:
+        raise_ok, reason, err = False, "not checked", None
+    else:
+        raise_ok, reason, err = check.passed, check.reason, check.max_abs_err
+    return KernelRecord(
+        kernel_id=k0.kernel_id, name=k0.name, leir=k0.leir, leir_hash=k0.leir_hash,
+        tir_hash=k0.tir_hash, signature=[TensorSpec(**t) for t in k0.signature],
+        occurrences=occ, weight=sum(o.count for o in occ), flops=k0.flops,
+        bytes_moved=k0.bytes_moved, tvmscript=k0.tvmscript, target=target_key,
+        raise_ok=raise_ok, raise_max_abs_err=err, raise_reason=reason, names=k0.names)
+
+
+# ----------------------------------------------------------------------------- entry point
+def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = False,
+            check: bool = True, progress: bool = False, console=None) -> ExtractResult:
+    """Scan every workload, deduplicate, raise-check every unique kernel, build the records.
+
+    ``jobs``: worker processes (1: in this process). ``check=False`` skips the raise check
+    (records then say ``raise_ok=False``, reason ``not checked``). ``progress`` shows rich
+    progress bars on ``console``.
+    """
+    from steptp.tir.target import Target
+
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if not refs:
+        raise ValueError("no workloads to extract")
+    tgt = Target.host_cpu()
+    target_dict = tgt.tvm_dict()
+    t0 = time.perf_counter()
+    bar = _Progress(progress, console)
+    with bar, _Pool(jobs) as pool:
+        task = bar.add("scan workloads", len(refs))
+
+        def scanned(i: int, s: WorkloadScan) -> None:
+            bar.advance(task, f"{s.workload}: {len(s.kernels)} kernels"
+                        + ("" if s.ok else " [failed]"))
+
+        items = [(r, model_check, target_dict) for r in refs]
+        scans = _run_tasks(pool, scan_workload, items, scanned, _crashed_scan(refs))
+        t1 = time.perf_counter()
+        groups, order = _merge(scans)
+        to_check = [(key, groups[key][0][1].leir, groups[key][0][1].tvmscript)
+                    for key in order if not groups[key][0][1].raise_reason]
+        checks: dict[str, CheckResult] = {}
+        if check and to_check:
+            ctask = bar.add("raise check (unique kernels)", len(to_check))
+
+            def checked(i: int, c: CheckResult) -> None:
+                checks[c.key] = c
+                bar.advance(ctask, groups[c.key][0][1].name + ("" if c.passed else " [failed]"))
+
+            def crashed(i: int, why: str) -> CheckResult:
+                return CheckResult(to_check[i][0], False, None, f"check-crashed: {why}")
+
+            _run_tasks(pool, check_kernel, to_check, checked, crashed)
+    t2 = time.perf_counter()
+    records = [_record(groups[key], checks.get(key), tgt.key) for key in order]
+    return ExtractResult(
+        records=records, scans=list(scans), checks=checks, target=tgt.to_dict(),
+        seconds={"scan": t1 - t0, "check": t2 - t1, "total": t2 - t0},
+        options={"jobs": jobs, "model_check": model_check, "check": check,
+                 "sizes": sorted({r.size for r in refs}), "dtypes": sorted({r.dtype for r in refs})})
+
+
+class _Progress:
+    """rich progress bars, or nothing."""
+
+    def __init__(self, enabled: bool, console=None):
+        self.p = None
+        if enabled:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn)
+
+            self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
+                              console=console, transient=False)
+
+    def __enter__(self):
+        if self.p is not None:
+            self.p.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.p is not None:
+            self.p.__exit__(*exc)
+
+    def add(self, what: str, total: int):
+        return self.p.add_task(what, total=total, last="") if self.p is not None else None
+
+    def advance(self, task, last: str = "") -> None:
+        if self.p is not None:
+            self.p.update(task, advance=1, last=last)
+
+
+# ----------------------------------------------------------------------------- output
+def summary_path(out: str | os.PathLike) -> Path:
+    """``kernels.parquet`` -> ``kernels.summary.json`` (same folder)."""
+    out = Path(out)
+    return out.with_name(out.name[: -len(out.suffix)] + ".summary.json" if out.suffix
+                         else out.name + ".summary.json")
+
+
+def write(result: ExtractResult, out: str | os.PathLike) -> tuple[Path, Path]:
+    """Write the records (parquet) and the summary (JSON), each atomically."""
+    from steptp.records import KernelRecord, table, write_table, write_text_atomic
+
+    out = Path(out)
+    write_table(table(result.records, KernelRecord), out)
+    sp = write_text_atomic(summary_path(out),
+                           json.dumps(result.summary(), indent=2, sort_keys=False) + "\n")
+    return out, sp

@@ -1,0 +1,215 @@
+"""Kernel extraction end to end: real torch.export, real TVM Relax import and fusion, the real
+raiser and the real raise check (TVM builds and runs every kernel)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tvm")
+pl = pytest.importorskip("polars")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from steptp.cli import app  # noqa: E402
+from steptp.records import KernelRecord, polars_schema, read_records  # noqa: E402
+from steptp.zoo import extract as X  # noqa: E402
+from steptp.zoo.relax_import import ImportReport, import_module, primfuncs  # noqa: E402
+from steptp.zoo.workloads import UnknownName  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def conv_pair(tmp_path_factory):
+    """conv2d and conv2d_depthwise share their bias ``reshape`` kernel."""
+    res = X.extract(X.refs_for_zoo("conv2d,conv2d_depthwise"))
+    out = tmp_path_factory.mktemp("extract") / "kernels.parquet"
+    X.write(res, out)
+    return res, out
+
+
+def test_end_to_end_records(conv_pair):
+    res, _ = conv_pair
+    s = res.summary()
+    assert s["models_tried"] == 2 and s["models_ok"] == 2
+    assert s["kernels_found"] == 4 and s["unique_kernels"] == 3
+    assert s["raise_success_rate"] == 1.0 and not s["failures"]
+    for r in res.records:
+        assert r.raise_ok, r.raise_reason
+        assert r.raise_max_abs_err is not None and r.raise_max_abs_err <= 1e-4
+        assert r.kernel_id == r.leir_hash[:16] and len(r.kernel_id) == 16
+        assert r.leir.startswith("kernel") and "T.prim_func" in r.tvmscript
+        assert r.target.startswith("llvm-") and r.tir_hash.isdigit()
+        assert r.flops >= 0 and r.bytes_moved > 0  # a reshape does no arithmetic
+        roles = [t.role for t in r.signature]
+        assert roles == sorted(roles, key=lambda x: x == "output")  # inputs, then outputs
+        assert [t.name for t in r.signature] == [chr(ord("A") + i) for i in range(len(roles))]
+    conv = next(r for r in res.records if "conv2d" in r.name)
+    # 2*N*OC*OH*OW*IC*KH*KW multiply-adds at least
+    assert conv.flops >= 2 * 8 * 8 * 3 * 3
+
+
+def test_dedup_across_models(conv_pair):
+    res, _ = conv_pair
+    shared = [r for r in res.records if len({o.workload for o in r.occurrences}) > 1]
+    assert len(shared) == 1
+    r = shared[0]
+    assert [o.workload for o in r.occurrences] == ["conv2d", "conv2d_depthwise"]
+    assert r.weight == sum(o.count for o in r.occurrences) == 2
+    assert len({r.kernel_id for r in res.records}) == len(res.records)
+
+
+def test_parquet_schema_and_summary(conv_pair):
+    res, out = conv_pair
+    df = pl.read_parquet(out)
+    assert dict(df.schema) == polars_schema(KernelRecord)
+    assert df.height == len(res.records)
+    back = read_records(out, KernelRecord)
+    assert back == res.records
+    assert not list(out.parent.glob(".*.tmp"))  # atomic writes leave no temp files
+    summary = json.loads(X.summary_path(out).read_text())
+    assert X.summary_path(out).name == "kernels.summary.json"
+    assert summary["unique_kernels"] == 3 and summary["failures"] == []
+    assert [w["workload"] for w in summary["workloads"]] == ["conv2d", "conv2d_depthwise"]
+
+
+def test_extraction_is_deterministic(conv_pair):
+    res, _ = conv_pair
+    again = X.extract(X.refs_for_zoo("conv2d,conv2d_depthwise"), check=False)
+    assert [(r.kernel_id, r.leir, r.tvmscript, r.occurrences) for r in again.records] == \
+        [(r.kernel_id, r.leir, r.tvmscript, r.occurrences) for r in res.records]
+    assert all(r.raise_reason == "not checked" and not r.raise_ok for r in again.records)
+
+
+# ----------------------------------------------------------------------------- user models
+@pytest.fixture
+def user_models(tmp_path, monkeypatch):
+    pkg = tmp_path / "xmodels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "nets.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Mlp(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = nn.Linear(16, 32)
+                self.fc2 = nn.Linear(32, 8)
+
+            def forward(self, x):
+                return self.fc2(torch.relu(self.fc1(x)))
+
+        class Odd(nn.Module):
+            # lgamma has no TVM converter; the matmul and the sum still come through
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.randn(8, 8))
+
+            def forward(self, x):
+                y = x @ self.w
+                return torch.lgamma(y.abs() + 1.0).sum(1) + y.sum(1)
+
+        def make_mlp():
+            return Mlp()
+
+        def make_odd():
+            return Odd(), (torch.randn(4, 8),)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return pkg
+
+
+def test_user_model_factory(user_models):
+    refs = X.refs_for_model("xmodels.nets:make_mlp", "f32[4,16]")
+    res = X.extract(refs)
+    s = res.summary()
+    assert s["models_ok"] == 1 and s["kernels_found"] >= 2
+    assert all(r.raise_ok for r in res.records), [r.raise_reason for r in res.records]
+    assert {o.suite for r in res.records for o in r.occurrences} == {"user"}
+    matmul = [r for r in res.records if "matmul" in r.name]
+    assert any(r.signature[0].shape == [4, 16] for r in matmul)
+
+
+def test_unsupported_operator_is_reported_and_the_rest_succeeds(user_models):
+    res = X.extract(X.refs_for_model("xmodels.nets:make_odd"))
+    s = res.summary()
+    assert s["models_ok"] == 1
+    assert s["workloads"][0]["unsupported_ops"] == ["lgamma.default"]
+    (fail,) = [f for f in s["failures"] if f["stage"] == "import"]
+    assert fail["op"] == "lgamma.default" and "no TVM converter" in fail["reason"]
+    names = [r.name for r in res.records]
+    assert any("matmul" in n for n in names), names
+    assert all(r.raise_ok for r in res.records), [r.raise_reason for r in res.records]
+
+
+def test_import_report_opaque_and_strict():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.special.erfinv(torch.tanh(x)) * 2.0, torch.cumsum(x, 1)
+
+    x = torch.randn(4, 8)
+    report = ImportReport()
+    mod, _ = import_module(M(), (x,), unsupported="opaque", report=report)
+    assert [u.op for u in report.unsupported] == ["erfinv.default"]
+    names = [n for n, _ in primfuncs(mod)]
+    assert "cumsum" in names  # scans come through DispatchSortScan
+    with pytest.raises(Exception, match="erfinv"):
+        import_module(M(), (x,))
+
+
+def test_bad_zoo_names_are_named():
+    with pytest.raises(UnknownName, match="no_such_op"):
+        X.refs_for_zoo("gemv,no_such_op")
+    with pytest.raises(ValueError, match="suite"):
+        X.refs_for_zoo(" , ")
+    assert [r.name for r in X.refs_for_zoo("gemv,gemv,softmax")] == ["gemv", "softmax"]
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_extract_and_kernels(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "k.parquet"
+    r = runner.invoke(app, ["extract", "--zoo", "gemv", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "unique 1" in r.output and "100.0%" in r.output
+    assert (tmp_path / "k.summary.json").exists()
+    r = runner.invoke(app, ["kernels", str(out)])
+    assert r.exit_code == 0 and "ok" in r.output
+    r = runner.invoke(app, ["extract", "--zoo", "nope"])
+    assert r.exit_code == 2 and "unknown workload 'nope'" in r.output
+    r = runner.invoke(app, ["extract", "--zoo", "gemv", "--model", "a:b"])
+    assert r.exit_code == 2 and "exactly one of" in r.output
+
+
+# ----------------------------------------------------------------------------- parallel
+@pytest.mark.slow
+def test_parallel_matches_serial_and_survives_a_crash(tmp_path, monkeypatch):
+    (tmp_path / "crashy.py").write_text(textwrap.dedent("""
+        import ctypes, torch
+        def make():
+            ctypes.string_at(0)  # segfault in the worker
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    refs = X.refs_for_zoo("gemv,softmax")
+    serial = X.extract(refs, check=False)
+    crash = X.WorkloadRef("factory", "crashy", source="crashy:make", inputs="f32[2]")
+    par = X.extract(refs[:1] + [crash] + refs[1:], jobs=2, check=True)
+    assert [r.kernel_id for r in par.records] == [r.kernel_id for r in serial.records]
+    assert [r.occurrences for r in par.records] == [r.occurrences for r in serial.records]
+    assert all(r.raise_ok for r in par.records)
+    s = par.summary()
+    assert s["models_tried"] == 3 and s["models_ok"] == 2
+    (bad,) = [w for w in par.scans if not w.ok]
+    assert bad.workload == "crashy" and bad.stage == "crashed" and "died" in bad.error
+
+
+def test_gather_bounds_follow_copies():
+    from steptp.leir import parse
+
+    prog = parse("kernel i64 g(A[1,16] bool, B[1,1], C[1,16]) -> D[1,16] bool\n"
+                 " E[1,16]\n F[1,16]\n"
+                 " E[i,j] = B[i,0]\n F[i,j] = C[i,j]\n D[i,j] = A[E[i,j],F[i,j]]\n")
+    assert X.gather_bounds(prog) == {"B": 1, "C": 16}
