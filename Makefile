@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench clean
+.PHONY: run demo test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11) on PATH, or run: make PYTHON=python3 ..."; exit 1; }
@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
+	$(BIN)/steptp release --params params.yaml --out releases
+
+demo: $(STAMP)
 	$(BIN)/steptp demo
 
 test: $(STAMP)

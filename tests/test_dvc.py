@@ -7,13 +7,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = ROOT / ".venv" / "bin"
+BIN = Path(sys.executable).parent   # the environment running the tests
 
 
 def test_dvc_yaml_stages_match_the_cli():

@@ -63,7 +63,7 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 def _release_cmd(params: Path, out: Path) -> list[str]:
-    return [str(ROOT / ".venv/bin/steptp"), "release", "--params", str(params), "--out", str(out)]
+    return [str(Path(sys.executable).parent / "steptp"), "release", "--params", str(params), "--out", str(out)]
 
 
 @pytest.mark.slow
