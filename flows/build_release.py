@@ -7,7 +7,7 @@ The release is built in ``<out>/.staging/<id>`` and moved to ``<out>/<id>`` only
 quality gate passes; a failing gate raises ``ReleaseGateFailed`` and publishes nothing (the
 staging folder keeps the report and its Data Docs for inspection). ``<id>`` is
 ``<name>-<version>``. Also writes the intermediate tables (``<out>/.work/<id>/``: kernels, steps,
-trajectories parquet) for inspection.
+trajectories parquet and the curated folder), which is how the stage flows hand data on.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
                   params_file: str | None = None) -> dict[str, Any]:
     """``params`` (a dict), or ``params_file`` (params.yaml; what the deployment passes)."""
     from steptp.export import hardware_description, publish
-    from steptp.records import KernelRecord, StepRecord, TrajectoryRecord, table, write_table
 
     if params is None and params_file:
         import yaml
@@ -61,13 +60,10 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
     fp = _fingerprint(p)
     hw = hardware_description(fp)
 
-    kernels = extract_flow(p)
-    write_table(table(kernels, KernelRecord), work / "kernels.parquet")
-    steps, trajs = search_flow(p, kernels)
-    write_table(table(trajs, TrajectoryRecord), work / "trajectories.parquet")
-    steps = cot_flow(p, steps)
-    write_table(table(steps, StepRecord), work / "steps.parquet")
-    curated = curate_flow(p, kernels, steps, trajs, hw)
+    kernels = extract_flow(p, str(work))
+    searched = search_flow(p, kernels, str(work))
+    steps = cot_flow(p, searched["steps"], str(work))
+    curated = curate_flow(p, kernels, steps, searched["trajectories"], str(work), hw)
     export_flow(p, curated, str(staging), fp)
     rep = validate_flow(p, str(staging))
     if not rep["success"]:

@@ -10,6 +10,11 @@ trajectory (CoT), so a killed run loses at most the tasks that were running.
 Retries: search (measurement) and CoT (an LLM call when the writer is ``anthropic``) retry,
 because their failures can be transient (a timed-out worker, a rate limit).
 
+Stage flows hand each other files, not records: each reads its inputs from the parquet files the
+previous stage wrote under the work folder and returns the paths it wrote. (A flow run's
+parameters are stored by the Prefect server, which refuses more than 512 KB; records of a real
+zoo are larger.) The tasks inside take records, so their cache keys follow the content.
+
 Measurement is serialized per device by the measurement service itself
 (``steptp.measure.service.device_lock``: an exclusive file lock per device, held around every
 timing, across threads and processes), so search tasks may run concurrently
@@ -27,7 +32,8 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from steptp.records import (KernelRecord, StepRecord, TrajectoryRecord, table, write_table)
+from steptp.records import (KernelRecord, StepRecord, TrajectoryRecord, read_records, table,
+                            write_table)
 
 CACHE = INPUTS + TASK_SOURCE
 
@@ -49,12 +55,13 @@ def extract_kernels(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = T
 
 
 @flow(name="extract")
-def extract_flow(p: dict[str, Any]) -> list[KernelRecord]:
+def extract_flow(p: dict[str, Any], work: str) -> str:
+    """Writes ``work/kernels.parquet``; returns its path."""
     e = p.get("extract", {})
     ks = extract_kernels(e.get("zoo", "tiny"), e.get("size", "tiny"), int(e.get("jobs", 1)),
                          bool(e.get("check", True)))
     _log(f"extract: {len(ks)} kernels ({sum(k.raise_ok for k in ks)} raise-checked)")
-    return ks
+    return str(write_table(table(ks, KernelRecord), Path(work) / "kernels.parquet"))
 
 
 # ---------------------------------------------------------------------------- search
@@ -82,7 +89,10 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
 
 
 @flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))
-def search_flow(p: dict[str, Any], kernels: list[KernelRecord]) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
+def search_flow(p: dict[str, Any], kernels_path: str, work: str) -> dict[str, str]:
+    """Reads the kernels table; writes ``work/search-steps.parquet`` and
+    ``work/trajectories.parquet``; returns their paths."""
+    kernels = read_records(kernels_path, KernelRecord)
     s = p.get("search", {})
     chosen = select_kernels(kernels, s.get("max_kernels"))
     args = dict(policy=s.get("policy", "beam"), measurements=int(s.get("measurements", 16)),
@@ -97,7 +107,9 @@ def search_flow(p: dict[str, Any], kernels: list[KernelRecord]) -> tuple[list[St
     steps = [x for st, _ in results for x in st]
     trajs = [x for _, tr in results for x in tr]
     _log(f"search: {len(chosen)} kernels -> {len(trajs)} trajectories, {len(steps)} steps")
-    return steps, trajs
+    return {"steps": str(write_table(table(steps, StepRecord), Path(work) / "search-steps.parquet")),
+            "trajectories": str(write_table(table(trajs, TrajectoryRecord),
+                                            Path(work) / "trajectories.parquet"))}
 
 
 # ---------------------------------------------------------------------------- CoT
@@ -130,7 +142,9 @@ def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 
 
 
 @flow(name="cot")
-def cot_flow(p: dict[str, Any], steps: list[StepRecord]) -> list[StepRecord]:
+def cot_flow(p: dict[str, Any], steps_path: str, work: str) -> str:
+    """Reads the search's steps; writes them with their CoT to ``work/steps.parquet``."""
+    steps = read_records(steps_path, StepRecord)
     c = p.get("cot", {})
     by_traj: dict[str, list[StepRecord]] = {}
     for s in steps:
@@ -141,7 +155,7 @@ def cot_flow(p: dict[str, Any], steps: list[StepRecord]) -> list[StepRecord]:
             sorted(by_traj[tid], key=lambda s: s.step_index), c.get("writer", "template"),
             int(c.get("seed", p.get("seed", 0))), int(c.get("max_retries", 2)), c.get("cache_dir"))
     _log(f"cot: {sum(1 for s in out if s.cot)} of {len(out)} steps explained")
-    return out
+    return str(write_table(table(out, StepRecord), Path(work) / "steps.parquet"))
 
 
 # ---------------------------------------------------------------------------- curate / export / validate
@@ -155,30 +169,35 @@ def curate_config(p: dict[str, Any]):
 
 @task(cache_policy=CACHE, persist_result=True)
 def curate_task(p: dict[str, Any], kernels: list[KernelRecord], steps: list[StepRecord],
-                trajectories: list[TrajectoryRecord], hardware: str) -> dict[str, Any]:
+                trajectories: list[TrajectoryRecord], hardware: str):
     from steptp.curate import curate
 
-    res = curate(kernels, steps, trajectories, curate_config(p), hardware=hardware)
-    return {"kernels": kernels, "steps": res.steps, "trajectories": trajectories,
-            "rejects": res.rejects, "splits": res.splits, "groups": res.groups, "report": res.report}
+    return curate(kernels, steps, trajectories, curate_config(p), hardware=hardware)
 
 
 @flow(name="curate")
-def curate_flow(p: dict[str, Any], kernels, steps, trajectories, hardware: str = "") -> dict[str, Any]:
-    cur = curate_task(p, kernels, steps, trajectories, hardware)
-    r = cur["report"]
+def curate_flow(p: dict[str, Any], kernels_path: str, steps_path: str, trajectories_path: str,
+                work: str, hardware: str = "") -> str:
+    """Reads the three tables; writes the curated folder ``work/curated``; returns its path."""
+    from steptp.curate import write_curated
+
+    kernels = read_records(kernels_path, KernelRecord)
+    trajectories = read_records(trajectories_path, TrajectoryRecord)
+    res = curate_task(p, kernels, read_records(steps_path, StepRecord), trajectories, hardware)
+    r = res.report
     _log(f"curate: kept {r['kept_steps']} of {r['input_steps']} steps; rejects {r['rejects_by_reason']}")
-    return cur
+    return str(write_curated(res, Path(work) / "curated", kernels, trajectories))
 
 
 @flow(name="export")
-def export_flow(p: dict[str, Any], curated: dict[str, Any], staging: str,
+def export_flow(p: dict[str, Any], curated_path: str, staging: str,
                 fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+    from steptp.curate import read_curated
     from steptp.export import export_release
 
     # not cached: it writes files (cheap); its inputs are cached upstream
-    return export_release(curated, staging, name=p.get("name", "steptp"), version=str(p.get("version", "0")),
-                          params=p, fingerprint=fingerprint)
+    return export_release(read_curated(curated_path), staging, name=p.get("name", "steptp"),
+                          version=str(p.get("version", "0")), params=p, fingerprint=fingerprint)
 
 
 @flow(name="validate")

@@ -170,3 +170,17 @@ def test_curate_real_records(real, tmp_path):
     assert back["report"]["kept_steps"] == len(res.steps)
     again = curate(ks, ss, ts, CurateConfig())
     assert again.splits == res.splits and again.steps == res.steps
+
+
+def test_splits_give_every_split_examples_when_most_kernels_have_no_steps():
+    from steptp.curate import assign_splits
+
+    # 3 kernels carry steps, 40 carry none (as when only the heaviest kernels are searched)
+    groups = [[f"k{n:02d}"] for n in range(43)]
+    weights = {"k00": 30, "k01": 5, "k02": 4}
+    fr = {"train": 0.8, "validation": 0.1, "test": 0.1}
+    out = assign_splits(groups, weights, fr, seed=0)
+    assert {out[k] for k in weights} == {"train", "validation", "test"}
+    assert out["k00"] == "train"                           # the biggest group goes to train
+    assert set(out) == {g[0] for g in groups}              # every kernel has a split
+    assert out == assign_splits(groups, weights, fr, seed=0)  # deterministic

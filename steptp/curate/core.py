@@ -166,17 +166,31 @@ def workload_groups(kernels: Sequence[KernelRecord]) -> list[list[str]]:
 
 def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], fractions: Mapping[str, float],
                   seed: int = 0) -> dict[str, str]:
-    """Assign whole groups to splits: seeded order, then each group goes to the split furthest
-    below its target share (by ``weights``: steps per kernel; at least 1 per group). When there
-    are at least as many groups as non-empty splits, every such split gets a group first
-    (smallest groups to the smallest splits)."""
+    """Assign whole groups to splits. Groups that carry steps (``weights``: steps per kernel) are
+    placed first, by their step counts, so every split with a positive fraction gets examples
+    whenever there are enough such groups; groups without steps are then placed by their kernel
+    counts (they only populate the kernels table)."""
     names = [s for s in fractions if fractions[s] > 0]
     if not names:
         raise ValueError("no split has a positive fraction")
     total_f = sum(fractions[s] for s in names)
     frac = {s: fractions[s] / total_f for s in names}
+
+    def steps_of(g: Sequence[str]) -> int:
+        return sum(weights.get(k, 0) for k in g)
+
+    out = _fill(names, frac, [g for g in groups if steps_of(g) > 0], steps_of, seed)
+    out.update(_fill(names, frac, [g for g in groups if steps_of(g) <= 0], len, seed))
+    return out
+
+
+def _fill(names: list[str], frac: Mapping[str, float], groups: Sequence[Sequence[str]],
+          size, seed: int) -> dict[str, str]:
+    """Seeded order, then each group goes to the split furthest below its target share. When
+    there are at least as many groups as splits, every split gets a group first (smallest groups
+    to the smallest splits)."""
     order = sorted(groups, key=lambda g: _hkey("split", seed, g[0]))
-    w = [max(1, sum(weights.get(k, 0) for k in g)) for g in order]
+    w = [max(1, size(g)) for g in order]
     total = sum(w)
     got = {s: 0 for s in names}
     out: dict[str, str] = {}
