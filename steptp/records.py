@@ -201,20 +201,26 @@ def table(records: Iterable[_Record], kind: type[_Record] | None = None) -> pl.D
     return pl.DataFrame([r.row() for r in records], schema=polars_schema(kind), orient="row")
 
 
-def write_table(df: pl.DataFrame, path: str | os.PathLike) -> Path:
-    """Write parquet atomically: a temp file in the same folder, then rename over the target."""
+def _write_atomic(path: str | os.PathLike, write) -> Path:
+    """Call ``write(tmp_path)`` on a temp file in the target's folder, then rename it over the
+    target: readers see the old file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        df.write_parquet(tmp)
+        write(tmp)
         _umask_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_table(df: pl.DataFrame, path: str | os.PathLike) -> Path:
+    """Write parquet atomically."""
+    return _write_atomic(path, df.write_parquet)
 
 
 def _umask_mode(path: str) -> None:
@@ -225,19 +231,8 @@ def _umask_mode(path: str) -> None:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write a text file atomically (temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        _umask_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write a text file atomically."""
+    return _write_atomic(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def read_records(path: str | os.PathLike, kind: type[_Record]) -> list:

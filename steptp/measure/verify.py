@@ -281,6 +281,29 @@ def _compare_float(got, want, dtype, exactness, unwritten, name, atol, rtol):
     return True, abs_err, rel, None
 
 
+def compare_outputs(outs, got, want, exactness: str, rerun_alt):
+    """Compare each candidate output with the reference's: one ``compare`` result per output.
+
+    An element that still holds the pre-fill (NaN, or the integer sentinel) is checked against a
+    second run pre-filled with another value (``rerun_alt()``, called at most once): if it holds
+    that one too, the candidate never wrote it."""
+    from ..tir import build as B
+
+    got2 = None
+    results = []
+    for k, (p, g, w) in enumerate(zip(outs, got, want)):
+        sentinel = B.fill_value(p.dtype)
+        suspicious = np.isnan(g.astype(np.float64)) if B.is_float_dtype(p.dtype) \
+            else (g == sentinel) & (w != sentinel)
+        unwritten = None
+        if suspicious.any():
+            if got2 is None:
+                got2 = rerun_alt()
+            unwritten = suspicious & (got2[k] == np.asarray(_alt_fill(p.dtype), dtype=g.dtype))
+        results.append(compare(g, w, p.dtype, exactness, unwritten, name=p.name))
+    return results
+
+
 def verify(candidate, reference, exactness: str = "exact", target=None,
            seeds: Sequence[int] = (0, 1, 2), positive: Collection[str] | str = "auto",
            inputs: Sequence[Sequence[np.ndarray]] | None = None) -> VerifyResult:
@@ -330,17 +353,8 @@ def verify(candidate, reference, exactness: str = "exact", target=None,
             res.seeds.append(sr)
             all_ok = False
             continue
-        got2 = None
-        for k, (p, g, w) in enumerate(zip(outs, got, want)):
-            sentinel = B.fill_value(p.dtype)
-            suspicious = np.isnan(g.astype(np.float64)) if B.is_float_dtype(p.dtype) \
-                else (g == sentinel) & (w != sentinel)
-            unwritten = None
-            if suspicious.any():
-                if got2 is None:
-                    got2 = B.run(cb, ins, fill=_alt_fill)
-                unwritten = suspicious & (got2[k] == np.asarray(_alt_fill(p.dtype), dtype=g.dtype))
-            ok, ae, re_, why = compare(g, w, p.dtype, exactness, unwritten, name=p.name)
+        for ok, ae, re_, why in compare_outputs(outs, got, want, exactness,
+                                                lambda: B.run(cb, ins, fill=_alt_fill)):
             sr.max_abs_err = max(sr.max_abs_err, ae)
             sr.max_rel_err = max(sr.max_rel_err, re_)
             if not ok and sr.passed:

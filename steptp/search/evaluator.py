@@ -160,7 +160,7 @@ class InProcessEvaluator:
 
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
         from ..leir import parse
-        from ..measure.verify import _alt_fill, _signature_problem, compare
+        from ..measure.verify import _alt_fill, _signature_problem, compare_outputs
         from ..tir import build as B
 
         t0 = _time.perf_counter()
@@ -189,17 +189,8 @@ class InProcessEvaluator:
             except Exception as e:  # noqa: BLE001
                 return VerifyOutcome(False, reason=f"seed {seed}: run failed: {e}", status="crashed",
                                      wall_s=_time.perf_counter() - t0)
-            got2 = None
-            for k, (p, g, w) in enumerate(zip(outs, got, want)):
-                sentinel = B.fill_value(p.dtype)
-                suspicious = np.isnan(g.astype(np.float64)) if B.is_float_dtype(p.dtype) \
-                    else (g == sentinel) & (w != sentinel)
-                unwritten = None
-                if suspicious.any():
-                    if got2 is None:
-                        got2 = B.run(built, ins, fill=_alt_fill)
-                    unwritten = suspicious & (got2[k] == np.asarray(_alt_fill(p.dtype), dtype=g.dtype))
-                ok, ae, re_, why = compare(g, w, p.dtype, exactness, unwritten, name=p.name)
+            for ok, ae, re_, why in compare_outputs(outs, got, want, exactness,
+                                                    lambda: B.run(built, ins, fill=_alt_fill)):
                 worst_abs, worst_rel = max(worst_abs, ae), max(worst_rel, re_)
                 if not ok:
                     return VerifyOutcome(False, worst_abs, worst_rel, f"seed {seed}: {why}",

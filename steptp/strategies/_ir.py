@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Callable, Iterator, Mapping, Sequence
 
 from ..leir import ast as A
+from ..leir.analysis import affine  # noqa: F401 - one home for affine forms; re-exported
 
 Path = tuple[int, ...]
 
@@ -120,33 +121,6 @@ def fresh_tensor(program: A.Program, prefix: str = "T") -> str:
 
 # ----------------------------------------------------------------------------- affine forms
 Affine = tuple[dict[str, int], int]
-
-
-def affine(e: A.Expr) -> Affine | None:
-    """``e`` as ``sum(coef[v]*v) + const`` (coefficients in first-appearance order, zeros
-    dropped), or None when it is not affine in the loop variables."""
-    if isinstance(e, A.Const):
-        return ({}, int(e.value)) if e.kind == "int" else None
-    if isinstance(e, A.Var):
-        return {e.name: 1}, 0
-    if isinstance(e, A.Unary) and e.op == "-":
-        a = affine(e.operand)
-        return None if a is None else ({v: -c for v, c in a[0].items()}, -a[1])
-    if isinstance(e, A.Binary) and e.op in ("+", "-", "*"):
-        la, ra = affine(e.lhs), affine(e.rhs)
-        if la is None or ra is None:
-            return None
-        if e.op == "*":
-            if la[0] and ra[0]:
-                return None
-            (coef, k), s = (la, ra[1]) if not ra[0] else (ra, la[1])
-            return {v: c * s for v, c in coef.items() if c * s}, k * s
-        sign = 1 if e.op == "+" else -1
-        coef = dict(la[0])
-        for v, c in ra[0].items():
-            coef[v] = coef.get(v, 0) + sign * c
-        return {v: c for v, c in coef.items() if c}, la[1] + sign * ra[1]
-    return None
 
 
 def affine_expr(coef: Mapping[str, int], const: int) -> A.Expr:
