@@ -213,3 +213,46 @@ def test_gather_bounds_follow_copies():
                  " E[1,16]\n F[1,16]\n"
                  " E[i,j] = B[i,0]\n F[i,j] = C[i,j]\n D[i,j] = A[E[i,j],F[i,j]]\n")
     assert X.gather_bounds(prog) == {"B": 1, "C": 16}
+
+
+# ----------------------------------------------------------------------------- KernelBench folders
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+M = 64
+N = 32
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def get_inputs():
+    return [torch.randn(M, N)]
+
+
+def get_init_inputs():
+    return [N]
+'''
+
+
+def test_cli_extract_problems_folder_scaled(tmp_path):
+    probs = tmp_path / "level1"
+    probs.mkdir()
+    (probs / "1_linear_relu.py").write_text(PROBLEM)
+    (probs / "notes.txt").write_text("not a problem")
+    out = tmp_path / "k.parquet"
+    r = CliRunner().invoke(app, ["extract", "--problems", str(probs), "--scale", "0.5", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    recs = read_records(out, KernelRecord)
+    assert recs and all(k.raise_ok for k in recs)
+    assert {(o.workload, o.suite) for k in recs for o in k.occurrences} == {("1_linear_relu", "user")}
+    # M=64 and N=32 are >= 16, so both are halved: the matmul is [32,16] x [16,16]
+    shapes = {tuple(s.shape) for k in recs for s in k.signature}
+    assert (32, 16) in shapes and (64, 32) not in shapes
