@@ -608,3 +608,16 @@ def test_every_candidate_verifies_with_tvm(name):
     for c in S.candidates(p, LOOP):
         r = verify(c.program, p, exactness=c.exactness, seeds=(0,))
         assert r.passed, (c.strategy, c.to_json(), r.reason)
+
+
+def test_vectorization_refuses_a_body_of_several_statements():
+    # TVM 0.27 miscompiles this when vectorized (E came out wrong in 31 of 32 lanes)
+    p = P("""
+        kernel f32 v(A[32], B[32]) -> E[32]
+          T0[32]
+          for i in 32:
+            T0[i] = A[i] * A[i] + 1.0
+            E[i] = exp(A[i]) * exp(B[i]) / (T0[i] * (T0[i] + 1.0))
+    """)
+    reason = refusal(p, "loop_vectorization", {"path": [0], "loops": ["i"]}, {})
+    assert "2 statements" in reason
