@@ -549,8 +549,60 @@ def _assign_site(program: A.Program, site: Site) -> tuple[A.Assign | None, Verdi
     return s, OK
 
 
+class _HoistSubexpression(Strategy):
+    """A subexpression of one statement stored first into a new intermediate, read back at every
+    occurrence. Subclasses choose how often it must occur (``min_count``), extra legality
+    (``check_more``) and the intermediate's indexing and scope (``temporary``)."""
+
+    min_count: int = 1
+
+    def sites(self, program, analysis=None):
+        out = []
+        for p, s in iter_stmts(program.body):
+            if isinstance(s, A.Assign) and _subexpr_candidates(program, s, self.min_count):
+                out.append(Site.make(p, [lp.var for lp in enclosing_loops(program, p)]))
+        return out
+
+    def params(self, program, site, rng=None):
+        s = node_at(program, site.path)
+        if not isinstance(s, A.Assign):
+            return []
+        return [{"expr": format_expr(n)} for n in _subexpr_candidates(program, s, self.min_count)]
+
+    def check(self, program, site, params):
+        s, v = _assign_site(program, site)
+        if s is None:
+            return v
+        sub = _expr_by_text(s.value, params.get("expr"))
+        if sub is None:
+            return refuse(f"{params.get('expr')!r} is not a subexpression of {_stmt(s)}")
+        why = self.check_more(program, site, s, sub)
+        if why is not None:
+            return refuse(why)
+        if sub not in _subexpr_candidates(program, s, self.min_count):
+            return refuse(f"{format_expr(sub)} is not an operation on tensor values with a "
+                          f"concrete numeric dtype")
+        return OK
+
+    def check_more(self, program, site, stmt, sub) -> str | None:
+        return None
+
+    def temporary(self, program, path, sub) -> tuple[A.Tensor, A.Load]:
+        raise NotImplementedError
+
+    def rewrite(self, program, site, params):
+        path = tuple(site.path)
+        s = node_at(program, path)
+        sub = _expr_by_text(s.value, params["expr"])
+        t, load = self.temporary(program, path, sub)
+        pre = A.Assign(t.name, load.index, "=", sub)
+        new = replace(s, value=_replace_all(s.value, sub, load))
+        prog = replace(program, intermediates=program.intermediates + (t,))
+        return replace_at(prog, path, [pre, new])
+
+
 @register
-class ExpressionSplitting(Strategy):
+class ExpressionSplitting(_HoistSubexpression):
     name = "expression_splitting"
     family = "graph"
     exactness = "exact"
@@ -559,52 +611,23 @@ class ExpressionSplitting(Strategy):
                    "stored right before the statement (same loops, same iteration), indexed by the "
                    "loop variables it uses (and any parallel/vector/thread loop around it), and "
                    "read it back at every occurrence.")
+    min_count = 1
 
-    def sites(self, program, analysis=None):
-        out = []
-        for p, s in iter_stmts(program.body):
-            if isinstance(s, A.Assign) and _subexpr_candidates(program, s, 1):
-                out.append(Site.make(p, [lp.var for lp in enclosing_loops(program, p)]))
-        return out
+    def check_more(self, program, site, stmt, sub):
+        if sub == stmt.value:
+            return "the whole right-hand side is not a proper subexpression"
+        return None
 
-    def params(self, program, site, rng=None):
-        s = node_at(program, site.path)
-        if not isinstance(s, A.Assign):
-            return []
-        return [{"expr": format_expr(n)} for n in _subexpr_candidates(program, s, 1)]
-
-    def check(self, program, site, params):
-        s, v = _assign_site(program, site)
-        if s is None:
-            return v
-        sub = _expr_by_text(s.value, params.get("expr"))
-        if sub is None:
-            return refuse(f"{params.get('expr')!r} is not a subexpression of {_stmt(s)}")
-        if sub == s.value:
-            return refuse("the whole right-hand side is not a proper subexpression")
-        if sub not in _subexpr_candidates(program, s, 1):
-            return refuse(f"{format_expr(sub)} is not an operation on tensor values with a "
-                          f"concrete numeric dtype")
-        return OK
-
-    def rewrite(self, program, site, params):
-        path = tuple(site.path)
-        s = node_at(program, path)
-        sub = _expr_by_text(s.value, params["expr"])
-        loops = enclosing_loops(program, path)
+    def temporary(self, program, path, sub):
         used = set(A.free_vars(sub))
-        dims = [lp for lp in loops if lp.var in used or lp.kind in PARALLEL_KINDS]
+        dims = [lp for lp in enclosing_loops(program, path) if lp.var in used or lp.kind in PARALLEL_KINDS]
         name = fresh_tensor(program)
-        t = A.Tensor(name, dtype_of(sub, program), tuple(lp.extent for lp in dims))
-        load = A.Load(name, tuple(A.Var(lp.var) for lp in dims))
-        pre = A.Assign(name, load.index, "=", sub)
-        new = replace(s, value=_replace_all(s.value, sub, load))
-        prog = replace(program, intermediates=program.intermediates + (t,))
-        return replace_at(prog, path, [pre, new])
+        return (A.Tensor(name, dtype_of(sub, program), tuple(lp.extent for lp in dims)),
+                A.Load(name, tuple(A.Var(lp.var) for lp in dims)))
 
 
 @register
-class CommonSubexpressionElimination(Strategy):
+class CommonSubexpressionElimination(_HoistSubexpression):
     name = "common_subexpression_elimination"
     family = "graph"
     exactness = "exact"
@@ -613,51 +636,21 @@ class CommonSubexpressionElimination(Strategy):
                    "iteration into a `local` scalar stored right before the statement, and every "
                    "occurrence reads the scalar. Refused inside parallel, vectorized or thread-bound "
                    "loops, where one scalar would be shared by concurrent iterations.")
+    min_count = 2
 
-    def sites(self, program, analysis=None):
-        out = []
-        for p, s in iter_stmts(program.body):
-            if isinstance(s, A.Assign) and _subexpr_candidates(program, s, 2):
-                out.append(Site.make(p, [lp.var for lp in enclosing_loops(program, p)]))
-        return out
-
-    def params(self, program, site, rng=None):
-        s = node_at(program, site.path)
-        if not isinstance(s, A.Assign):
-            return []
-        return [{"expr": format_expr(n)} for n in _subexpr_candidates(program, s, 2)]
-
-    def check(self, program, site, params):
-        s, v = _assign_site(program, site)
-        if s is None:
-            return v
-        sub = _expr_by_text(s.value, params.get("expr"))
-        if sub is None:
-            return refuse(f"{params.get('expr')!r} is not a subexpression of {_stmt(s)}")
-        count = sum(1 for n in value_nodes(s.value) if n == sub)
-        if count < 2:
-            return refuse(f"{format_expr(sub)} occurs only once in {_stmt(s)}: nothing to share "
-                          f"(use expression_splitting)")
-        if sub not in _subexpr_candidates(program, s, 2):
-            return refuse(f"{format_expr(sub)} is not an operation on tensor values with a "
-                          f"concrete numeric dtype")
+    def check_more(self, program, site, stmt, sub):
+        if sum(1 for n in value_nodes(stmt.value) if n == sub) < 2:
+            return (f"{format_expr(sub)} occurs only once in {_stmt(stmt)}: nothing to share "
+                    f"(use expression_splitting)")
         for lp in enclosing_loops(program, tuple(site.path)):
             if lp.kind in PARALLEL_KINDS:
-                return refuse(f"loop {lp.var} is {lp.kind}: a scalar temporary would be shared by "
-                              f"its concurrent iterations")
-        return OK
+                return (f"loop {lp.var} is {lp.kind}: a scalar temporary would be shared by "
+                        f"its concurrent iterations")
+        return None
 
-    def rewrite(self, program, site, params):
-        path = tuple(site.path)
-        s = node_at(program, path)
-        sub = _expr_by_text(s.value, params["expr"])
+    def temporary(self, program, path, sub):
         name = fresh_tensor(program)
-        t = A.Tensor(name, dtype_of(sub, program), (), "local")
-        load = A.Load(name, ())
-        pre = A.Assign(name, (), "=", sub)
-        new = replace(s, value=_replace_all(s.value, sub, load))
-        prog = replace(program, intermediates=program.intermediates + (t,))
-        return replace_at(prog, path, [pre, new])
+        return A.Tensor(name, dtype_of(sub, program), (), "local"), A.Load(name, ())
 
 
 # ============================================================================ dead code
