@@ -3,7 +3,6 @@ of every candidate on the bundled examples (NumPy interpreter; TVM for a sample)
 
 from __future__ import annotations
 
-import textwrap
 
 import numpy as np
 import pytest
@@ -11,31 +10,12 @@ import pytest
 import steptp.strategies as S
 from steptp import examples
 from steptp.leir import format_program, parse
-from steptp.strategies.base import IllegalRewrite, Site
+from steptp.strategies.base import IllegalRewrite, Site  # noqa: F401
+from strategy_helpers import P, T, applied, refusal  # noqa: F401
 
 GRAPH = ["operator_fusion", "operator_fission", "compute_inline", "expression_splitting",
          "common_subexpression_elimination", "dead_code_elimination", "expression_reorder",
          "tensor_concat_to_fuse_operators", "tensor_split_to_decouple_operators"]
-
-
-def P(text: str):
-    return parse(textwrap.dedent(text).strip() + "\n")
-
-
-def T(text: str) -> str:
-    return format_program(parse(textwrap.dedent(text).strip() + "\n"))
-
-
-def applied(program, name, site, params):
-    return format_program(S.apply(program, name, site, params))
-
-
-def refusal(program, name, site, params) -> str:
-    v = S.check(program, name, site, params)
-    assert not v.ok, f"{name} at {site} with {params} should be refused"
-    with pytest.raises(IllegalRewrite):
-        S.get(name).apply(program, Site.from_json(site), params)
-    return v.reason
 
 
 LLR = parse(examples.text("linear_leaky_relu"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import textwrap
 
 import numpy as np
 import pytest
@@ -14,29 +13,8 @@ import steptp.strategies as S
 from steptp import examples
 from steptp.leir import format_program, parse
 from steptp.strategies import registry
-from steptp.strategies.base import IllegalRewrite, Site, Strategy
-
-
-def P(text: str):
-    return parse(textwrap.dedent(text).strip() + "\n")
-
-
-def T(text: str) -> str:
-    """Expected output, written in any LEIR spelling, as canonical text."""
-    return format_program(parse(textwrap.dedent(text).strip() + "\n"))
-
-
-def applied(program, name, site, params):
-    """Apply through the registry (which also drops no-ops) and return the canonical text."""
-    return format_program(S.apply(program, name, site, params))
-
-
-def refusal(program, name, site, params) -> str:
-    v = S.check(program, name, site, params)
-    assert not v.ok, f"{name} at {site} with {params} should be refused"
-    with pytest.raises(IllegalRewrite):
-        S.get(name).apply(program, Site.from_json(site), params)
-    return v.reason
+from steptp.strategies.base import IllegalRewrite, Site, Strategy  # noqa: F401
+from strategy_helpers import P, T, applied, refusal  # noqa: F401
 
 
 ELEMENTWISE = P("""

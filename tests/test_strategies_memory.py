@@ -4,7 +4,6 @@ candidate on the bundled examples, and CUDA code generation for shared scope (no
 from __future__ import annotations
 
 import shutil
-import textwrap
 
 import numpy as np
 import pytest
@@ -12,30 +11,11 @@ import pytest
 import steptp.strategies as S
 from steptp import examples
 from steptp.leir import format_program, parse
-from steptp.strategies.base import IllegalRewrite, Site
+from steptp.strategies.base import IllegalRewrite, Site  # noqa: F401
+from strategy_helpers import P, T, applied, refusal  # noqa: F401
 
 MEMORY = ["cache_read_write", "layout_transformation", "set_storage_scope", "set_storage_layout",
           "precompute_indices"]
-
-
-def P(text: str):
-    return parse(textwrap.dedent(text).strip() + "\n")
-
-
-def T(text: str) -> str:
-    return format_program(parse(textwrap.dedent(text).strip() + "\n"))
-
-
-def applied(program, name, site, params):
-    return format_program(S.apply(program, name, site, params))
-
-
-def refusal(program, name, site, params) -> str:
-    v = S.check(program, name, site, params)
-    assert not v.ok, f"{name} at {site} with {params} should be refused"
-    with pytest.raises(IllegalRewrite):
-        S.get(name).apply(program, Site.from_json(site), params)
-    return v.reason
 
 
 MBG = parse(examples.text("matmul_bias_gelu"))
