@@ -229,8 +229,32 @@ class _Algo(Strategy):
     targets = frozenset({"cpu", "gpu"})
 
 
+class _SingleLoopAlgo(_Algo):
+    """A rewrite of one serial loop holding one assignment: its sites are the loops whose
+    assignment ``accepts``, and ``_single`` finds that (loop, assignment) pair or says why not."""
+
+    def accepts(self, loop: A.Loop, stmt: A.Assign) -> bool:
+        raise NotImplementedError
+
+    def sites(self, program, analysis=None):
+        out = []
+        for s in _loop_sites(program):
+            m = _single_loop(node_at(program, s.path))
+            if m and self.accepts(*m):
+                out.append(s)
+        return out
+
+    @staticmethod
+    def _single(program, site):
+        node = node_at(program, site.path)
+        m = _single_loop(node) if node is not None else None
+        if m is None:
+            return None, refuse(f"no serial loop holding one assignment at {list(site.path)}")
+        return m, None
+
+
 @register
-class NormalLoopMaxToPrefixMax(_Algo):
+class NormalLoopMaxToPrefixMax(_SingleLoopAlgo):
     name = "normal_loop_max_to_prefix_max"
     exactness = "exact"
     description = ("A max-reduction pass `for j in N: M[r] max= X(j)` feeding a later pass becomes "
@@ -238,15 +262,13 @@ class NormalLoopMaxToPrefixMax(_Algo):
                    "max(P[r,j], X(j+1))) and M[r] = P[r,N-1]: the running max the online "
                    "softmax derivation starts from. Exact.")
 
-    def sites(self, program, analysis=None):
-        return [s for s in _loop_sites(program) if _single_loop(node_at(program, s.path))
-                and _single_loop(node_at(program, s.path))[1].op == "max="]
+    def accepts(self, loop, stmt):
+        return stmt.op == "max="
 
     def _match(self, program, site):
-        node = node_at(program, site.path)
-        m = _single_loop(node) if node is not None else None
+        m, why = self._single(program, site)
         if m is None:
-            return None, refuse(f"no serial loop holding one assignment at {list(site.path)}")
+            return None, why
         loop, st = m
         if st.op != "max=":
             return None, refuse(f"the loop holds `{st.op}`, not a max= reduction")
@@ -283,26 +305,20 @@ class NormalLoopMaxToPrefixMax(_Algo):
 
 
 @register
-class SummationOnExpToPrefix(_Algo):
+class SummationOnExpToPrefix(_SingleLoopAlgo):
     name = "normal_loop_summation_on_exp_to_prefix_summation_on_exp"
     description = ("`for j in N: S[r] += exp(X(j) - M[r])` where M[r] = P[r,N-1] is the last "
                    "element of a prefix scan P becomes the recurrence S = exp(X(0) - P[r,0]); "
                    "S = S*exp(P[r,j] - P[r,j+1]) + exp(X(j+1) - P[r,j+1]): the online-softmax "
                    "denominator over the prefix max.")
 
-    def sites(self, program, analysis=None):
-        out = []
-        for s in _loop_sites(program):
-            m = _single_loop(node_at(program, s.path))
-            if m and m[1].op == "+=" and isinstance(m[1].value, A.Call) and m[1].value.func == "exp":
-                out.append(s)
-        return out
+    def accepts(self, loop, stmt):
+        return stmt.op == "+=" and isinstance(stmt.value, A.Call) and stmt.value.func == "exp"
 
     def _match(self, program, site):
-        node = node_at(program, site.path)
-        m = _single_loop(node) if node is not None else None
+        m, why = self._single(program, site)
         if m is None:
-            return None, refuse(f"no serial loop holding one assignment at {list(site.path)}")
+            return None, why
         loop, st = m
         j, n = loop.var, loop.extent
         v = st.value
@@ -401,16 +417,15 @@ def _is_softmax_norm(program: A.Program, ps: _Passes, s: A.Stmt) -> str | None:
 
 
 @register
-class OnlineSoftmax(_Algo):
+class OnlineSoftmax(_SingleLoopAlgo):
     name = "online_softmax"
     description = ("The 3-pass softmax (max; sum of exp(x - max); exp(x - max)/sum) becomes 2 "
                    "passes: an online pass with running max M and rescaled sum S (M = -inf, "
                    "S = 0; Mn = max(M, x); S = S*exp(M - Mn) + exp(x - Mn); M = Mn), then the "
                    "unchanged normalization.")
 
-    def sites(self, program, analysis=None):
-        return [s for s in _loop_sites(program) if _single_loop(node_at(program, s.path))
-                and _single_loop(node_at(program, s.path))[1].op == "max="]
+    def accepts(self, loop, stmt):
+        return stmt.op == "max="
 
     def _match(self, program, site):
         if not site.path:
@@ -441,14 +456,14 @@ class OnlineSoftmax(_Algo):
 
 
 @register
-class FlashAttentionWoTiling(_Algo):
+class FlashAttentionWoTiling(_SingleLoopAlgo):
     name = "flashattention_wo_tiling"
     description = ("Attention's max pass, sum-of-exp pass and `O[r,l] += exp(x - M)/S * V[j,l]` "
                    "pass become one online pass over the keys: running max, running sum, and an "
                    "output accumulator rescaled by exp(M_old - M_new) each step, then O = O / S.")
 
-    def sites(self, program, analysis=None):
-        return OnlineSoftmax.sites(self, program, analysis)
+    def accepts(self, loop, stmt):
+        return stmt.op == "max="   # the max pass that starts the attention softmax
 
     def _match(self, program, site):
         if not site.path:
@@ -692,20 +707,15 @@ _COMBINE = {"+=": lambda a, b: A.Binary("+", a, b), "*=": lambda a, b: A.Binary(
 
 
 @register
-class AdditiveSplit(_Algo):
+class AdditiveSplit(_SingleLoopAlgo):
     name = "additive_split"
     exactness = "reassociation"
     description = ("A reduction over one loop `for k in N: S op= f(k)` is split into two parts: "
                    "S op= f(k) for k < h, a fresh U op= f(k + h) for the rest, then S = S (+) U. "
                    "Params: {\"at\": h}. Reassociation for float += and *=, exact for max=/min=.")
 
-    def sites(self, program, analysis=None):
-        out = []
-        for s in _loop_sites(program):
-            m = _single_loop(node_at(program, s.path))
-            if m and m[1].is_reduction and m[0].extent >= 2:
-                out.append(s)
-        return out
+    def accepts(self, loop, stmt):
+        return stmt.is_reduction and loop.extent >= 2
 
     def params(self, program, site, rng=None):
         node = node_at(program, site.path)
@@ -714,10 +724,9 @@ class AdditiveSplit(_Algo):
         return [{"at": node.extent // 2}]
 
     def _match(self, program, site, params):
-        node = node_at(program, site.path)
-        m = _single_loop(node) if node is not None else None
+        m, why = self._single(program, site)
         if m is None:
-            return None, refuse(f"no serial loop holding one assignment at {list(site.path)}")
+            return None, why
         loop, st = m
         if not st.is_reduction:
             return None, refuse("the loop does not hold a reduction")
@@ -755,26 +764,20 @@ class AdditiveSplit(_Algo):
 
 
 @register
-class PartiallyEquivalentThenCorrect(_Algo):
+class PartiallyEquivalentThenCorrect(_SingleLoopAlgo):
     name = "partially_equivalent_then_correct"
     description = ("S[r] += (E(j) - m) * (E(j) - m) with m invariant in j is computed around the "
                    "stand-in c = E(0) (partially equivalent: equal when m == c) with U[r] += "
                    "E(j) - c, then corrected exactly: S[r] = S[r] + (c - m) * (U[r] * 2 + "
                    "(c - m) * N). The reductions no longer read m.")
 
-    def sites(self, program, analysis=None):
-        out = []
-        for s in _loop_sites(program):
-            m = _single_loop(node_at(program, s.path))
-            if m and m[1].op == "+=" and isinstance(m[1].value, A.Binary) and m[1].value.op == "*":
-                out.append(s)
-        return out
+    def accepts(self, loop, stmt):
+        return stmt.op == "+=" and isinstance(stmt.value, A.Binary) and stmt.value.op == "*"
 
     def _match(self, program, site):
-        node = node_at(program, site.path)
-        m = _single_loop(node) if node is not None else None
+        m, why = self._single(program, site)
         if m is None:
-            return None, refuse(f"no serial loop holding one assignment at {list(site.path)}")
+            return None, why
         loop, st = m
         j = loop.var
         v = st.value
