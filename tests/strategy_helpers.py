@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
 import pytest
 
 import steptp.strategies as S
 from steptp.leir import format_program, parse
 from steptp.strategies.base import IllegalRewrite, Site
+
+from leir_gen import inputs_for  # noqa: F401 - re-exported for the strategy tests
 
 
 def P(text: str):
@@ -34,3 +37,17 @@ def refusal(program, name, site, params) -> str:
     with pytest.raises(IllegalRewrite):
         S.get(name).apply(program, Site.from_json(site), params)
     return v.reason
+
+
+def same_outputs(program, reference, exactness: str, inputs) -> None:
+    """Both programs through the NumPy interpreter: ``exact`` rewrites must be bit-identical,
+    the others close."""
+    from steptp.leir.interp import run
+
+    want = run(reference, inputs, check_program=False)
+    got = run(program, inputs, check_program=False)
+    for k in want:
+        if exactness == "exact":
+            assert np.array_equal(got[k], want[k], equal_nan=True), k
+        else:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)

@@ -16,6 +16,7 @@ from steptp import examples
 from steptp.leir import format_program, parse
 from steptp.strategies import _sympy as SY
 from steptp.strategies.base import IllegalRewrite, Site
+from strategy_helpers import inputs_for  # noqa: E402
 
 ALGEBRAIC = ["factorization", "expand_factorization", "cancellation", "expand_cancellation",
              "apart", "together", "powsimp", "expand_powsimp", "expand_log", "logsimp",
@@ -162,32 +163,18 @@ def test_every_strategy_applies_to_a_bundled_example():
 EXAMPLES = ["algebra", "softmax", "layer_norm", "matmul_bias_gelu", "attention"]
 
 
-def _inputs(program, seed=0):
-    rng = np.random.default_rng(seed)
-    return {t.name: rng.standard_normal(t.shape).astype(t.tvm_dtype) for t in program.inputs}
-
-
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_every_candidate_computes_the_same_outputs(name):
     from steptp.leir.interp import run
 
     p = parse(examples.text(name))
-    inputs = _inputs(p)
+    inputs = inputs_for(p)
     want = run(p, inputs)
     for c in S.candidates(p, ALGEBRAIC):
         got = run(c.program, inputs)
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-3,
                                        err_msg=f"{c.strategy} {c.to_json()}")
-
-
-def _verify_available():
-    try:
-        from steptp.measure.verify import verify  # noqa: F401
-        from steptp.tir import build  # noqa: F401
-    except Exception:
-        return False
-    return True
 
 
 def _first_per_strategy():
@@ -199,7 +186,6 @@ def _first_per_strategy():
     return out
 
 
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 def test_one_candidate_per_strategy_verifies_with_tvm():
     from steptp.measure.verify import verify
 
@@ -211,7 +197,6 @@ def test_one_candidate_per_strategy_verifies_with_tvm():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_every_candidate_verifies_with_tvm(name):
     from steptp.measure.verify import verify

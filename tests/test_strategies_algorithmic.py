@@ -13,6 +13,7 @@ from steptp import examples
 from steptp.leir import format_program, parse
 from steptp.leir.check import check
 from steptp.strategies.base import IllegalRewrite, Site
+from strategy_helpers import inputs_for  # noqa: E402
 
 ALGORITHMIC = ["normal_loop_max_to_prefix_max", "exponential_split", "multiplicative_split",
                "additive_split", "normal_loop_summation_on_exp_to_prefix_summation_on_exp",
@@ -301,18 +302,13 @@ EXAMPLES = ["softmax", "softmax_prefix_max", "attention", "layer_norm", "matmul_
             "conv2d_relu", "cumsum"]
 
 
-def _inputs(program, seed=0):
-    rng = np.random.default_rng(seed)
-    return {t.name: rng.standard_normal(t.shape).astype(t.tvm_dtype) for t in program.inputs}
-
-
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_every_candidate_computes_the_same_outputs(name):
     from steptp.leir.interp import run
 
     p = EX(name)
     for seed in (0, 1):
-        inputs = _inputs(p, seed)
+        inputs = inputs_for(p, seed)
         want = run(p, inputs)
         for c in S.candidates(p, ALGORITHMIC):
             got = run(c.program, inputs)
@@ -324,16 +320,6 @@ def test_every_candidate_computes_the_same_outputs(name):
                                                err_msg=f"{c.strategy} {c.to_json()}")
 
 
-def _verify_available():
-    try:
-        from steptp.measure.verify import verify  # noqa: F401
-        from steptp.tir import build  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 def test_one_candidate_per_strategy_verifies_with_tvm():
     from steptp.measure.verify import verify
 
@@ -349,7 +335,6 @@ def test_one_candidate_per_strategy_verifies_with_tvm():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 @pytest.mark.parametrize("name", EXAMPLES + ["split_matmul"])
 def test_every_candidate_verifies_with_tvm(name):
     from steptp.measure.verify import verify

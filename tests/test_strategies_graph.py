@@ -11,7 +11,7 @@ import steptp.strategies as S
 from steptp import examples
 from steptp.leir import format_program, parse
 from steptp.strategies.base import IllegalRewrite, Site  # noqa: F401
-from strategy_helpers import P, T, applied, refusal  # noqa: F401
+from strategy_helpers import P, T, applied, inputs_for, refusal, same_outputs  # noqa: F401
 
 GRAPH = ["operator_fusion", "operator_fission", "compute_inline", "expression_splitting",
          "common_subexpression_elimination", "dead_code_elimination", "expression_reorder",
@@ -299,53 +299,27 @@ def test_tensor_split_to_decouple_operators():
 
 
 # ============================================================================ numerics
-def _inputs(program, seed=0):
-    rng = np.random.default_rng(seed)
-    return {t.name: rng.standard_normal(t.shape).astype(t.tvm_dtype) for t in program.inputs}
-
-
-def _same(program, reference, exactness, inputs):
-    from steptp.leir.interp import run
-
-    want = run(reference, inputs, check_program=False)
-    got = run(program, inputs, check_program=False)
-    for k in want:
-        if exactness == "exact":
-            assert np.array_equal(got[k], want[k], equal_nan=True), k
-        else:
-            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
-
-
 FAST = ["matmul_bias_gelu", "softmax", "layer_norm", "cumsum", "linear_leaky_relu", "dual_matmul"]
 
 
 @pytest.mark.parametrize("name", FAST)
 def test_candidates_compute_the_same_outputs(name):
     p = parse(examples.text(name))
-    inputs = _inputs(p)
+    inputs = inputs_for(p)
     for c in S.candidates(p, GRAPH, max_per_site=2):
-        _same(c.program, p, c.exactness, inputs)
+        same_outputs(c.program, p, c.exactness, inputs)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", examples.names())
 def test_every_candidate_computes_the_same_outputs(name):
     p = parse(examples.text(name))
-    inputs = _inputs(p)
+    inputs = inputs_for(p)
     for target in ("cpu", "gpu"):
         for c in S.candidates(p, GRAPH, target=target):
-            _same(c.program, p, c.exactness, inputs)
+            same_outputs(c.program, p, c.exactness, inputs)
 
 
-def _verify_available():
-    try:
-        from steptp.measure.verify import verify  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 def test_one_candidate_per_strategy_verifies_with_tvm():
     from steptp.measure.verify import verify
 
@@ -362,7 +336,6 @@ def test_one_candidate_per_strategy_verifies_with_tvm():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 @pytest.mark.parametrize("name", examples.names())
 def test_every_candidate_verifies_with_tvm(name):
     from steptp.measure.verify import verify

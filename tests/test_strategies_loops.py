@@ -14,7 +14,7 @@ from steptp import examples
 from steptp.leir import format_program, parse
 from steptp.strategies import registry
 from steptp.strategies.base import IllegalRewrite, Site, Strategy  # noqa: F401
-from strategy_helpers import P, T, applied, refusal  # noqa: F401
+from strategy_helpers import P, T, applied, inputs_for, refusal, same_outputs  # noqa: F401
 
 
 ELEMENTWISE = P("""
@@ -484,23 +484,6 @@ def test_compute_at_refusals():
 
 
 # ============================================================================ numerics
-def _inputs(program, seed=0):
-    rng = np.random.default_rng(seed)
-    return {t.name: rng.standard_normal(t.shape).astype(t.tvm_dtype) for t in program.inputs}
-
-
-def _same(program, reference, exactness, inputs):
-    from steptp.leir.interp import run
-
-    want = run(reference, inputs, check_program=False)
-    got = run(program, inputs, check_program=False)
-    for k in want:
-        if exactness == "exact":
-            assert np.array_equal(got[k], want[k], equal_nan=True), k
-        else:
-            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
-
-
 # The numeric sweeps here cover the loop family; every other family's test file sweeps its own.
 LOOP = [n for n in S.names() if S.get(n).family == "loop"]
 
@@ -516,11 +499,11 @@ def test_candidates_compute_the_same_outputs(name):
     """The NumPy interpreter runs a seeded sample of the candidates (every site, up to two
     parameter choices each): exact rewrites must be bit-identical."""
     p = parse(examples.text(name))
-    inputs = _inputs(p)
+    inputs = inputs_for(p)
     cands = _all_candidates(p, max_per_site=2)
     assert cands
     for c in cands:
-        _same(c.program, p, c.exactness, inputs)
+        same_outputs(c.program, p, c.exactness, inputs)
 
 
 @pytest.mark.slow
@@ -529,16 +512,16 @@ def test_candidates_compute_the_same_outputs(name):
 def test_every_candidate_computes_the_same_outputs(name):
     """Every candidate, through the NumPy interpreter."""
     p = parse(examples.text(name))
-    inputs = _inputs(p)
+    inputs = inputs_for(p)
     for c in _all_candidates(p):
-        _same(c.program, p, c.exactness, inputs)
+        same_outputs(c.program, p, c.exactness, inputs)
 
 
 @pytest.mark.parametrize("name", ["matmul_bias_gelu", "layer_norm", "conv2d_relu", "cumsum"])
 def test_random_rewrite_sequences_stay_equivalent(name):
     """Three seeded steps in a row (split then vectorize, compute_at then parallelize...)."""
     p0 = parse(examples.text(name))
-    inputs = _inputs(p0, 1)
+    inputs = inputs_for(p0, 1)
     rng = random.Random(7)
     for walk in range(3):
         p, exact = p0, "exact"
@@ -550,19 +533,9 @@ def test_random_rewrite_sequences_stay_equivalent(name):
             p = c.program
             if c.exactness != "exact":
                 exact = c.exactness
-        _same(p, p0, exact, inputs)
+        same_outputs(p, p0, exact, inputs)
 
 
-def _verify_available():
-    try:
-        from steptp.measure.verify import verify  # noqa: F401
-        from steptp.tir import build  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 @pytest.mark.parametrize("name", ["matmul_bias_gelu", "softmax", "layer_norm", "conv2d_relu",
                                   "cumsum", "split_matmul"])
 def test_candidates_verify_with_tvm(name):
@@ -576,7 +549,6 @@ def test_candidates_verify_with_tvm(name):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 @pytest.mark.parametrize("name", ["matmul_bias_gelu", "softmax", "layer_norm", "conv2d_relu",
                                   "cumsum", "split_matmul"])
 def test_every_candidate_verifies_with_tvm(name):

@@ -12,7 +12,7 @@ import steptp.strategies as S
 from steptp import examples
 from steptp.leir import format_program, parse
 from steptp.strategies.base import IllegalRewrite, Site  # noqa: F401
-from strategy_helpers import P, T, applied, refusal  # noqa: F401
+from strategy_helpers import P, T, applied, inputs_for, refusal, same_outputs  # noqa: F401
 
 MEMORY = ["cache_read_write", "layout_transformation", "set_storage_scope", "set_storage_layout",
           "precompute_indices"]
@@ -226,51 +226,28 @@ def test_precompute_indices():
 
 
 # ============================================================================ numerics
-def _inputs(program, seed=0):
-    rng = np.random.default_rng(seed)
-    return {t.name: rng.standard_normal(t.shape).astype(t.tvm_dtype) for t in program.inputs}
-
-
-def _same(program, reference, inputs):
-    from steptp.leir.interp import run
-
-    want = run(reference, inputs, check_program=False)
-    got = run(program, inputs, check_program=False)
-    for k in want:
-        assert np.array_equal(got[k], want[k], equal_nan=True), k
-
-
 FAST = ["matmul_bias_gelu", "softmax", "layer_norm", "cumsum", "linear_leaky_relu", "dual_matmul"]
 
 
 @pytest.mark.parametrize("name", FAST)
 def test_candidates_compute_the_same_outputs(name):
     p = parse(examples.text(name))
-    inputs = _inputs(p)
+    inputs = inputs_for(p)
     for c in S.candidates(p, MEMORY, max_per_site=2):
         assert c.exactness == "exact"
-        _same(c.program, p, inputs)
+        same_outputs(c.program, p, "exact", inputs)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", examples.names())
 def test_every_candidate_computes_the_same_outputs(name):
     p = parse(examples.text(name))
-    inputs = _inputs(p)
+    inputs = inputs_for(p)
     for target in ("cpu", "gpu"):
         for c in S.candidates(p, MEMORY, target=target):
-            _same(c.program, p, inputs)
+            same_outputs(c.program, p, "exact", inputs)
 
 
-def _verify_available():
-    try:
-        from steptp.measure.verify import verify  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 def test_one_candidate_per_strategy_verifies_with_tvm():
     from steptp.measure.verify import verify
 
@@ -287,7 +264,6 @@ def test_one_candidate_per_strategy_verifies_with_tvm():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _verify_available(), reason="TVM verification not available")
 @pytest.mark.parametrize("name", examples.names())
 def test_every_candidate_verifies_with_tvm(name):
     from steptp.measure.verify import verify
