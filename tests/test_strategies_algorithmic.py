@@ -13,7 +13,7 @@ from steptp import examples
 from steptp.leir import format_program, parse
 from steptp.leir.check import check
 from steptp.strategies.base import IllegalRewrite, Site
-from strategy_helpers import inputs_for  # noqa: E402
+from strategy_helpers import inputs_for, same_outputs  # noqa: E402
 
 ALGORITHMIC = ["normal_loop_max_to_prefix_max", "exponential_split", "multiplicative_split",
                "additive_split", "normal_loop_summation_on_exp_to_prefix_summation_on_exp",
@@ -161,6 +161,267 @@ def test_summation_on_exp_refusals():
     assert "apply normal_loop_max_to_prefix_max first" in refusal(
         EX("softmax"), name, {"path": [0, 1], "loops": ["i", "j"]})
     assert "does not hold a sum" in refusal(EX("softmax_prefix_max"), name, {"path": [0, 4]})
+
+
+# ---------------------------------------------------------------- softmax as TVM Relax emits it
+# One operator per statement, each in its own loop nest, the exponentials materialised in an
+# intermediate (real `steptp extract` output for torch.softmax / log_softmax).
+EXTRACTED_SOFTMAX = """
+    kernel f32 softmax(A[4,64]) -> B[4,64]
+     C[4]
+     D[4,64]
+     E[4]
+     C[i] max= A[i,j]
+     D[i,j] = exp(A[i,j] - C[i])
+     E[i] += D[i,j]
+     B[i,j] = D[i,j] / E[i]
+"""
+SUMMATION = "normal_loop_summation_on_exp_to_prefix_summation_on_exp"
+
+
+def numerically_same(new, old, exactness="algebraic", tvm=True):
+    """The rewrite computes the original's outputs: NumPy interpreter on two seeds, then TVM."""
+    from steptp.measure.verify import verify
+
+    for seed in (0, 1):
+        same_outputs(new, old, exactness, inputs_for(old, seed))
+    if tvm:
+        r = verify(new, old, exactness=exactness, seeds=(0,))
+        assert r.passed, r.reason
+
+
+def test_online_softmax_on_the_extracted_form():
+    p = P(EXTRACTED_SOFTMAX)
+    site = {"path": [0, 0], "loops": ["i", "j"]}
+    got = applied(p, "online_softmax", site)
+    # the online pass takes the max and sum nests; D is computed after it, from the final max
+    assert got == T("""
+        kernel f32 softmax(A[4,64]) -> B[4,64]
+         C[4]
+         D[4,64]
+         E[4]
+         T0[4]
+         for i in 4:
+          C[i] = -inf
+          E[i] = 0.0
+          for j in 64:
+           T0[i] = max(C[i], A[i,j])
+           E[i] = E[i] * exp(C[i] - T0[i]) + exp(A[i,j] - T0[i])
+           C[i] = T0[i]
+         D[i,j] = exp(A[i,j] - C[i])
+         B[i,j] = D[i,j] / E[i]
+    """)
+    (c,) = S.candidates(p, "online_softmax")
+    assert c.site.to_json() == site and c.exactness == "algebraic"
+    numerically_same(c.program, p)
+
+
+def test_online_softmax_on_extracted_log_softmax_and_softmax_over_dim1():
+    log = P("""
+        kernel f32 log_softmax(A[8,10]) -> B[8,10]
+         C[8]
+         D[8]
+         C[i] max= A[i,j]
+         D[i] += exp(A[i,j] - C[i])
+         B[i,j] = A[i,j] - C[i] - log(D[i])
+    """)
+    got = applied(log, "online_softmax", {"path": [0, 0]})
+    assert got == T("""
+        kernel f32 log_softmax(A[8,10]) -> B[8,10]
+         C[8]
+         D[8]
+         T0[8]
+         for i in 8:
+          C[i] = -inf
+          D[i] = 0.0
+          for j in 10:
+           T0[i] = max(C[i], A[i,j])
+           D[i] = D[i] * exp(C[i] - T0[i]) + exp(A[i,j] - T0[i])
+           C[i] = T0[i]
+         B[i,j] = A[i,j] - C[i] - log(D[i])
+    """)
+    numerically_same(P(got), log, tvm=False)
+    # torch.softmax(x, dim=1) on 4-D: each nest names its loops by depth, so the reduced axis is
+    # `l` in the max and the sum but `j` in the definition of D and in the normalization
+    dim1 = P("""
+        kernel f32 softmax(A[1,8,4,4]) -> B[1,8,4,4]
+         C[1,4,4]
+         D[1,8,4,4]
+         E[1,4,4]
+         C[i,j,k] max= A[i,l,j,k]
+         D[i,j,k,l] = exp(A[i,j,k,l] - C[i,k,l])
+         E[i,j,k] += D[i,l,j,k]
+         B[i,j,k,l] = D[i,j,k,l] / E[i,k,l]
+    """)
+    got = applied(dim1, "online_softmax", {"path": [0, 0, 0, 0]})
+    assert got == T("""
+        kernel f32 softmax(A[1,8,4,4]) -> B[1,8,4,4]
+         C[1,4,4]
+         D[1,8,4,4]
+         E[1,4,4]
+         T0[1,4,4]
+         for i in 1, j in 4, k in 4:
+          C[i,j,k] = -inf
+          E[i,j,k] = 0.0
+          for l in 8:
+           T0[i,j,k] = max(C[i,j,k], A[i,l,j,k])
+           E[i,j,k] = E[i,j,k] * exp(C[i,j,k] - T0[i,j,k]) + exp(A[i,l,j,k] - T0[i,j,k])
+           C[i,j,k] = T0[i,j,k]
+         D[i,j,k,l] = exp(A[i,j,k,l] - C[i,k,l])
+         B[i,j,k,l] = D[i,j,k,l] / E[i,k,l]
+    """)
+    numerically_same(P(got), dim1, tvm=False)
+
+
+def test_online_softmax_materialised_with_shared_row_loops():
+    p = P("""
+        kernel f32 k(A[4,64]) -> B[4,64]
+         C[4]
+         D[4,64]
+         E[4]
+         for i in 4:
+          C[i] max= A[i,j]
+          D[i,j] = exp(A[i,j] - C[i])
+          E[i] += D[i,j]
+          B[i,j] = D[i,j] / E[i]
+    """)
+    got = applied(p, "online_softmax", {"path": [0, 0]})
+    assert got == T("""
+        kernel f32 k(A[4,64]) -> B[4,64]
+         C[4]
+         D[4,64]
+         E[4]
+         T0[4]
+         for i in 4:
+          C[i] = -inf
+          E[i] = 0.0
+          for j in 64:
+           T0[i] = max(C[i], A[i,j])
+           E[i] = E[i] * exp(C[i] - T0[i]) + exp(A[i,j] - T0[i])
+           C[i] = T0[i]
+          D[i,j] = exp(A[i,j] - C[i])
+          B[i,j] = D[i,j] / E[i]
+    """)
+    numerically_same(P(got), p, tvm=False)
+
+
+def test_summation_on_exp_on_the_extracted_form():
+    p = P(EXTRACTED_SOFTMAX)
+    # the sum is over D, whose definition is exp(x - C): C must first become a prefix max
+    assert "apply normal_loop_max_to_prefix_max first" in refusal(
+        p, SUMMATION, {"path": [2, 0], "loops": ["i", "j"]})
+    pm = S.apply(p, "normal_loop_max_to_prefix_max", {"path": [0, 0]}, {})
+    assert format_program(pm) == T("""
+        kernel f32 softmax(A[4,64]) -> B[4,64]
+         C[4]
+         D[4,64]
+         E[4]
+         T0[4,64]
+         for i in 4:
+          T0[i,0] = A[i,0]
+          for j in 63:
+           T0[i,j+1] = max(T0[i,j], A[i,j+1])
+          C[i] = T0[i,63]
+         D[i,j] = exp(A[i,j] - C[i])
+         E[i] += D[i,j]
+         B[i,j] = D[i,j] / E[i]
+    """)
+    site = {"path": [2, 0], "loops": ["i", "j"]}
+    got = applied(pm, SUMMATION, site)
+    # the recurrence computes exp(x - prefix max) itself; D stays for the normalization
+    assert got == T("""
+        kernel f32 softmax(A[4,64]) -> B[4,64]
+         C[4]
+         D[4,64]
+         E[4]
+         T0[4,64]
+         for i in 4:
+          T0[i,0] = A[i,0]
+          for j in 63:
+           T0[i,j+1] = max(T0[i,j], A[i,j+1])
+          C[i] = T0[i,63]
+         D[i,j] = exp(A[i,j] - C[i])
+         for i in 4:
+          E[i] = exp(A[i,0] - T0[i,0])
+          for j in 63:
+           E[i] = E[i] * exp(T0[i,j] - T0[i,j+1]) + exp(A[i,j+1] - T0[i,j+1])
+         B[i,j] = D[i,j] / E[i]
+    """)
+    (c,) = S.candidates(pm, SUMMATION)
+    assert c.site.to_json() == site and c.exactness == "algebraic"
+    numerically_same(c.program, p)
+
+
+def test_materialised_softmax_refusals():
+    # D has a reader between its definition and the sum: refused (not moved past the online pass)
+    p = P("""
+        kernel f32 k(A[4,64]) -> B[4,64], F[4,64]
+         C[4]
+         D[4,64]
+         E[4]
+         C[i] max= A[i,j]
+         D[i,j] = exp(A[i,j] - C[i])
+         F[i,j] = D[i,j] * 2.0
+         E[i] += D[i,j]
+         B[i,j] = D[i,j] / E[i]
+    """)
+    why = refusal(p, "online_softmax", {"path": [0, 0]})
+    assert "D (= exp(x - max)) is also read by `F[i,j] = D[i,j] * 2.0` between its definition " \
+           "and the sum" in why
+    pm = S.apply(p, "normal_loop_max_to_prefix_max", {"path": [0, 0]}, {})
+    assert "D is not defined by an elementwise statement right before the sum" in refusal(
+        pm, SUMMATION, {"path": [3, 0]})
+    # (loops around D's definition, the value exponentiated, the sum, the reason): the sum adds
+    # more than D; D covers half a row; exp of another value than the maximized one; the sum's
+    # loop split (j is no longer one loop of the sum's nest)
+    cases = [
+        ("", "A", "E[i] += D[i,j] * 2.0", "adds D[i,j] * 2.0, not D[...] itself"),
+        ("for i in 4, j in 32:\n  ", "A", "for i in 4, j in 64:\n  E[i] += D[i,j]",
+         "D is defined on 32 of the 64 elements of its dimension 1"),
+        ("", "G", "E[i] += D[i,j]", "not the maximized value"),
+        ("", "A", "for i in 4, jo in 8, ji in 8:\n  E[i] += D[i,jo*8+ji]",
+         "not indexed by its own loops"),
+    ]
+    for dloops, x, sum_, reason in cases:
+        q = parse(f"kernel f32 k(A[4,64], G[4,64]) -> B[4,64]\n C[4]\n D[4,64]\n E[4]\n"
+                  f" C[i] max= A[i,j]\n {dloops}D[i,j] = exp({x}[i,j] - C[i])\n {sum_}\n"
+                  f" B[i,j] = D[i,j] / E[i]\n")
+        assert reason in refusal(q, "online_softmax", {"path": [0, 0]}), sum_
+    # flash attention keeps to the inline form with shared row loops
+    assert "not attention" in refusal(P(EXTRACTED_SOFTMAX), "flashattention_wo_tiling",
+                                      {"path": [0, 0]})
+
+
+@pytest.fixture(scope="module")
+def zoo_softmax_kernels():
+    """The softmax-family kernels of a few zoo workloads, extracted from PyTorch via TVM Relax
+    (no raise check: only the LEIR text is used)."""
+    from steptp.zoo.extract import extract, refs_for_zoo
+
+    res = extract(refs_for_zoo("softmax,log_softmax,softmax_dim1_4d,attention_block"),
+                  check=False)
+    out = {}
+    for r in res.records:
+        if r.leir and "max=" in r.leir and "exp(" in r.leir:
+            out.setdefault(r.name + "/" + r.occurrences[0].workload, parse(r.leir))
+    return out
+
+
+def test_every_zoo_softmax_candidate_verifies(zoo_softmax_kernels):
+    from steptp.measure.verify import verify
+
+    assert len(zoo_softmax_kernels) >= 4, sorted(zoo_softmax_kernels)
+    for name, p in zoo_softmax_kernels.items():
+        online = S.candidates(p, "online_softmax")
+        assert len(online) == 1, name
+        pms = S.candidates(p, "normal_loop_max_to_prefix_max")
+        summed = [c for pm in pms for c in S.candidates(pm.program, SUMMATION)]
+        assert len(summed) == 1, name
+        for c in online + summed:
+            check(c.program)
+            same_outputs(c.program, p, c.exactness, inputs_for(p, 0))
+            r = verify(c.program, p, exactness=c.exactness, seeds=(0, 1))
+            assert r.passed, (name, c.strategy, c.to_json(), r.reason)
 
 
 # ============================================================================ attention

@@ -13,10 +13,22 @@ fresh intermediates with the shape and dtype of the value they accompany.
   becomes ``S[r] = exp(X(0) - P[r,0]); for j in N-1: S[r] = S[r]*exp(P[r,j] - P[r,j+1]) +
   exp(X(j+1) - P[r,j+1])``. By induction ``S_j = sum_{t<=j} exp(X(t) - P[r,j])`` for *any*
   finite sequence P, so the final S equals the original whenever ``P[r,N-1] == M[r]``.
+  The sum may also read an intermediate the statement before it materialises,
+  ``D[r,j] = exp(X(j) - M[r]); S[r] += D[r,j]`` (one operator per statement, as TVM emits
+  softmax): the recurrence then computes ``exp(X - P)`` itself and D's definition stays for
+  its other readers.
 * ``online_softmax`` (algebraic): the 3-pass softmax (max, sum of exp(x - max), normalize) becomes
   2 passes: one online pass with a running max M and a rescaled running sum S
   (``Mn = max(M, x); S = S*exp(M - Mn) + exp(x - Mn); M = Mn``, from ``M = -inf, S = 0``),
-  then the unchanged normalization pass.
+  then the unchanged normalization pass (``exp(x - M) / S``, or log-softmax's
+  ``x - M - log(S)``). In the materialised form ``M max= x; D = exp(x - M); S += D; Y = D / S``
+  the online pass replaces the max and the sum, and D's definition moves after it (it is then
+  computed from the final max, for the normalization and any later reader).
+* The softmax passes may share their row loops (``for i: [for j: M[i] max= ..; for j: ..]``) or
+  each have its own nest (``for i: for j: M[i] max= ..`` then ``for i: for j: ..``, as TVM
+  emits them, over any number of row dimensions and with independently named or permuted loop
+  variables): passes are matched by unification, binding the max pass's loop variables to the
+  ones playing the same role in the other pass.
 * ``flashattention_wo_tiling`` (algebraic): scores -> max pass -> sum pass -> ``O += exp(x - M) /
   S * V`` becomes one online pass over the keys with running max, running sum and an output
   accumulator rescaled by ``exp(M_old - M_new)``, then ``O = O / S``.
@@ -38,7 +50,7 @@ fresh intermediates with the shape and dtype of the value they accompany.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..leir import ast as A
@@ -134,26 +146,162 @@ def _stmt_sites(program: A.Program, pred) -> list[Site]:
 
 
 # ----------------------------------------------------------------------------- softmax passes
-class _Passes:
-    """The max pass / sum-of-exp pass pair at siblings ``k, k+1`` of the body at ``parent``."""
+# A *pass* is one sibling statement of a body: a perfect nest of loops around one assignment.
+# Hand-written kernels share the row loops (``for i: [for j: max; for j: sum; for j: norm]``), so
+# each pass is one loop. Kernels extracted through TVM give every operator its own nest, with
+# its own (independently named) row loops, and materialise the exponentials:
+# ``C[i] max= A[i,j]; D[i,j] = exp(A[i,j] - C[i]); E[i] += D[i,j]; B[i,j] = D[i,j] / E[i]``.
+# Passes are compared by unification: a pattern written in the max pass's loop variables is
+# matched against another pass's expression, binding each of those variables to the loop
+# variable that plays its role there (``softmax(dim=1)`` on 4-D tensors permutes them).
+def _nest(s: A.Stmt | None) -> tuple[tuple[A.Loop, ...], A.Assign] | None:
+    """A perfect nest ``for a: for b: ... X[..] op e`` -> (its loops, the assignment)."""
+    loops = []
+    while isinstance(s, A.Loop) and len(s.body) == 1:
+        loops.append(s)
+        s = s.body[0]
+    return (tuple(loops), s) if isinstance(s, A.Assign) else None
 
-    def __init__(self, loop1, st1, loop2, st2, x):
-        self.loop1, self.st1, self.loop2, self.st2, self.x = loop1, st1, loop2, st2, x
+
+def _nest_root(program: A.Program, path: Path) -> Path:
+    """The outermost statement of the perfect nest around ``path``: climb through every
+    enclosing loop whose body is that one statement."""
+    p = tuple(path)
+    while len(p) > 1:
+        up = node_at(program, p[:-1])
+        if not (isinstance(up, A.Loop) and len(up.body) == 1):
+            break
+        p = p[:-1]
+    return p
+
+
+def _wrap(rows: Sequence[A.Loop], stmts: Sequence[A.Stmt]) -> list[A.Stmt]:
+    """``stmts`` inside copies of the loops ``rows`` (outermost first)."""
+    out = tuple(stmts)
+    for lp in reversed(rows):
+        out = (replace(lp, body=out),)
+    return list(out)
+
+
+def _unify(pat: object, e: object, pvars: frozenset[str], b: dict[str, A.Expr]) -> bool:
+    """Whether ``e`` matches ``pat``, whose variables ``pvars`` are placeholders bound (each to
+    one expression, consistently) in ``b``; everything else must be equal."""
+    if isinstance(pat, A.Var) and pat.name in pvars:
+        e = A.strip_pos(e)
+        if pat.name in b:
+            return b[pat.name] == e
+        b[pat.name] = e
+        return True
+    if type(pat) is not type(e):
+        return False
+    if isinstance(pat, A.Load):
+        return pat.tensor == e.tensor and len(pat.index) == len(e.index) and all(
+            _unify(p, x, pvars, b) for p, x in zip(pat.index, e.index))
+    if isinstance(pat, A.Unary):
+        return pat.op == e.op and _unify(pat.operand, e.operand, pvars, b)
+    if isinstance(pat, A.Binary):
+        return pat.op == e.op and _unify(pat.lhs, e.lhs, pvars, b) and \
+            _unify(pat.rhs, e.rhs, pvars, b)
+    if isinstance(pat, A.Call):
+        return pat.func == e.func and len(pat.args) == len(e.args) and all(
+            _unify(p, x, pvars, b) for p, x in zip(pat.args, e.args))
+    return pat == e  # Const, Var (positions never compare)
+
+
+def _loop_binding(b: dict[str, A.Expr], pvars: dict[str, int], loops: Sequence[A.Loop],
+                  what: str) -> str | None:
+    """Why the binding ``b`` is not a one-to-one map of the placeholders ``pvars`` (name ->
+    extent) onto variables of ``loops`` with the same extents (None when it is)."""
+    by = {lp.var: lp for lp in loops}
+    used: set[str] = set()
+    for v, ext in pvars.items():
+        e = b.get(v)
+        if e is None:
+            return f"{what} does not vary with the max pass's {v}"
+        if not isinstance(e, A.Var) or e.name not in by or e.name in used:
+            return (f"{what} is not indexed by its own loops the way the max pass is "
+                    f"({v} there is {format_expr(e)} here)")
+        if by[e.name].extent != ext:
+            return (f"the two passes have different extents ({ext}, {by[e.name].extent}) "
+                    f"({v}, {e.name})")
+        used.add(e.name)
+    return None
+
+
+def _materialised(program: A.Program, body: tuple[A.Stmt, ...], q: int, load: A.Load,
+                  shared: set[str]) -> tuple[A.Expr | None, str]:
+    """The value ``load`` (a read of D by the pass at sibling ``q``) holds, from D's definition
+    by the elementwise nest at sibling ``q - 1``, in the reading pass's variables."""
+    dname = load.tensor
+    dn = _nest(body[q - 1]) if q >= 1 else None
+    if dn is None or dn[1].tensor != dname or dn[1].op != "=":
+        return None, f"{dname} is not defined by an elementwise statement right before the sum"
+    loops, st = dn
+    own = {lp.var: lp.extent for lp in loops}
+    shape = program.tensors[dname].shape
+    idx = A.strip_pos(st.index)
+    names = [i.name for i in idx if isinstance(i, A.Var)]
+    if len(names) != len(idx) or len(set(names)) != len(names) or not set(own) <= set(names) \
+            or len(idx) != len(load.index):
+        return None, (f"{dname} is not written element by element by the loops around "
+                      f"`{dname}[{', '.join(format_expr(i) for i in idx)}] = ...`")
+    m: dict[str, A.Expr] = {}
+    for t, v in enumerate(names):
+        if v in own:
+            if own[v] != shape[t]:
+                return None, (f"{dname} is defined on {own[v]} of the {shape[t]} elements of "
+                              f"its dimension {t}")
+        elif v not in shared or A.strip_pos(load.index[t]) != A.Var(v):
+            return None, f"the sum reads {dname} where its definition does not write it"
+        m[v] = load.index[t]
+    if dname in _reads(st.value):
+        return None, f"the definition of {dname} reads {dname}"
+    return subst_expr(st.value, m), ""
+
+
+@dataclass(frozen=True)
+class _Passes:
+    """The max pass (nest ``k``) and the sum-of-exp pass (nest ``end``) among the siblings of
+    the body at ``parent``. ``rows`` are the max nest's own loops around the reduction loop
+    (empty when the row loops are shared); ``x`` and ``s`` are in the max pass's variables.
+    When the sum reads an intermediate D defined at ``end - 1`` as exp(x - max) (the form TVM
+    emits), ``d`` is that definition and ``dload`` D as the sum reads it (max's variables)."""
+
+    parent: Path
+    k: int
+    end: int
+    rows: tuple[A.Loop, ...]
+    loop1: A.Loop
+    st1: A.Assign
+    loop2: A.Loop
+    st2: A.Assign
+    x: A.Expr
+    s: A.Load
+    d: A.Stmt | None = None
+    dload: A.Load | None = None
 
     @property
     def m(self) -> A.Load:
         return _load(self.st1.tensor, self.st1.index)
 
     @property
-    def s(self) -> A.Load:
-        return _load(self.st2.tensor, self.st2.index)
+    def pvars(self) -> dict[str, int]:
+        """The max pass's own loop variables (rows, then the reduced one) -> extents."""
+        return {lp.var: lp.extent for lp in self.rows + (self.loop1,)}
 
 
-def _max_sum_passes(program: A.Program, parent: Path, k: int) -> tuple[_Passes | None, str]:
-    body = _body_of(program, parent)
-    if k + 1 >= len(body):
-        return None, "no pass follows the max pass"
-    a, b = _single_loop(body[k]), _single_loop(body[k + 1])
+def _exp_minus_of(e: A.Expr, tensor: str) -> bool:
+    """Whether ``e`` is ``exp(x - tensor[..])``."""
+    return isinstance(e, A.Call) and e.func == "exp" and len(e.args) == 1 and \
+        isinstance(e.args[0], A.Binary) and e.args[0].op == "-" and \
+        isinstance(e.args[0].rhs, A.Load) and e.args[0].rhs.tensor == tensor
+
+
+def _max_sum_passes(program: A.Program, path: Path) -> tuple[_Passes | None, str]:
+    """The max pass whose reduction loop is at ``path`` and the sum of exp(x - max) after it,
+    inline (``S += exp(x - M)``) or materialised (``D = exp(x - M); S += D``)."""
+    node = node_at(program, path)
+    a = _single_loop(node) if node is not None else None
     if a is None:
         return None, "the statement is not a serial loop holding one max= reduction"
     loop1, st1 = a
@@ -161,33 +309,85 @@ def _max_sum_passes(program: A.Program, parent: Path, k: int) -> tuple[_Passes |
         return None, f"the loop over {loop1.var} does not hold a max= reduction over {loop1.var}"
     if not _is_float(program, st1.tensor):
         return None, f"{st1.tensor} is not floating-point"
-    if b is None:
-        return None, "the max pass is not followed by a loop holding one sum of exp"
-    loop2, st2 = b
-    if loop2.extent != loop1.extent:
-        return None, f"the two passes have different extents ({loop1.extent}, {loop2.extent})"
+    root = _nest_root(program, path)
+    parent, k = root[:-1], root[-1]
+    body = _body_of(program, parent)
+    rows = _nest(body[k])[0][:-1]
+    outer = enclosing_loops(program, root)
+    pvars = {lp.var: lp.extent for lp in rows + (loop1,)}
+    pv = frozenset(pvars)
     m = _load(st1.tensor, st1.index)
-    x2 = _exp_minus(st2.value, m)
-    if st2.op != "+=" or x2 is None or any(_uses_var(i, loop2.var) for i in st2.index):
-        return None, (f"the pass after the max is not a sum `S += exp(x - {format_expr(m)})` over "
-                      f"{loop2.var}")
     x = st1.value
-    if A.strip_pos(_rename(x2, loop2.var, loop1.var)) != A.strip_pos(x):
+    if k + 1 >= len(body):
+        return None, "no pass follows the max pass"
+    nxt = _nest(body[k + 1])
+    if nxt is None or not nxt[0]:
+        return None, "the max pass is not followed by a loop holding one sum of exp"
+    end, d, dname = k + 1, None, None
+    if nxt[1].op == "=" and _exp_minus_of(nxt[1].value, st1.tensor):
+        # materialised: D = exp(x - M) then S += D
+        d, dname, end = body[k + 1], nxt[1].tensor, k + 2
+        if dname == st1.tensor:
+            return None, f"exp(x - max) is stored into the max {dname} itself"
+        sn = _nest(body[end]) if end < len(body) else None
+        if sn is None or sn[1].op != "+=" or not isinstance(sn[1].value, A.Load) or \
+                sn[1].value.tensor != dname:
+            if sn is not None and sn[1].op == "+=" and dname in _reads(sn[1].value):
+                return None, (f"the sum after {dname} = exp(x - max) adds "
+                              f"{format_expr(sn[1].value)}, not {dname}[...] itself")
+            if end < len(body) and dname in tensors_read(body[end]):
+                return None, (f"{dname} (= exp(x - max)) is also read by `{_text(body[end])}` "
+                              f"between its definition and the sum: only the sum may read it "
+                              f"there")
+            return None, f"{dname} = exp(x - max) is not followed by a sum `S += {dname}[...]`"
+    loops2, st2 = _nest(body[end])
+    v = st2.value
+    if st2.op == "+=" and d is not None:
+        v, why = _materialised(program, body, end, st2.value, {lp.var for lp in outer})
+        if v is None:
+            return None, why
+    b: dict[str, A.Expr] = {}
+    if st2.op != "+=" or not loops2 or not _exp_minus_of(v, st1.tensor) or \
+            not _unify(m, v.args[0].rhs, pv, b):
+        return None, (f"the pass after the max is not a sum `S += exp(x - {format_expr(m)})` over "
+                      f"{loop1.var}")
+    x2 = v.args[0].lhs
+    if not _unify(x, x2, pv, b):
         return None, (f"the sum exponentiates {format_expr(x2)}, not the maximized value "
                       f"{format_expr(x)} minus the max")
-    if st2.tensor == st1.tensor or st2.index and any(
-            isinstance(i, A.Var) and i.name == loop1.var for i in st2.index):
+    why = _loop_binding(b, pvars, loops2, "the sum")
+    if why:
+        return None, why
+    loop2 = next(lp for lp in loops2 if lp.var == b[loop1.var].name)
+    inv = {b[p].name: A.Var(p) for p in pvars}
+    s = _load(st2.tensor, tuple(subst_expr(i, inv) for i in st2.index))
+    dload = _load(dname, tuple(subst_expr(i, inv) for i in st2.value.index)) if d else None
+    if st2.tensor == st1.tensor or _uses_var(s.index, loop1.var):
         return None, "the sum and the max share a buffer"
-    if {st1.tensor, st2.tensor} & _reads(x):
-        return None, "the maximized value reads the running max or sum"
-    if _is_float(program, st2.tensor) is False:
+    if {st1.tensor, st2.tensor, dname} & _reads(x):
+        return None, "the maximized value reads the running max, the sum or the exponentials"
+    if not _is_float(program, st2.tensor):
         return None, f"{st2.tensor} is not floating-point"
-    return _Passes(loop1, st1, loop2, st2, x), ""
+    if reduction_axes(st1, enclosing_loops(program, path) + [loop1]) != [loop1.var]:
+        return None, f"{st1.tensor} is reduced over more than {loop1.var}"
+    if reduction_axes(st2, outer + list(loops2)) != [loop2.var]:
+        return None, f"{st2.tensor} is reduced over more than {loop2.var}"
+    return _Passes(parent, k, end, rows, loop1, st1, loop2, st2, x, s, d, dload), ""
 
 
-def _online_pass(program: A.Program, ps: _Passes, extra_scale: str | None = None
-                 ) -> tuple[A.Program, list[A.Stmt], str]:
-    """Init + fused online loop computing M (max) and S (sum of exp(x - M)) in one pass.
+def _text(s: A.Stmt) -> str:
+    """The assignment of a nest, as one line."""
+    n = _nest(s)
+    if n is None:
+        return "a loop nest"
+    st = n[1]
+    return (f"{st.tensor}[{','.join(format_expr(i) for i in st.index)}] {st.op} "
+            f"{format_expr(st.value)}")
+
+
+def _online_pass(program: A.Program, ps: _Passes) -> tuple[A.Program, list[A.Stmt], str]:
+    """Init + fused online loop computing M (max) and S (sum of exp(x - M)) in one pass, in
+    the max pass's variables (inside its row loops when it has its own).
     Returns the new program (with the fresh running-max buffer), the statements, and its name."""
     program, mn = _add_tensor(program, program.tensors[ps.st1.tensor])
     j = ps.loop1.var
@@ -195,14 +395,14 @@ def _online_pass(program: A.Program, ps: _Passes, extra_scale: str | None = None
     mnl = _load(mn, ps.st1.index)
     loop = A.Loop(j, ps.loop1.extent, "serial", (
         A.Assign(mn, ps.st1.index, "=", A.Call("max", (m, x))),
-        A.Assign(ps.st2.tensor, ps.st2.index, "=",
+        A.Assign(s.tensor, s.index, "=",
                  A.Binary("+", A.Binary("*", s, A.Call("exp", (A.Binary("-", m, mnl),))),
                           A.Call("exp", (A.Binary("-", x, mnl),)))),
         A.Assign(ps.st1.tensor, ps.st1.index, "=", mnl),
     ))
     init = [A.Assign(ps.st1.tensor, ps.st1.index, "=", INF),
-            A.Assign(ps.st2.tensor, ps.st2.index, "=", A.const(0.0))]
-    return program, init + [loop], mn
+            A.Assign(s.tensor, s.index, "=", A.const(0.0))]
+    return program, _wrap(ps.rows, init + [loop]), mn
 
 
 def _loop_sites(program: A.Program) -> list[Site]:
@@ -310,10 +510,29 @@ class SummationOnExpToPrefix(_SingleLoopAlgo):
     description = ("`for j in N: S[r] += exp(X(j) - M[r])` where M[r] = P[r,N-1] is the last "
                    "element of a prefix scan P becomes the recurrence S = exp(X(0) - P[r,0]); "
                    "S = S*exp(P[r,j] - P[r,j+1]) + exp(X(j+1) - P[r,j+1]): the online-softmax "
-                   "denominator over the prefix max.")
+                   "denominator over the prefix max. Also `S[r] += D[r,j]` where the statement "
+                   "before defines D = exp(X - M) (D is kept for its other readers).")
 
     def accepts(self, loop, stmt):
-        return stmt.op == "+=" and isinstance(stmt.value, A.Call) and stmt.value.func == "exp"
+        return stmt.op == "+=" and (isinstance(stmt.value, A.Load) or (
+            isinstance(stmt.value, A.Call) and stmt.value.func == "exp"))
+
+    @staticmethod
+    def _scan_nest(s: A.Stmt) -> tuple[list[A.Loop], A.Stmt, A.Stmt, A.Assign] | None:
+        """``for rows: [..., P[r,0] = e0; for v: P[r,v+1] = max(P[r,v], e); M[r] = P[r,N-1]]``
+        (what normal_loop_max_to_prefix_max makes of a max pass with its own row loops) ->
+        (rows, the first element, the scan loop, the last-element store)."""
+        rows: list[A.Loop] = []
+        while isinstance(s, A.Loop):
+            rows.append(s)
+            if len(s.body) == 1 and isinstance(s.body[0], A.Loop):
+                s = s.body[0]
+                continue
+            break
+        if not rows or len(rows[-1].body) < 3 or not isinstance(rows[-1].body[-1], A.Assign):
+            return None
+        s0, s1, dm = rows[-1].body[-3:]
+        return rows, s0, s1, dm
 
     def _match(self, program, site):
         m, why = self._single(program, site)
@@ -321,10 +540,21 @@ class SummationOnExpToPrefix(_SingleLoopAlgo):
             return None, why
         loop, st = m
         j, n = loop.var, loop.extent
+        if st.op != "+=":
+            return None, refuse("the loop does not hold a sum `S += exp(x - M)`")
+        root = _nest_root(program, site.path)
+        parent, q = root[:-1], root[-1]
+        body = _body_of(program, parent)
         v = st.value
-        if st.op != "+=" or not (isinstance(v, A.Call) and v.func == "exp"
-                                 and isinstance(v.args[0], A.Binary) and v.args[0].op == "-"
-                                 and isinstance(v.args[0].rhs, A.Load)):
+        if isinstance(v, A.Load):
+            # materialised: D[..] = exp(X - M) right before, S += D[r,j]
+            v, why = _materialised(program, body, q, v,
+                                   {lp.var for lp in enclosing_loops(program, root)})
+            if v is None:
+                return None, refuse(f"the loop does not hold a sum `S += exp(x - M)`: {why}")
+        if not (isinstance(v, A.Call) and v.func == "exp"
+                and isinstance(v.args[0], A.Binary) and v.args[0].op == "-"
+                and isinstance(v.args[0].rhs, A.Load)):
             return None, refuse("the loop does not hold a sum `S += exp(x - M)`")
         mload = v.args[0].rhs
         x = v.args[0].lhs
@@ -335,45 +565,60 @@ class SummationOnExpToPrefix(_SingleLoopAlgo):
         outer = enclosing_loops(program, site.path)
         if reduction_axes(st, outer + [loop]) != [j]:
             return None, refuse(f"{st.tensor} is reduced over more than {j}")
-        parent, k = site.path[:-1], site.path[-1]
-        body = _body_of(program, parent)
-        # the last write of M before the loop: M[r] = P[r, N-1]
+        # the last write of M before the sum's nest: M[r] = P[r, N-1]
         d = None
-        for q in range(k - 1, -1, -1):
-            if mload.tensor in tensors_written(body[q]):
-                d = q
+        for q2 in range(q - 1, -1, -1):
+            if mload.tensor in tensors_written(body[q2]):
+                d = q2
                 break
-        if d is None or d < 2:
-            return None, refuse(f"{format_expr(mload)} is not defined by a prefix scan in this pass "
-                                f"(apply normal_loop_max_to_prefix_max first)")
-        dm = body[d]
-        if not (isinstance(dm, A.Assign) and dm.op == "=" and A.strip_pos(dm.index) ==
-                A.strip_pos(mload.index) and isinstance(dm.value, A.Load)):
-            return None, refuse(f"{format_expr(mload)} is not the last element of a prefix scan")
+        first = (f"{format_expr(mload)} is not defined by a prefix scan in this pass "
+                 f"(apply normal_loop_max_to_prefix_max first)")
+        r = tuple(A.strip_pos(mload.index))
+        if d is not None and isinstance(body[d], A.Assign):
+            # shared row loops: the scan's statements are siblings of the sum
+            if d < 2:
+                return None, refuse(first)
+            s0, s1, dm = body[d - 2], body[d - 1], body[d]
+            if not (dm.op == "=" and A.strip_pos(dm.index) == r and isinstance(dm.value, A.Load)):
+                return None, refuse(f"{format_expr(mload)} is not the last element of a prefix "
+                                    f"scan")
+            rp = r
+        else:
+            # the scan has its own row loops: for rows: [P[r,0] = ..; for ..; M[r] = P[r,N-1]]
+            sn = self._scan_nest(body[d]) if d is not None else None
+            if sn is None or sn[3].tensor != mload.tensor:
+                return None, refuse(first)
+            prows, s0, s1, dm = sn
+            pvars = {lp.var: lp.extent for lp in prows}
+            b: dict[str, A.Expr] = {}
+            if not (dm.op == "=" and isinstance(dm.value, A.Load) and
+                    _unify(_load(dm.tensor, dm.index), mload, frozenset(pvars), b)) or \
+                    _loop_binding(b, pvars, outer, "the sum"):
+                return None, refuse(f"{format_expr(mload)} is not the last element of a prefix "
+                                    f"scan over the rows the sum reads")
+            rp = tuple(A.strip_pos(dm.index))
         pl = dm.value
         pt = program.tensors[pl.tensor]
-        r = tuple(A.strip_pos(mload.index))
-        if not pt.shape or pt.shape[-1] != n or tuple(A.strip_pos(pl.index[:-1])) != r or \
+        if not pt.shape or pt.shape[-1] != n or tuple(A.strip_pos(pl.index[:-1])) != rp or \
                 A.strip_pos(pl.index[-1]) != A.const(n - 1):
             return None, refuse(f"{format_expr(dm.value)} is not element {n - 1} of a prefix "
                                 f"sequence over {j}")
         # the scan: P[r,0] = e0 ; for v in N-1: P[r,v+1] = max(P[r,v], e)
-        s0, s1 = body[d - 2], body[d - 1]
         sl = _single_loop(s1)
         ok = isinstance(s0, A.Assign) and s0.tensor == pl.tensor and s0.op == "=" and \
-            tuple(A.strip_pos(s0.index)) == r + (A.const(0),) and sl is not None
+            tuple(A.strip_pos(s0.index)) == rp + (A.const(0),) and sl is not None
         if ok:
             vl, vs = sl
             vv = A.Var(vl.var)
             ok = vl.extent == n - 1 and vs.tensor == pl.tensor and vs.op == "=" and \
-                tuple(A.strip_pos(vs.index)) == r + (A.Binary("+", vv, A.const(1)),) and \
+                tuple(A.strip_pos(vs.index)) == rp + (A.Binary("+", vv, A.const(1)),) and \
                 isinstance(vs.value, A.Call) and vs.value.func == "max" and \
-                A.strip_pos(vs.value.args[0]) == _load(pl.tensor, r + (vv,))
+                A.strip_pos(vs.value.args[0]) == _load(pl.tensor, rp + (vv,))
         if not ok:
             return None, refuse(f"{pl.tensor} is not written by a prefix-max scan right before "
                                 f"{format_expr(mload)} is defined")
-        for q in range(d + 1, k):
-            if {pl.tensor, mload.tensor} & set(tensors_written(body[q])):
+        for q2 in range(d + 1, q):
+            if {pl.tensor, mload.tensor} & set(tensors_written(body[q2])):
                 return None, refuse(f"{pl.tensor} or {mload.tensor} is rewritten before the sum")
         if pl.tensor in _reads(x):
             return None, refuse("the summed value reads the prefix sequence")
@@ -398,21 +643,33 @@ class SummationOnExpToPrefix(_SingleLoopAlgo):
 
 
 def _is_softmax_norm(program: A.Program, ps: _Passes, s: A.Stmt) -> str | None:
-    """Why ``s`` is not the normalization pass ``for j: Y[.., j] = exp(x - M) / S``."""
-    m = _single_loop(s)
-    if m is None:
-        return "the sum is not followed by a normalization loop"
-    loop, st = m
-    if loop.extent != ps.loop1.extent:
-        return "the normalization loop has another extent"
+    """Why ``s`` is not the normalization pass ``Y[.., j] = exp(x - M) / S`` (or ``D / S`` with
+    D = exp(x - M) materialised, or log-softmax's ``x - M - log(S)``)."""
+    n = _nest(s)
+    if n is None or not n[0]:
+        return "not a softmax: the sum is not followed by a normalization loop"
+    loops, st = n
+    x, m, sl = ps.x, ps.m, ps.s
+    wants = [A.Binary("/", A.Call("exp", (A.Binary("-", x, m),)), sl)]
+    if ps.dload is not None:
+        wants.append(A.Binary("/", ps.dload, sl))
+    wants.append(A.Binary("-", A.Binary("-", x, m), A.Call("log", (sl,))))
     v = st.value
-    want = A.Binary("/", A.Call("exp", (A.Binary("-", _rename(ps.x, ps.loop1.var, loop.var),
-                                                 ps.m),)), ps.s)
-    if st.op != "=" or A.strip_pos(v) != A.strip_pos(want):
-        return (f"the pass after the sum does not store exp(x - max) / sum "
-                f"(found `{st.tensor}[...] {st.op} {format_expr(v)}`): not a softmax")
-    if st.tensor in (ps.st1.tensor, ps.st2.tensor):
-        return "the normalization overwrites the max or the sum"
+    for want in wants:
+        b: dict[str, A.Expr] = {}
+        if st.op == "=" and _unify(want, v, frozenset(ps.pvars), b):
+            why = _loop_binding(b, ps.pvars, loops, "the normalization")
+            if why:
+                return f"not a softmax: {why}"
+            break
+    else:
+        d = f", {ps.dload.tensor} / sum" if ps.dload is not None else ""
+        return (f"not a softmax: the pass after the sum is not a normalization storing "
+                f"exp(x - max) / sum{d} or x - max - log(sum) "
+                f"(found `{st.tensor}[...] {st.op} {format_expr(v)}`)")
+    if st.tensor in (ps.st1.tensor, ps.st2.tensor) or (ps.d is not None and
+                                                      st.tensor == ps.dload.tensor):
+        return "the normalization overwrites the max, the sum or the exponentials"
     return None
 
 
@@ -422,7 +679,9 @@ class OnlineSoftmax(_SingleLoopAlgo):
     description = ("The 3-pass softmax (max; sum of exp(x - max); exp(x - max)/sum) becomes 2 "
                    "passes: an online pass with running max M and rescaled sum S (M = -inf, "
                    "S = 0; Mn = max(M, x); S = S*exp(M - Mn) + exp(x - Mn); M = Mn), then the "
-                   "unchanged normalization.")
+                   "unchanged normalization. Also log-softmax, and the form with the "
+                   "exponentials materialised (D = exp(x - M); S += D), whose D is then "
+                   "computed after the online pass, once the max is final.")
 
     def accepts(self, loop, stmt):
         return stmt.op == "max="
@@ -430,20 +689,15 @@ class OnlineSoftmax(_SingleLoopAlgo):
     def _match(self, program, site):
         if not site.path:
             return None, refuse("empty path")
-        parent, k = site.path[:-1], site.path[-1]
-        ps, why = _max_sum_passes(program, parent, k)
+        ps, why = _max_sum_passes(program, site.path)
         if ps is None:
             return None, refuse(f"not a softmax: {why}")
-        body = _body_of(program, parent)
-        if k + 2 >= len(body):
+        body = _body_of(program, ps.parent)
+        if ps.end + 1 >= len(body):
             return None, refuse("not a softmax: no normalization pass after the sum")
-        why = _is_softmax_norm(program, ps, body[k + 2])
+        why = _is_softmax_norm(program, ps, body[ps.end + 1])
         if why:
             return None, refuse(why)
-        outer = enclosing_loops(program, site.path)
-        for st, lp in ((ps.st1, ps.loop1), (ps.st2, ps.loop2)):
-            if reduction_axes(st, outer + [lp]) != [lp.var]:
-                return None, refuse(f"{st.tensor} is reduced over more than {lp.var}")
         return ps, OK
 
     def check(self, program, site, params):
@@ -452,7 +706,8 @@ class OnlineSoftmax(_SingleLoopAlgo):
     def rewrite(self, program, site, params):
         ps, _ = self._match(program, site)
         program2, stmts, _ = _online_pass(program, ps)
-        return _replace_range(program2, site.path[:-1], site.path[-1], site.path[-1] + 2, stmts)
+        new = stmts + ([ps.d] if ps.d is not None else [])
+        return _replace_range(program2, ps.parent, ps.k, ps.end + 1, new)
 
 
 @register
@@ -468,10 +723,13 @@ class FlashAttentionWoTiling(_SingleLoopAlgo):
     def _match(self, program, site):
         if not site.path:
             return None, refuse("empty path")
-        parent, k = site.path[:-1], site.path[-1]
-        ps, why = _max_sum_passes(program, parent, k)
+        ps, why = _max_sum_passes(program, site.path)
         if ps is None:
             return None, refuse(f"not attention: {why}")
+        if ps.rows or ps.d is not None:
+            return None, refuse("not attention: only the form whose passes share their row "
+                                "loops, with exp inline in the sum, is supported")
+        parent, k = ps.parent, ps.k
         body = _body_of(program, parent)
         if k + 2 >= len(body):
             return None, refuse("not attention: nothing consumes the softmax")
