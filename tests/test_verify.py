@@ -163,3 +163,18 @@ def test_examples_verify_against_themselves():
     for name in ("softmax", "layer_norm", "cumsum"):
         res = verify(examples.text(name), examples.text(name), seeds=(0,))
         assert res.passed, (name, res.reason)
+
+
+def test_reassociation_tolerance_scales_with_the_output_not_the_element():
+    # a reordered dot product: an element that cancels to ~0 carries the rounding of its
+    # large terms; the exact class still compares element by element
+    want = np.array([800.0, -650.0, 0.001, 3.0])
+    got = want + np.array([0.0, 0.0007, 0.0007, 0.0])
+    ok, *_ = compare(got, want, "float32", "reassociation")
+    assert ok
+    ok, _, _, why = compare(got, want, "float32", "exact")
+    assert not ok and "1 of 4 elements" in why and "first at (2,)" in why
+    # a wrong element (a term dropped: off by about the terms' size) still fails
+    bad = want + np.array([0.0, 0.0, 1.5, 0.0])
+    ok, _, _, why = compare(bad, want, "float32", "reassociation")
+    assert not ok and "1 of 4 elements" in why
