@@ -243,6 +243,34 @@ def test_tiling_refusals():
                                         {"loops": ["i", "j"], "factors": [3, 2]})
 
 
+
+def test_tiling_point_loops_inner_makes_a_register_tile_of_a_reduction():
+    mm = P("""
+        kernel mm(A: f32[8,16], B: f32[16,32]) -> C: f32[8,32]
+          for i in 8, j in 32, k in 16:
+            C[i,j] += A[i,k] * B[k,j]
+    """)
+    site = {"path": [0], "loops": ["i", "j", "k"]}
+    got = applied(mm, "loop_tiling", site, {"loops": ["i", "j"], "factors": [4, 16],
+                                             "point": "inner"})
+    assert got == T("""
+        kernel mm(A: f32[8,16], B: f32[16,32]) -> C: f32[8,32]
+          for i_o in 2, j_o in 2, k in 16, i_i in 4, j_i in 16:
+            C[i_o*4+i_i,j_o*16+j_i] += A[i_o*4+i_i,k] * B[k,j_o*16+j_i]
+    """)
+    # spatial loops moved below the reduction keep each element's summation order: exact
+    assert S.get("loop_tiling").exactness_for(mm, S.Site.make([0], ["i", "j", "k"]),
+                                               {"loops": ["i", "j"], "factors": [4, 16],
+                                                "point": "inner"}) == "exact"
+    same_outputs(P(got), mm, "exact", inputs_for(mm))
+    assert "would equal 'adjacent'" in refusal(mm, "loop_tiling", site,
+                                               {"loops": ["j", "k"], "factors": [4, 4],
+                                                "point": "inner"})
+    assert "'adjacent' or 'inner'" in refusal(mm, "loop_tiling", site,
+                                              {"loops": ["i", "j"], "factors": [4, 4],
+                                               "point": "below"})
+
+
 # ============================================================================ loop_fusion
 PRODUCER_CONSUMER = P("""
     kernel pc(A: f32[8]) -> B: f32[8]

@@ -307,7 +307,10 @@ class LoopTiling(Strategy):
     exactness = "exact"
     targets = frozenset({"cpu", "gpu"})
     description = ("Tile two adjacent loops of a band: split each by its factor and move the "
-                   "inner halves inside, `for i_o, j_o, i_i, j_i`. Factors must divide.")
+                   "inner halves inside, `for i_o, j_o, i_i, j_i`. Factors must divide. With "
+                   "`\"point\": \"inner\"` the point loops go below the rest of the band "
+                   "(`for i_o, j_o, k, i_i, j_i`: a register tile of a reduction, the multi-level "
+                   "tiling of CPU matmul schedules).")
 
     def sites(self, program, analysis=None):
         return _band_sites(program)
@@ -326,6 +329,9 @@ class LoopTiling(Strategy):
         if (not isinstance(names, (list, tuple)) or len(names) != 2
                 or not isinstance(factors, (list, tuple)) or len(factors) != 2):
             return refuse("params need loops [a, b] and factors [fa, fb]"), None
+        point = params.get("point", "adjacent")
+        if point not in ("adjacent", "inner"):
+            return refuse(f"point must be 'adjacent' or 'inner', not {point!r}"), None
         loops = band(program, site.path)
         vars_ = [lp.var for lp in loops]
         if site.loops and vars_[:len(site.loops)] != list(site.loops):
@@ -342,13 +348,21 @@ class LoopTiling(Strategy):
             if lp.extent % f:
                 return refuse(f"tile factor {f} does not divide the extent {lp.extent} of "
                               f"{lp.var} (use loop_split for a guarded split)"), None
+        rest = [lp.var for lp in loops[k + 2:]]
+        if point == "inner" and not rest:
+            return refuse(f"no loop of the band lies below {names[1]}: 'inner' would equal "
+                          f"'adjacent'"), None
         pa = tuple(site.path) + (0,) * k
         p1, ao, ai = _split(program, pa, factors[0])
         p2, bo, bi = _split(p1, pa + (0, 0), factors[1])
-        v, reassoc = _reorder_analysis(p2, pa, [ao, ai, bo, bi], [ao, bo, ai, bi])
+        if point == "inner":
+            names2, order = [ao, ai, bo, bi, *rest], [ao, bo, *rest, ai, bi]
+        else:
+            names2, order = [ao, ai, bo, bi], [ao, bo, ai, bi]
+        v, reassoc = _reorder_analysis(p2, pa, names2, order)
         if not v.ok:
             return refuse(f"tiling {names[0]},{names[1]} is illegal: {v.reason}"), None
-        return OK, (p2, pa, [ao, ai, bo, bi], [ao, bo, ai, bi], reassoc)
+        return OK, (p2, pa, names2, order, reassoc)
 
     def exactness_for(self, program, site, params):
         v, plan = self._plan(program, site, params)
