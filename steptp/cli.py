@@ -198,8 +198,8 @@ def demo():
 @app.command()
 def extract(
         zoo: Optional[str] = typer.Option(
-            None, "--zoo", help="a suite (tiny, ops, fused, arch, default, all) or workload names "
-                                "separated by commas, e.g. 'gemv,softmax,bert'"),
+            None, "--zoo", help="a suite (tiny, ops, fused, arch, leir, default, all) or workload "
+                                "names separated by commas, e.g. 'gemv,softmax,bert'"),
         model: Optional[str] = typer.Option(
             None, "--model", help="a user model: pkg.module:factory or path/to/file.py:factory "
                                   "(returns an nn.Module, or (module, inputs))"),
@@ -208,6 +208,11 @@ def extract(
         problems: Optional[Path] = typer.Option(
             None, "--problems", help="a folder of KernelBench-style problem files "
                                      "(class Model, get_inputs, get_init_inputs)"),
+        leir: Optional[list[str]] = typer.Option(
+            None, "--leir", help="your own LEIR kernels: a .leir file (plain LEIR or a LEIR "
+                                 "template, see docs/zoo-leir.md) or a folder of them; repeat the "
+                                 "option or separate paths with commas. Alone, or added to "
+                                 "--zoo/--model/--problems"),
         scale: float = typer.Option(1.0, "--scale", help="scale --problems sizes down by this "
                                                          "factor, in (0, 1]"),
         size: str = typer.Option("tiny", "--size", help="size preset of zoo workloads: tiny or default"),
@@ -225,7 +230,9 @@ def extract(
     """Extract the kernels of models into a deduplicated kernels table.
 
     Each workload is exported with torch.export, imported into TVM Relax, fused, and every fused
-    PrimFunc is raised to LEIR. Kernels are deduplicated across models by canonical LEIR hash;
+    PrimFunc is raised to LEIR. LEIR-native kernels (the leir suite, and --leir files) are their
+    own LEIR: they are parsed, checked, lowered and built, and compared with the LEIR
+    interpreter where that is cheap. Kernels are deduplicated across models by canonical LEIR hash;
     each record lists its occurrences (model, PrimFunc name, calls) and its weight, and says
     whether lower(raise(f)) was checked numerically equal to f. Unsupported operators and
     raise failures are reported per model; the other kernels still come through.
@@ -236,16 +243,20 @@ def extract(
       steptp extract --zoo gemv,softmax,bert --model-check
       steptp extract --model mypkg.nets:make_net --inputs 'f32[1,3,32,32]'
       steptp extract --problems kernelbench/level1 --scale 0.25 --size default
+      steptp extract --leir my_kernels/ --leir extra.leir --out mine.parquet
+      steptp extract --zoo leir --size default
 
     Exit code 0 when every workload was scanned, 1 when some failed (the table is still
-    written), 2 on invalid options.
+    written), 2 on invalid options or an unreadable --leir file (nothing is written then).
     """
     from .zoo import extract as X
+    from .zoo.leir import LeirTemplateError
     from .zoo.workloads import UnknownName
 
     sources = [x for x in (zoo, model, problems) if x is not None]
-    if len(sources) != 1:
-        raise typer.BadParameter("give exactly one of --zoo, --model, --problems")
+    if len(sources) > 1 or (not sources and not leir):
+        raise typer.BadParameter("give exactly one of --zoo, --model, --problems (--leir may be "
+                                 "added to any of them, or used alone)")
     if inputs is not None and model is None:
         raise typer.BadParameter("--inputs goes with --model")
     if not 0 < scale <= 1:
@@ -255,12 +266,18 @@ def extract(
     if dtype not in ("float32", "float16", "bfloat16"):
         raise typer.BadParameter(f"--dtype must be float32, float16 or bfloat16, got {dtype!r}")
     try:
+        refs = []
         if zoo is not None:
             refs = X.refs_for_zoo(zoo, size=size, dtype=dtype)
         elif model is not None:
             refs = X.refs_for_model(model, inputs, size=size, dtype=dtype)
-        else:
+        elif problems is not None:
             refs = X.refs_for_problems(problems, scale=scale, size=size, dtype=dtype)
+        if leir:
+            refs += X.refs_for_leir(_leir_paths(leir), size=size)
+    except LeirTemplateError as e:
+        _err(f"cannot read a --leir kernel: {e}")
+        raise typer.Exit(2) from None
     except (UnknownName, ValueError, ImportError, AttributeError, TypeError, OSError) as e:
         _err(f"cannot read the workloads: {e}")
         raise typer.Exit(2) from None
@@ -293,6 +310,18 @@ def extract(
         f"{s['kernels_per_second']:.2f} kernels/s)\nwrote {table_path} and {summary}",
         highlight=False)
     raise typer.Exit(0 if s["models_ok"] == s["models_tried"] else 1)
+
+
+def _leir_paths(values: list[str]) -> list[Path]:
+    """--leir values: each a path, or several separated by commas (a value that exists as a path
+    is taken whole, so a file whose name holds a comma still works)."""
+    out: list[Path] = []
+    for v in values:
+        if Path(v).exists() or "," not in v:
+            out.append(Path(v))
+        else:
+            out.extend(Path(p.strip()) for p in v.split(",") if p.strip())
+    return out
 
 
 @app.command()

@@ -256,3 +256,97 @@ def test_cli_extract_problems_folder_scaled(tmp_path):
     # M=64 and N=32 are >= 16, so both are halved: the matmul is [32,16] x [16,16]
     shapes = {tuple(s.shape) for k in recs for s in k.signature}
     assert (32, 16) in shapes and (64, 32) not in shapes
+
+
+# ----------------------------------------------------------------------------- LEIR-native kernels
+def test_leir_suite_records():
+    """A LEIR-native workload is its own LEIR: no torch.export, no raise step; the record's TIR
+    is the lowered canonical program and the check compares TVM with the LEIR interpreter."""
+    import tvm_ffi
+
+    from steptp.leir import format_program
+    from steptp.leir.canon import canonical_hash, canonicalize
+    from steptp.records import Occurrence
+    from steptp.tir.lower import lower
+    from steptp.zoo import workloads
+
+    names = ["generalized_box_iou", "vae_kl"]
+    res = X.extract(X.refs_for_zoo(",".join(names)))
+    s = res.summary()
+    assert s["models_ok"] == 2 and s["unique_kernels"] == 2 and s["raise_ok"] == 2
+    assert not s["failures"] and s["raise_failures_by_reason"] == {}
+    for name, r in zip(names, res.records):
+        prog = workloads.get(name).leir_program("tiny")
+        assert r.name == name and r.leir_hash == canonical_hash(prog)
+        assert r.kernel_id == r.leir_hash[:16]
+        assert r.leir == format_program(canonicalize(prog)[0])
+        assert r.leir.startswith(f"kernel f32 {name}(A[")
+        assert r.tir_hash == str(tvm_ffi.structural_hash(lower(canonicalize(prog)[0])))
+        assert r.occurrences == [Occurrence(workload=name, suite="leir", count=1,
+                                            original_name=name)]
+        assert r.weight == 1 and r.flops > 0 and "T.prim_func" in r.tvmscript
+        assert r.raise_ok and r.raise_reason.startswith("leir-native: no raise step")
+        assert "matched the LEIR interpreter" in r.raise_reason
+        assert r.raise_max_abs_err is not None and r.raise_max_abs_err < 1e-4
+        assert r.names["tensors"]["A"] == prog.inputs[0].name  # original names kept
+    # --no-check: there is no raise step to check, the record still says so
+    r = X.extract(X.refs_for_zoo("vae_kl"), check=False).records[0]
+    assert r.raise_ok and r.raise_reason == "leir-native: no raise step (not checked)"
+
+
+def test_leir_check_without_the_interpreter():
+    c = X.check_native("k", "kernel f32 k(A[4,8]) -> B[4]\n B[i] += exp(A[i,j])\n", work_limit=10)
+    assert c.passed and c.max_abs_err is None and "too large for the interpreter" in c.reason
+
+
+USER_LEIR = """# Scaled row sums, written by hand.
+# family: mine
+# size tiny: R=4 C=8
+# size default: R=16 C=32
+kernel f32 row_scale(x[{R},{C}], w[{C}]) -> y[{R}]
+  y[r] += x[r,c] * w[c] * 0.5
+"""
+
+
+def test_cli_extract_user_leir(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "row_scale.leir").write_text(USER_LEIR)
+    plain = tmp_path / "plain.leir"
+    plain.write_text("kernel f32 plain(A[8]) -> B[8]\n  B[i] = A[i] * A[i] + 1.0\n")
+    out = tmp_path / "k.parquet"
+    runner = CliRunner()
+    r = runner.invoke(app, ["extract", "--leir", f"{tmp_path / 'mine'},{plain}", "--out", str(out),
+                            "--size", "default"])
+    assert r.exit_code == 0, r.output
+    recs = read_records(out, KernelRecord)
+    assert [k.name for k in recs] == ["row_scale", "plain"]
+    assert [(o.workload, o.suite, o.count) for k in recs for o in k.occurrences] == \
+        [("row_scale", "user", 1), ("plain", "user", 1)]
+    assert all(k.raise_ok for k in recs)
+    assert [s.shape for s in recs[0].signature] == [[16, 32], [32], [16]]  # the default size
+    # --leir added to --zoo, repeated; the same kernel twice is one record
+    r = runner.invoke(app, ["extract", "--zoo", "vae_kl", "--leir", str(plain), "--leir",
+                            str(plain), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert [k.name for k in read_records(out, KernelRecord)] == ["vae_kl", "plain"]
+
+
+def test_cli_extract_bad_leir_names_file_and_position(tmp_path):
+    good = tmp_path / "good.leir"
+    good.write_text(USER_LEIR)
+    bad = tmp_path / "bad.leir"
+    bad.write_text(USER_LEIR.replace("x[r,c] * w[c]", "x[r,c] * * w[c]"))
+    out = tmp_path / "k.parquet"
+    r = CliRunner().invoke(app, ["extract", "--leir", str(good), "--leir", str(bad),
+                                 "--out", str(out)])
+    assert r.exit_code == 2
+    assert f"{bad}: line 6, column 20: unexpected '*'" in r.output
+    assert "y[r] += x[r,c] * * w[c] * 0.5" in r.output
+    assert not out.exists() and not (tmp_path / "k.summary.json").exists()
+    # two different files giving one workload name
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "good.leir").write_text(USER_LEIR)
+    r = CliRunner().invoke(app, ["extract", "--leir", f"{good},{tmp_path / 'other'}"])
+    assert r.exit_code == 2 and "rename one of them" in r.output
+    r = CliRunner().invoke(app, ["extract", "--leir", str(tmp_path / "nope.leir")])
+    assert r.exit_code == 2 and "no such file" in r.output

@@ -18,6 +18,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 OPS = workloads.names("ops")
 FUSED = workloads.names("fused")
 ARCHS = workloads.names("arch")
+LEIR = workloads.names("leir")
 
 
 # ----------------------------------------------------------------------------- registry
@@ -25,9 +26,10 @@ def test_suite_counts():
     assert len(OPS) >= 60
     assert len(FUSED) >= 40
     assert len(ARCHS) >= 8
+    assert len(LEIR) >= 10
     assert len(set(workloads.WORKLOADS)) == len(workloads.WORKLOADS)
     default = workloads.names("default")
-    assert default == OPS + FUSED + ARCHS
+    assert default == OPS + FUSED + ARCHS + LEIR
 
 
 def test_every_workload_is_well_formed():
@@ -35,13 +37,14 @@ def test_every_workload_is_well_formed():
         assert {"tiny", "default"} <= set(w.sizes), w.name
         assert "float32" in w.dtypes, w.name
         assert w.family and w.description, w.name
-        assert w.suite in ("ops", "fused", "arch")
+        assert w.suite in ("ops", "fused", "arch", "leir")
+        assert w.is_leir == (w.suite == "leir"), w.name
 
 
 def test_tiny_suite_is_a_small_subset():
     tiny = workloads.suite("tiny")
     assert 5 <= len(tiny) <= 30
-    assert {w.suite for w in tiny} == {"ops", "fused", "arch"}
+    assert {w.suite for w in tiny} == {"ops", "fused", "arch", "leir"}
 
 
 def test_unknown_names_list_the_valid_ones():

@@ -1,8 +1,8 @@
 """The ``Workload`` value and the helpers the suite modules share.
 
 ``steptp.zoo.workloads`` re-exports ``Workload`` and holds the registry; the suite modules
-(``ops``, ``fused``, ``archs``, ``user``) import from here so that importing any one of them first
-never meets a half-initialised registry module.
+(``ops``, ``fused``, ``archs``, ``user``, ``leir``) import from here so that importing any one of
+them first never meets a half-initialised registry module.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-SUITES = ("ops", "fused", "arch", "user")
+SUITES = ("ops", "fused", "arch", "leir", "user")
 SIZES = ("tiny", "default")
 
 #: dtype names accepted by ``Workload.build``.
@@ -50,7 +50,8 @@ def stable_seed(name: str) -> int:
 @dataclass(frozen=True)
 class Workload:
     """One model to import into TVM: a single operator, a fused chain, a whole architecture or a
-    user model.
+    user model -- or a LEIR-native kernel (suite ``leir``, or a user ``.leir`` file), which is its
+    own LEIR program and is never imported (``is_leir``, ``leir_program``).
 
     ``sizes`` maps a preset name (at least ``tiny`` and ``default``) to the parameters the
     ``factory`` understands; ``dtypes`` lists the dtypes ``build`` accepts.
@@ -78,6 +79,18 @@ class Workload:
     @property
     def seed(self) -> int:
         return stable_seed(self.name)
+
+    @property
+    def is_leir(self) -> bool:
+        """A LEIR-native workload (``steptp.zoo.leir``): a hand-written kernel, not a model."""
+        return "leir_template" in self.meta
+
+    def leir_program(self, size: str = "tiny"):
+        """The checked LEIR program of a LEIR-native workload at a size preset."""
+        if not self.is_leir:
+            raise ValueError(f"workload {self.name!r} is a PyTorch model, not a LEIR kernel")
+        self.size_params(size)  # a KeyError listing the valid sizes
+        return self.meta["leir_template"].program(size)
 
     def size_params(self, size: str = "tiny") -> dict[str, Any]:
         if size not in self.sizes:

@@ -18,6 +18,16 @@ Two phases:
    reference is ``f`` parsed back from the recorded TVMScript, so the check also vouches for the
    record's text (the scan checks that the TVMScript round-trips to the same structural hash).
 
+**LEIR-native workloads** (the ``leir`` suite, ``steptp.zoo.leir``, and user files given with
+``refs_for_leir`` / ``steptp extract --leir``) are hand-written kernels, not models: the scan
+renders the template at the size, parses and checks it, canonicalises it and lowers it
+(``steptp.tir.lower``); the record's TVMScript and TIR hash are those of the lowered canonical
+program, its occurrence is ``(workload, kernel name, 1 call)``. There is no raise step, so the
+record says ``raise_ok=True`` with a ``raise_reason`` starting ``leir-native``; the check phase
+builds the lowered kernel and runs it on seeds 0, 1, 2 against the NumPy LEIR interpreter
+(``steptp.leir.interp``) when the interpreter can afford it (``INTERP_WORK_LIMIT`` statement
+executions), otherwise it only builds and runs it. A failure there sets ``raise_ok=False``.
+
 Kernels are deduplicated across all workloads by their canonical LEIR hash (kernels that do not
 raise: by the TIR structural hash). Each record lists its occurrences (workload, suite, PrimFunc
 name, number of calls) sorted by workload order then name; ``weight`` is the total number of
@@ -45,8 +55,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 __all__ = ["WorkloadRef", "KernelScan", "WorkloadScan", "CheckResult", "ExtractResult",
-           "refs_for_zoo", "refs_for_model", "refs_for_problems", "scan_workload",
-           "check_kernel", "extract", "write", "summary_path"]
+           "refs_for_zoo", "refs_for_model", "refs_for_problems", "refs_for_leir",
+           "scan_workload", "scan_leir_program", "check_kernel", "check_native", "extract",
+           "write", "summary_path", "INTERP_WORK_LIMIT"]
+
+#: LEIR-native kernels are checked against the NumPy interpreter when one run needs at most this
+#: many statement executions (about a second); larger ones are only built and run.
+INTERP_WORK_LIMIT = 300_000
 
 
 # ----------------------------------------------------------------------------- references
@@ -55,8 +70,9 @@ class WorkloadRef:
     """A picklable description of a workload that a worker process can rebuild.
 
     ``kind``: ``registry`` (``name`` in ``steptp.zoo.workloads``), ``factory`` (``source`` is
-    ``pkg.module:factory``, ``inputs`` an optional input spec) or ``problem`` (``source`` is a
-    KernelBench-style file, ``scale`` its scale).
+    ``pkg.module:factory``, ``inputs`` an optional input spec), ``problem`` (``source`` is a
+    KernelBench-style file, ``scale`` its scale) or ``leir`` (``source`` is a user ``.leir`` file,
+    a LEIR template or plain LEIR).
     """
 
     kind: str
@@ -76,6 +92,10 @@ class WorkloadRef:
             return user.from_factory(self.source, inputs=self.inputs, name=self.name)
         if self.kind == "problem":
             return user.problem_workload(self.source, scale=self.scale, tiny_scale=None)
+        if self.kind == "leir":
+            from steptp.zoo import leir
+
+            return leir.workload(leir.load_file(self.source), suite="user")
         raise ValueError(f"unknown workload kind {self.kind!r}")
 
 
@@ -122,6 +142,32 @@ def refs_for_problems(directory: str | os.PathLike, scale: float = 1.0, size: st
                         size=size, dtype=dtype) for w in ws]
 
 
+def refs_for_leir(paths: Sequence[str | os.PathLike], size: str = "tiny",
+                  dtype: str = "float32") -> list[WorkloadRef]:
+    """One reference per user LEIR file: each path is a ``.leir`` file (a LEIR template, see
+    ``steptp.zoo.leir``, or plain LEIR) or a folder of them. Every file is read, rendered at
+    ``size``, parsed and checked here -- only parsed, never executed -- so that a bad file fails
+    with ``steptp.zoo.leir.LeirTemplateError`` (file, line, column) before any work starts. The
+    workload is named after the file (its stem); two different files with one name are an
+    error. ``dtype`` does not apply: a LEIR file declares its own dtypes."""
+    from steptp.zoo import leir
+
+    out: list[WorkloadRef] = []
+    seen: dict[str, str] = {}
+    for p in paths:
+        for t in leir.load_path(p, check_sizes=(size,)):
+            src = str(Path(t.source).resolve())
+            if t.name in seen:
+                if seen[t.name] != src:
+                    raise leir.LeirTemplateError(
+                        t.source, f"another LEIR file gives the workload name {t.name!r}: "
+                        f"{seen[t.name]} (rename one of them)")
+                continue
+            seen[t.name] = src
+            out.append(WorkloadRef("leir", t.name, source=src, size=size, dtype="float32"))
+    return out
+
+
 # ----------------------------------------------------------------------------- scan (phase 1)
 @dataclass
 class KernelScan:
@@ -140,6 +186,7 @@ class KernelScan:
     bytes_moved: int = 0
     raise_reason: str = ""  # "" when the raise succeeded
     raise_detail: str = ""
+    native: bool = False    # a LEIR-native kernel: no raise step, the LEIR is the source
 
     @property
     def key(self) -> str:
@@ -238,9 +285,47 @@ def scan_primfunc(name: str, f, calls: int = 1) -> KernelScan:
     return k
 
 
+def scan_leir_program(program, calls: int = 1) -> KernelScan:
+    """Describe a LEIR-native kernel: canonicalised, lowered (the reference PrimFunc is
+    ``lower(canonical program)``), no raise step. Lowering errors propagate."""
+    import tvm_ffi
+
+    from steptp.leir import analysis
+    from steptp.leir.canon import canonical_hash, canonicalize
+    from steptp.leir.printer import format_program
+    from steptp.tir.lower import lower
+
+    canon, meta = canonicalize(program)
+    name = program.name
+    f = lower(canon)
+    k = KernelScan(name=name, calls=calls, tvmscript=f.script(name=name),
+                   tir_hash=str(tvm_ffi.structural_hash(f)),
+                   script_hash=hashlib.sha256(f.script(name="k").encode()).hexdigest(),
+                   leir=format_program(canon), leir_hash=canonical_hash(program), names=meta,
+                   signature=_signature(canon), native=True)
+    try:
+        k.flops = int(analysis.flops(canon))
+        k.bytes_moved = int(analysis.bytes_moved(canon))
+    except Exception:  # noqa: BLE001 - analyses are best effort
+        pass
+    return k
+
+
+def _scan_leir(w, ref: WorkloadRef, res: WorkloadScan) -> None:
+    res.stage = "parse"
+    if w.suite != "user" and ref.dtype not in w.dtypes:
+        raise ValueError(f"workload {w.name!r} does not support dtype {ref.dtype!r}; "
+                         f"supported: {list(w.dtypes)} (a LEIR kernel's dtypes are in its text)")
+    prog = w.leir_program(ref.size)
+    res.stage = "lower"
+    res.kernels.append(scan_leir_program(prog))
+    res.meta["leir_native"] = True
+
+
 def scan_workload(ref: WorkloadRef, model_check: bool = False,
                   target: dict | None = None) -> WorkloadScan:
-    """Phase 1 for one workload (never raises; failures are in ``error``/``stage``)."""
+    """Phase 1 for one workload (never raises; failures are in ``error``/``stage``).
+    ``model_check`` does not apply to LEIR-native workloads (they have no PyTorch model)."""
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)
@@ -250,6 +335,12 @@ def scan_workload(ref: WorkloadRef, model_check: bool = False,
         res.stage = "build"
         w = ref.workload()
         res.suite = w.suite
+        if w.is_leir:
+            _scan_leir(w, ref, res)
+            res.ok = True
+            res.stage = ""
+            res.seconds = time.perf_counter() - t0
+            return res
         module, inputs = w.build(ref.size, ref.dtype)
         res.stage = "import"
         from steptp.zoo.relax_import import ImportReport, call_counts, import_module, primfuncs
@@ -347,6 +438,56 @@ def check_kernel(key: str, leir: str, tvmscript: str, seeds: Sequence[int] = (0,
         out = CheckResult(key, False, None, f"check-crashed: {_short(e)}")
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def check_native(key: str, leir: str, seeds: Sequence[int] = (0, 1, 2),
+                 work_limit: int | None = None) -> CheckResult:
+    """The check of a LEIR-native kernel: lower and build it, run it on seeded inputs and, when
+    the interpreter can afford it (``work_limit``, default ``INTERP_WORK_LIMIT``), compare every
+    output with the NumPy LEIR interpreter's (``exact`` tolerance). Never raises."""
+    t0 = time.perf_counter()
+    try:
+        from steptp.leir import interp, parse
+        from steptp.measure.verify import compare, random_inputs
+        from steptp.tir import build as B
+
+        prog = parse(leir)
+        built = B.build(prog)
+        bounds = gather_bounds(prog)
+        limit = INTERP_WORK_LIMIT if work_limit is None else work_limit
+        work = interp.work(prog)
+        use_interp = work <= limit
+        worst = 0.0
+        outs = [p for p in built.params if p.is_output]
+        for s in seeds:
+            ins = random_inputs(prog, s, index_bounds=bounds or None)
+            got = B.run(built, ins)
+            if not use_interp:
+                continue
+            want = interp.run(prog, ins, check_program=False)
+            for p, g in zip(outs, got):
+                ok, ae, _re, why = compare(g, want[p.name], p.dtype, "exact", name=p.name)
+                worst = max(worst, ae)
+                if not ok:
+                    why = f"TVM differs from the LEIR interpreter on seed {s}: {why}"
+                    out = CheckResult(key, False, float(ae), why[:500])
+                    out.seconds = time.perf_counter() - t0
+                    return out
+        seeds_txt = ", ".join(map(str, seeds))
+        if use_interp:
+            out = CheckResult(key, True, float(worst), f"lowered, built and matched the LEIR "
+                              f"interpreter on seeds {seeds_txt}")
+        else:
+            out = CheckResult(key, True, None, f"lowered, built and ran on seeds {seeds_txt} (too "
+                              f"large for the interpreter check: {work} statement executions)")
+    except Exception as e:  # noqa: BLE001
+        out = CheckResult(key, False, None, f"check-crashed: {_short(e)}")
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _check_task(key: str, leir: str, tvmscript: str, native: bool) -> CheckResult:
+    return check_native(key, leir) if native else check_kernel(key, leir, tvmscript)
 
 
 # ----------------------------------------------------------------------------- running tasks
@@ -522,7 +663,13 @@ def _record(group: list[tuple[WorkloadScan, KernelScan]], check: CheckResult | N
     _s0, k0 = group[0]
     occ = [Occurrence(workload=s.workload, suite=s.suite, count=k.calls, original_name=k.name)
            for s, k in group]
-    if k0.raise_reason:
+    if k0.native:  # no raise step: the LEIR is the source (the check builds and runs it)
+        if check is None:
+            raise_ok, reason, err = True, "leir-native: no raise step (not checked)", None
+        else:
+            raise_ok, reason, err = check.passed, f"leir-native: no raise step; {check.reason}" \
+                if check.passed else f"leir-native: {check.reason}", check.max_abs_err
+    elif k0.raise_reason:
         raise_ok, reason, err = False, f"{k0.raise_reason}: {k0.raise_detail}".rstrip(": "), None
     elif check is None:
         raise_ok, reason, err = False, "not checked", None
@@ -542,7 +689,8 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
     """Scan every workload, deduplicate, raise-check every unique kernel, build the records.
 
     ``jobs``: worker processes (1: in this process). ``check=False`` skips the raise check
-    (records then say ``raise_ok=False``, reason ``not checked``). ``progress`` shows rich
+    (records then say ``raise_ok=False``, reason ``not checked``; LEIR-native records keep
+    ``raise_ok=True``: they have no raise step). ``progress`` shows rich
     progress bars on ``console``.
     """
     from steptp.tir.target import Target
@@ -566,7 +714,8 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
         scans = _run_tasks(pool, scan_workload, items, scanned, _crashed_scan(refs))
         t1 = time.perf_counter()
         groups, order = _merge(scans)
-        to_check = [(key, groups[key][0][1].leir, groups[key][0][1].tvmscript)
+        to_check = [(key, groups[key][0][1].leir, groups[key][0][1].tvmscript,
+                     groups[key][0][1].native)
                     for key in order if not groups[key][0][1].raise_reason]
         checks: dict[str, CheckResult] = {}
         if check and to_check:
@@ -579,7 +728,7 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
             def crashed(i: int, why: str) -> CheckResult:
                 return CheckResult(to_check[i][0], False, None, f"check-crashed: {why}")
 
-            _run_tasks(pool, check_kernel, to_check, checked, crashed)
+            _run_tasks(pool, _check_task, to_check, checked, crashed)
     t2 = time.perf_counter()
     records = [_record(groups[key], checks.get(key), tgt.key) for key in order]
     return ExtractResult(

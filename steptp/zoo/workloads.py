@@ -6,15 +6,18 @@
     for w in workloads.suite("tiny"): ...        # a small subset for CI
 
 Suites: ``ops`` (single operators), ``fused`` (operator chains), ``arch`` (whole ``transformers``
-models), ``user`` (registered at run time with :func:`register`, see ``steptp.zoo.user``);
-``tiny`` is a small subset of the built-in zoo for CI and ``default`` is the whole built-in zoo
-(ops + fused + arch). ``all`` is ``default`` plus every registered user workload.
+models), ``leir`` (hand-written fused kernels stored as LEIR templates, ``steptp/zoo/leir/``; they
+are their own LEIR and skip the PyTorch import), ``user`` (registered at run time with
+:func:`register`, see ``steptp.zoo.user``); ``tiny`` is a small subset of the built-in zoo for CI
+and ``default`` is the whole built-in zoo (ops + fused + arch + leir). ``all`` is ``default`` plus
+every registered user workload.
 """
 
 from __future__ import annotations
 
 from steptp.zoo import archs as _archs
 from steptp.zoo import fused as _fused
+from steptp.zoo import leir as _leir
 from steptp.zoo import ops as _ops
 from steptp.zoo._base import DTYPES, SIZES, SUITES, Workload, stable_seed
 
@@ -32,20 +35,23 @@ def register(workload: Workload, *, replace: bool = False) -> Workload:
     return workload
 
 
-for _w in (*_ops.WORKLOADS, *_fused.WORKLOADS, *_archs.WORKLOADS):
+for _w in (*_ops.WORKLOADS, *_fused.WORKLOADS, *_archs.WORKLOADS, *_leir.WORKLOADS):
     register(_w)
 del _w
 
-#: The CI subset: a few representative kernels of every kind plus two small architectures.
+#: The CI subset: a few representative kernels of every kind, two small architectures, and the
+#: four LEIR-native kernels that between them host every algebraic/algorithmic strategy that no
+#: imported kernel has a site for (one operator per statement leaves those no home).
 TINY_SUITE: tuple[str, ...] = (
     "matmul_square", "matmul_transposed_b", "gemv", "conv2d", "conv2d_depthwise", "maxpool2d",
     "layernorm", "rmsnorm", "gelu", "softmax", "sum_dim", "cumsum", "cross_entropy_loss",
     "sdpa_causal",
     "gemm_bias_gelu", "conv2d_bn_relu", "attention_block", "swiglu_mlp", "layernorm_residual",
     "bert", "resnet",
+    "fused_attention_decode", "generalized_box_iou", "rlhf_token_kl", "gp_product_kernel",
 )
 
-SUITE_NAMES = ("ops", "fused", "arch", "user", "tiny", "default", "all")
+SUITE_NAMES = ("ops", "fused", "arch", "leir", "user", "tiny", "default", "all")
 
 
 def names(suite_name: str | None = None) -> list[str]:
@@ -80,7 +86,7 @@ def get(name: str) -> Workload:
 
 def suite(name: str) -> list[Workload]:
     """The workloads of a suite (see the module docstring), in registry order."""
-    if name in ("ops", "fused", "arch", "user"):
+    if name in ("ops", "fused", "arch", "leir", "user"):
         return [w for w in WORKLOADS.values() if w.suite == name]
     if name == "tiny":
         return [get(n) for n in TINY_SUITE]
