@@ -785,9 +785,10 @@ class FlashAttentionWoTiling(_SingleLoopAlgo):
         program2, rs = _add_tensor(program2, program.tensors[ps.st1.tensor])
         m, s, x, r = ps.m, ps.s, ps.x, ps.st1.index
         mnl, rsl = _load(mn, r), _load(rs, r)
-        vv = _rename(vv, jloop.var, j)
         lv = l if l != j else j + "_l"
-        vv = _rename(vv, l, lv)
+        # one simultaneous substitution: renaming the key loop first would capture V's output
+        # index when it already carries the new key name (canonical programs reuse names)
+        vv = subst_expr(vv, {v: A.Var(n) for v, n in ((jloop.var, j), (l, lv)) if v != n})
         oidx = tuple(_rename(i, l, lv) for i in st.index)
         ol = _load(st.tensor, oidx)
         e = A.Call("exp", (A.Binary("-", x, mnl),))
