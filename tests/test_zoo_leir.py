@@ -17,7 +17,8 @@ from strategy_helpers import same_outputs
 #: The strategies no kernel imported from PyTorch hosts; the tiny zoo's LEIR kernels must.
 NO_IMPORTED_HOME = ("apart", "cancellation", "collect", "expand_cancellation", "expand_log",
                     "factorization", "logsimp", "powsimp", "multiplicative_split",
-                    "flashattention_wo_tiling")
+                    "flashattention_wo_tiling",
+                    "normal_loop_summation_on_exp_to_prefix_summation_on_exp")
 
 TEMPLATES = {t.name: t for t in L.builtin()}
 TINY_LEIR = [w.name for w in workloads.suite("tiny") if w.is_leir]
@@ -47,7 +48,7 @@ def test_suite_registration():
     assert names == sorted(TEMPLATES) and len(names) >= 10
     assert set(names) <= set(workloads.names("default"))
     assert len(set(workloads.WORKLOADS)) == len(workloads.WORKLOADS)
-    assert 3 <= len(TINY_LEIR) <= 4
+    assert 3 <= len(TINY_LEIR) <= 6  # a few: the tiny zoo is CI-sized
     w = workloads.get("generalized_box_iou")
     assert w.is_leir and w.suite == "leir" and w.dtypes == ("float32",)
     assert w.meta["strategies"] == list(TEMPLATES[w.name].strategies)
