@@ -154,3 +154,32 @@ def test_cost_model_orders_matmul_schedules():
 def test_unknown_policy():
     with pytest.raises(ValueError):
         make_policy("annealing")
+
+
+def test_action_space_offers_register_tilings_of_a_reduction():
+    from steptp.search.space import actions
+
+    mm = parse("kernel f32 mm(A[64,64], B[64,64]) -> C[64,64]\n C[i,j] += A[i,k] * B[k,j]\n")
+    tiles = sorted(tuple(c.params["factors"]) for c in actions(mm)
+                   if c.strategy == "loop_tiling" and c.params.get("point") == "inner")
+    # rows 2..16, columns one to four f32 vector registers (16 lanes each), below 64
+    assert tiles == [(r, c) for r in (2, 4, 8, 16) for c in (16, 32)]
+    ew = parse("kernel f32 ew(A[64,64]) -> B[64,64]\n B[i,j] = A[i,j] + 1.0\n")
+    assert not [c for c in actions(ew) if c.params.get("point") == "inner"]
+
+
+def test_cost_model_prefers_a_register_tile_that_fits():
+    from steptp.search import cost_model as cm
+
+    def tiled(ti: int, tj: int) -> str:
+        return (f"kernel f32 mm(A[512,512], B[512,512]) -> C[512,512]\n"
+                f" for io in {512 // ti}, jo in {512 // tj}, k in 512, ii in {ti}, "
+                f"ji in {tj} vectorized:\n"
+                f"  C[io*{ti}+ii,jo*{tj}+ji] += A[io*{ti}+ii,k] * B[k,jo*{tj}+ji]\n")
+
+    ikj = parse("kernel f32 mm(A[512,512], B[512,512]) -> C[512,512]\n"
+                " for i in 512, k in 512, j in 512:\n  C[i,j] += A[i,k] * B[k,j]\n")
+    fits, spills = parse(tiled(4, 64)), parse(tiled(16, 64))   # 16 vs 64 accumulator registers
+    assert cm.predict(fits) < cm.predict(spills)
+    assert cm.predict(fits) < cm.predict(ikj)
+    assert cm.features(fits)[cm.FEATURE_NAMES.index("register_tile")] == 16.0

@@ -1,9 +1,10 @@
 """Cheap cost models that rank candidates before anything is measured.
 
 * :func:`features` — analytic features of a LEIR program, per assignment and summed: flops,
-  bytes, an estimate of the traffic into L1, L2 and from DRAM (a footprint model: the outermost
+  bytes, an estimate of the traffic into L1, L2 and L3 and from DRAM (a footprint model: the outermost
   sub-nest whose touched cache lines fit a cache level is reused, everything outside it reloads
-  it), innermost strides, loop kinds (parallel / vectorized extents, unrolled loops), guards and
+  it; a reduction's accumulator tile below its reduction loop counts as registers when it
+  fits), innermost strides, loop kinds (parallel / vectorized extents, unrolled loops), guards and
   tile sizes;
 * :func:`predict` — an analytic run-time estimate in seconds (roofline-like: compute at the
   vector and thread width the program uses vs. memory traffic at each level), and
@@ -34,12 +35,15 @@ FREQ = 2.5e9                 # cycles per second
 SCALAR_OPS_PER_CYCLE = 2.0   # scalar float ops per cycle (one core)
 AUTO_VEC = 2.0               # what LLVM's own vectorizer gains on a unit-stride serial loop
 MAX_LANES = 16               # f32 lanes of one AVX-512 register
+REGISTERS = 32               # AVX-512 vector registers
 L1_BYTES = 48 * 1024
 L2_BYTES = 2 * 1024 * 1024
 LINE = 64
 BW_L1 = 64.0 * FREQ          # bytes/s into registers from L1, per core
 BW_L2 = 32.0 * FREQ / 2      # bytes/s L2 -> L1, per core
-BW_DRAM = 12e9               # bytes/s DRAM -> L2, per core (shared bandwidth is ~2-3x that)
+L3_BYTES = 16 * 1024 * 1024  # a conservative share of the shared last-level cache
+BW_L3 = 16.0 * FREQ          # bytes/s L3 -> L2, per core
+BW_DRAM = 12e9               # bytes/s DRAM -> L3, per core (shared bandwidth is ~2-3x that)
 PARALLEL_OVERHEAD_S = 3e-6   # one parallel region (thread wake-up and join)
 LOOP_OVERHEAD_CYCLES = 1.0   # per iteration of a serial (not unrolled) innermost loop
 
@@ -165,7 +169,7 @@ FEATURE_NAMES = (
     "log_dram_traffic", "log_compute_s", "vector_lanes", "vector_frac", "parallel_extent",
     "parallel_depth", "n_parallel_regions", "n_loops", "n_unrolled", "unrolled_extent",
     "n_guards", "inner_stride0", "inner_stride1", "inner_strided", "inner_extent",
-    "reduction_inner", "max_tile", "n_statements", "log_iterations",
+    "reduction_inner", "max_tile", "n_statements", "log_iterations", "register_tile",
 )
 
 
@@ -244,11 +248,17 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool) 
     # -- memory: footprint model per cache level
     ext = [lp.extent for lp in loops]
 
+    reg_tile = _register_tile(s, loops, accs, red_axes, lanes, par)
+    in_regs = reg_tile is not None and reg_tile[1] <= REGISTERS - 4
+    red_depth = max((d for d, lp in enumerate(loops) if lp.var in red_axes), default=-1)
+
     def traffic(capacity: float) -> float:
         for d in range(0, len(loops) + 1):
             inner_ext = {lp.var: lp.extent for lp in loops[d:]}
             by_tensor: dict[str, float] = {}
             for a in accs:
+                if in_regs and d > red_depth and a.tensor.name == s.tensor:
+                    continue  # the accumulator tile lives in registers inside the reduction
                 by_tensor[a.tensor.name] = max(by_tensor.get(a.tensor.name, 0.0),
                                                a.footprint(inner_ext))
             fp = sum(by_tensor.values())
@@ -259,15 +269,19 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool) 
     l1 = traffic(L1_BYTES)
     l2 = traffic(L2_BYTES)
     dram_total = sum(float(math.prod(a.tensor.shape or (1,))) * a.itemsize for a in accs)
-    dram = max(l2, 0.0)
-    mem = l1 / (BW_L2 * threads) + dram / (BW_DRAM * min(threads, 2) * 1.5 if threads > 1
-                                           else BW_DRAM)
+    dram = max(traffic(L3_BYTES), 0.0)
+    mem = (l1 / (BW_L2 * threads) + l2 / (BW_L3 * threads)
+           + dram / (BW_DRAM * min(threads, 2) * 1.5 if threads > 1 else BW_DRAM))
     # every access also costs a load/store slot; vector accesses move `lanes` elements at once
     lsu = iters * len(accs) / (FREQ * 2.0 * max(lanes, 1.0) * par)
     if inner is not None and inner.kind != "vectorized":
         # scalar strided walks: each element touches another line
         strided = sum(1 for x in inner_strides if x not in (0, 1, -1))
         lsu += iters * strided * 2.0 / (FREQ * par)
+    if reg_tile is not None:
+        lsu, tile_regs = reg_tile
+    else:
+        tile_regs = 0.0
     overhead = regions * PARALLEL_OVERHEAD_S if par_depth >= 0 else 0.0
     secs = max(compute, mem, lsu) + 0.25 * min(compute + lsu, mem) + overhead
     feats = {
@@ -281,9 +295,45 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool) 
         "inner_extent": float(inner.extent if inner is not None else 1),
         "reduction_inner": float(inner is not None and inner.var in red_axes),
         "max_tile": float(max([lp.extent for lp in loops[1:]] or [1])),
-        "iterations": iters, "dram_min": dram_total,
+        "iterations": iters, "dram_min": dram_total, "register_tile": tile_regs,
     }
     return Estimate(secs, compute, l1, l2, dram, flops, feats)
+
+
+def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_axes: set[str],
+                   lanes: float, par: float) -> tuple[float, float] | None:
+    """Load/store-slot time of a reduction whose innermost loops are spatial "point" loops
+    below its innermost reduction loop (a register tile, as in a CPU matmul micro-kernel), and
+    the vector registers its accumulators need; None for any other statement.
+
+    Per iteration of the loops down to the reduction loop, each operand is loaded once per
+    point-loop iteration it depends on (a vector load covers ``lanes`` unit-stride elements;
+    an operand invariant in a point loop is reused from a register, e.g. A[i,k] broadcast over
+    j). The accumulators stay in registers when they fit in REGISTERS - 4 (two operands and
+    the address arithmetic need a few); beyond that every update spills (a load and a store).
+    """
+    if not red_axes or not loops:
+        return None
+    r = max(d for d, lp in enumerate(loops) if lp.var in red_axes)
+    point = loops[r + 1:]
+    if not point:
+        return None
+    inner = loops[-1]
+    vec = lanes if lanes > 1 else 1.0
+    tile = float(math.prod(lp.extent for lp in point))
+    regs = tile / vec
+    outer = float(math.prod(lp.extent for lp in loops[:r + 1]))
+    loads = 0.0
+    for a in accs:
+        if a.tensor.name == s.tensor:
+            continue
+        n = float(math.prod(lp.extent for lp in point if a.stride_of(lp.var) != 0))
+        if vec > 1 and a.stride_of(inner.var) in (1, -1):
+            n /= vec
+        loads += n
+    if regs > REGISTERS - 4:
+        loads += 2.0 * regs
+    return outer * loads / (FREQ * 2.0 * par), regs
 
 
 def _estimate(program: A.Program, optimistic: bool = False, cores: int | None = None) -> Estimate:

@@ -8,8 +8,9 @@ measured times.
 * :class:`Greedy` — from the current state, measure the ``top_k`` best-ranked actions and move
   to the fastest child; a non-improving move is allowed ``patience`` times in a row (enabling
   steps such as a split rarely pay on their own); when stuck, continue from the best state found.
-* :class:`Beam` — ``width`` states per level; each level measures the ``per_level`` best-ranked
-  actions over the whole frontier, then keeps the ``width`` best states (children and the
+* :class:`Beam` — ``width`` states per level; each level measures the ``per_level`` actions
+  with the best expected time over the whole frontier (the state's measured time times the
+  model's predicted ratio child/state), then keeps the ``width`` best states (children and the
   previous frontier, by measured time adjusted by the cost model's remaining potential), to
   ``depth`` levels.
 * :class:`MCTS` — UCT over measured states with progressive widening (a node with ``n`` visits
@@ -120,12 +121,20 @@ class Beam(Policy):
                 return
             # the best-ranked untried actions over the frontier, at most per_node per state so
             # that every state of the beam is explored
+            # Actions of different states are compared by their expected time: the state's
+            # MEASURED log time plus the model's predicted change (child score - state score).
+            # Absolute model scores would let a poor state's optimistic children outrank the
+            # obvious next move (e.g. parallelizing) of the best measured state.
             pool: list[tuple[float, int, int, Node]] = []
             for fi, n in enumerate(frontier):
-                cands = s.untried(n)[:self.per_node]
-                scores = s.ranker.scores([c.program for c in cands])
-                for ci, (c, sc) in enumerate(zip(cands, scores)):
-                    pool.append((sc, fi, ci, n))
+                # a narrow frontier (the root) spends the whole level on its own actions
+                cands = s.untried(n)[:max(self.per_node, self.per_level // len(frontier))]
+                if not cands:
+                    continue
+                scores = s.ranker.scores([n.program] + [c.program for c in cands])
+                base = math.log(max(n.seconds, 1e-12)) - scores[0]
+                for ci, (c, sc) in enumerate(zip(cands, scores[1:])):
+                    pool.append((base + sc, fi, ci, n))
             if not pool:
                 return
             pool.sort(key=lambda t: (t[0], t[1], t[2]))

@@ -3,7 +3,10 @@
 ``actions(program)`` is ``strategies.candidates`` (deterministic given the seed) plus, for long
 loop bands, the structured reorders a scheduler needs and the registry's sampled 24
 permutations may miss: moving one loop of the band to any other position (e.g. the reduction
-loop of a tiled matmul between the tile loops and the point loops). Results that unroll one
+loop of a tiled matmul between the tile loops and the point loops), and the register tilings
+a CPU schedule starts from: ``loop_tiling`` of two spatial loops above a reduction with
+``point="inner"``, a row factor in ``ROW_TILES`` and a column factor of one to four vector
+registers (the registry samples a few of the many divisor pairs and may miss these). Results that unroll one
 statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
 their legality and applies them); only the choice of ``order`` is the search's.
 """
@@ -14,6 +17,8 @@ import math
 from typing import Iterable
 
 from ..leir import ast as A
+from ..leir.analysis import ITEMSIZE
+from ..strategies._ir import band
 from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
 
 LONG_BAND = 4   # bands with more loops than this get the structured reorders
@@ -77,6 +82,58 @@ def _extra_reorders(program: A.Program, existing: set[str]) -> list[Candidate]:
     return out
 
 
+ROW_TILES = (2, 4, 8, 16)   # rows of a register tile
+VECTOR_BYTES = 64           # one AVX-512 register; the column tile is 1-4 of them
+
+
+def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
+    s = get("loop_tiling")
+    out: list[Candidate] = []
+    base = canonical(program)
+    for site in s.sites(program):
+        loops = _band(program, site)
+        if len(loops) < 3:
+            continue
+        stmt = _single_assign(loops[-1])
+        if stmt is None or stmt.op == "=":
+            continue
+        lhs_vars = {v for e in stmt.index for v in _vars(e)}
+        lanes = max(1, VECTOR_BYTES // ITEMSIZE.get(program.tensors[stmt.tensor].dtype, 4))
+        for a, b in zip(loops, loops[1:]):
+            if a.var not in lhs_vars or b.var not in lhs_vars:
+                continue
+            for fb in (lanes, 2 * lanes, 4 * lanes):
+                for fa in ROW_TILES:
+                    if b.extent % fb or a.extent % fa or fb >= b.extent or fa >= a.extent:
+                        continue
+                    p = {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"}
+                    if not s.check(program, site, p).ok:
+                        continue
+                    try:
+                        new = s.rewrite(program, site, p)
+                    except IllegalRewrite:
+                        continue
+                    text = canonical(new)
+                    if text == base or text in existing:
+                        continue
+                    existing.add(text)
+                    out.append(Candidate(s.name, site, p, new, s.exactness_for(program, site, p),
+                                         text))
+    return out
+
+
+def _band(program: A.Program, site: Site) -> list[A.Loop]:
+    return band(program, site.path)
+
+
+def _single_assign(loop: A.Loop) -> A.Assign | None:
+    return loop.body[0] if len(loop.body) == 1 and isinstance(loop.body[0], A.Assign) else None
+
+
+def _vars(e) -> set[str]:
+    return set(A.free_vars(e))
+
+
 def actions(program: A.Program, target: str = "cpu", seed: int = 0,
             strategies: Iterable[str] | None = None) -> list[Candidate]:
     """Every legal, non-trivial action at ``program`` in a deterministic order (registry order,
@@ -91,6 +148,8 @@ def actions(program: A.Program, target: str = "cpu", seed: int = 0,
             out.append(c)
     if strat is None or "loop_reorder" in strat:
         out.extend(_extra_reorders(program, seen))
+    if target == "cpu" and (strat is None or "loop_tiling" in strat):
+        out.extend(_register_tilings(program, seen))
     return [c for c in out if unrolled_size(c.program) <= MAX_UNROLLED]
 
 
