@@ -205,3 +205,13 @@ def test_every_candidate_verifies_with_tvm(name):
     for c in S.candidates(p, ALGEBRAIC):
         r = verify(c.program, p, exactness=c.exactness)
         assert r.passed, (c.strategy, c.to_json(), r.reason)
+
+
+def test_decimal_literals_stay_decimal():
+    # literals enter SymPy as their shortest decimal (0.9 -> 9/10), so combining fractions does
+    # not print the binary fraction's 17-digit scale factors
+    p = parse("kernel f32 k(A[8], B[8], C[8]) -> D[8]\n D[i] = A[i] * 0.9 / B[i] + 0.1 / C[i]\n")
+    cands = S.candidates(p, ["together"], seed=0)
+    assert len(cands) == 1
+    text = format_program(cands[0].program)
+    assert text.endswith("D[i] = (A[i] * C[i] * 9.0 + B[i]) * 0.1 / (B[i] * C[i])\n"), text

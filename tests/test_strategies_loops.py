@@ -271,6 +271,28 @@ def test_tiling_point_loops_inner_makes_a_register_tile_of_a_reduction():
                                                "point": "below"})
 
 
+
+def test_tiling_point_inner_tiles_two_loops_apart():
+    cv = P("""
+        kernel cv(A: f32[4,10,10], W: f32[8,4,3,3]) -> C: f32[8,8,8]
+          for f in 8, y in 8, x in 8, c in 4, r in 3, s in 3:
+            C[f,y,x] += A[c,y+r,x+s] * W[f,c,r,s]
+    """)
+    site = {"path": [0], "loops": ["f", "y", "x", "c", "r", "s"]}
+    got = applied(cv, "loop_tiling", site, {"loops": ["f", "x"], "factors": [4, 4],
+                                             "point": "inner"})
+    assert got == T("""
+        kernel cv(A: f32[4,10,10], W: f32[8,4,3,3]) -> C: f32[8,8,8]
+          for f_o in 2, y in 8, x_o in 2, c in 4, r in 3, s in 3, f_i in 4, x_i in 4:
+            C[f_o*4+f_i,y,x_o*4+x_i] += A[c,y+r,x_o*4+x_i+s] * W[f_o*4+f_i,c,r,s]
+    """)
+    same_outputs(P(got), cv, "exact", inputs_for(cv))
+    assert "only point='inner' tiles loops apart" in refusal(
+        cv, "loop_tiling", site, {"loops": ["f", "x"], "factors": [4, 4]})
+    assert "outer first" in refusal(cv, "loop_tiling", site,
+                                    {"loops": ["x", "f"], "factors": [4, 4], "point": "inner"})
+
+
 # ============================================================================ loop_fusion
 PRODUCER_CONSUMER = P("""
     kernel pc(A: f32[8]) -> B: f32[8]

@@ -47,6 +47,12 @@ class Budget:
     seconds: float = 120.0
 
 
+#: How much of the cost model's predicted finishing gain a beam state is credited with: a
+#: register tile measures slow until it is vectorized, unrolled and parallelized, and must
+#: survive in the beam until then.
+KEY_POTENTIAL_WEIGHT = 1.0
+
+
 def trajectory_id(kernel_id: str, policy: str, seed: int) -> str:
     return hashlib.sha256(f"{kernel_id}|{policy}|{seed}".encode()).hexdigest()[:16]
 
@@ -94,7 +100,7 @@ class Node:
             gain = math.log(potential(self.program)) - math.log(predict(self.program))
         except Exception:  # noqa: BLE001
             gain = 0.0
-        return math.log(self.seconds) + 0.5 * gain
+        return math.log(self.seconds) + KEY_POTENTIAL_WEIGHT * gain
 
 
 @dataclass

@@ -4,9 +4,10 @@
 loop bands, the structured reorders a scheduler needs and the registry's sampled 24
 permutations may miss: moving one loop of the band to any other position (e.g. the reduction
 loop of a tiled matmul between the tile loops and the point loops), and the register tilings
-a CPU schedule starts from: ``loop_tiling`` of two spatial loops above a reduction with
-``point="inner"``, a row factor in ``ROW_TILES`` and a column factor of one to four vector
-registers (the registry samples a few of the many divisor pairs and may miss these). Results that unroll one
+a CPU schedule starts from: ``loop_tiling`` with ``point="inner"`` of the loop the output is
+unit-stride in (the column, a factor of half a vector register to four registers) and one other
+spatial loop above it (the rows, a factor in ``ROW_TILES``), over a reduction (the registry
+samples a few of the many divisor pairs and may miss these). Results that unroll one
 statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
 their legality and applies them); only the choice of ``order`` is the search's.
 """
@@ -17,7 +18,7 @@ import math
 from typing import Iterable
 
 from ..leir import ast as A
-from ..leir.analysis import ITEMSIZE
+from ..leir.analysis import ITEMSIZE, affine
 from ..strategies._ir import band
 from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
 
@@ -83,7 +84,7 @@ def _extra_reorders(program: A.Program, existing: set[str]) -> list[Candidate]:
 
 
 ROW_TILES = (2, 4, 8, 16)   # rows of a register tile
-VECTOR_BYTES = 64           # one AVX-512 register; the column tile is 1-4 of them
+VECTOR_BYTES = 64           # one AVX-512 register; the column tile is half of one to four of them
 
 
 def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
@@ -99,12 +100,18 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
             continue
         lhs_vars = {v for e in stmt.index for v in _vars(e)}
         lanes = max(1, VECTOR_BYTES // ITEMSIZE.get(program.tensors[stmt.tensor].dtype, 4))
-        for a, b in zip(loops, loops[1:]):
-            if a.var not in lhs_vars or b.var not in lhs_vars:
+        # the column loop: the one the output is unit-stride in (it becomes the vector loop)
+        unit = [lp for lp in loops if lp.var in lhs_vars and _unit_stride(stmt, lp.var)]
+        if not unit:
+            continue
+        b = unit[-1]
+        for a in loops[:loops.index(b)]:
+            if a.var not in lhs_vars:
                 continue
-            for fb in (lanes, 2 * lanes, 4 * lanes):
+            for fb in (lanes // 2, lanes, 2 * lanes, 4 * lanes):
                 for fa in ROW_TILES:
-                    if b.extent % fb or a.extent % fa or fb >= b.extent or fa >= a.extent:
+                    if fb < 2 or b.extent % fb or a.extent % fa or fb >= b.extent \
+                            or fa >= a.extent:
                         continue
                     p = {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"}
                     if not s.check(program, site, p).ok:
@@ -120,6 +127,14 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
                     out.append(Candidate(s.name, site, p, new, s.exactness_for(program, site, p),
                                          text))
     return out
+
+
+def _unit_stride(stmt: A.Assign, var: str) -> bool:
+    """Does ``var`` index the last dimension of the output with coefficient 1 (and no other)?"""
+    forms = [affine(e) for e in stmt.index]
+    if not forms or any(f is None for f in forms):
+        return False
+    return forms[-1][0].get(var) == 1 and all(var not in f[0] for f in forms[:-1])
 
 
 def _band(program: A.Program, site: Site) -> list[A.Loop]:

@@ -4,7 +4,9 @@ Conversion (``Ctx.to_sympy``): one real SymPy symbol per distinct tensor access 
 numbered ``x0, x1, ...`` in first-appearance order, so the same expression always gives the same
 SymPy expression (and SymPy's own canonical ordering is then deterministic). A symbol is declared
 ``positive`` only when the program guarantees it (:func:`positive_tensors`). Float literals become
-exact rationals (the binary value of the double), so no rounding happens on the SymPy side.
+exact rationals of their shortest round-trip decimal (``0.9`` -> ``9/10``, not the double's binary
+fraction, which made ``together`` print 17-digit scale factors); the emitted literal rounds back
+to the same double, and no rounding happens on the SymPy side.
 ``exp``, ``log``, ``sqrt``, ``rsqrt`` (``x**(-1/2)``), ``pow``/``**`` and ``abs`` map to SymPy's
 own functions; the other intrinsics (``erf``, ``tanh``, ``max``...) become opaque undefined
 functions whose arguments are still converted; casts, ``where``, comparisons, floor division and
@@ -83,7 +85,7 @@ class Ctx:
             v = e.value
             if isinstance(v, float) and (v != v or abs(v) == float("inf")):
                 raise Unsupported("non-finite literal")
-            return sp.Integer(int(v)) if e.kind == "int" else sp.Rational(float(v))
+            return sp.Integer(int(v)) if e.kind == "int" else sp.Rational(repr(float(v)))
         if isinstance(e, A.Load):
             return self.atom(e, e.tensor in self.positive)
         if isinstance(e, A.Var):

@@ -310,7 +310,8 @@ class LoopTiling(Strategy):
                    "inner halves inside, `for i_o, j_o, i_i, j_i`. Factors must divide. With "
                    "`\"point\": \"inner\"` the point loops go below the rest of the band "
                    "(`for i_o, j_o, k, i_i, j_i`: a register tile of a reduction, the multi-level "
-                   "tiling of CPU matmul schedules).")
+                   "tiling of CPU matmul schedules); then the two loops need not be adjacent "
+                   "(`for f, y, x, c` tiled on f, x: `for f_o, y, x_o, c, f_i, x_i`).")
 
     def sites(self, program, analysis=None):
         return _band_sites(program)
@@ -336,27 +337,33 @@ class LoopTiling(Strategy):
         vars_ = [lp.var for lp in loops]
         if site.loops and vars_[:len(site.loops)] != list(site.loops):
             return refuse(f"no serial band {list(site.loops)} at path {list(site.path)}"), None
-        if names[0] not in vars_ or vars_.index(names[0]) + 1 >= len(vars_) \
-                or vars_[vars_.index(names[0]) + 1] != names[1]:
+        if names[0] not in vars_ or names[1] not in vars_ \
+                or vars_.index(names[1]) <= vars_.index(names[0]):
+            return refuse(f"{names[0]} and {names[1]} are not two loops of the band "
+                          f"({', '.join(vars_)}), outer first"), None
+        k, kb = vars_.index(names[0]), vars_.index(names[1])
+        if kb != k + 1 and point != "inner":
             return refuse(f"{names[0]} and {names[1]} are not adjacent loops of the band "
-                          f"({', '.join(vars_)})"), None
-        k = vars_.index(names[0])
-        la, lb = loops[k], loops[k + 1]
+                          f"({', '.join(vars_)}); only point='inner' tiles loops apart"), None
+        la, lb = loops[k], loops[kb]
         for lp, f in ((la, factors[0]), (lb, factors[1])):
             if not isinstance(f, int) or isinstance(f, bool) or not 2 <= f < lp.extent:
                 return refuse(f"tile factor {f} for {lp.var} must be in [2, {lp.extent - 1}]"), None
             if lp.extent % f:
                 return refuse(f"tile factor {f} does not divide the extent {lp.extent} of "
                               f"{lp.var} (use loop_split for a guarded split)"), None
-        rest = [lp.var for lp in loops[k + 2:]]
+        between = [lp.var for lp in loops[k + 1:kb]]
+        rest = [lp.var for lp in loops[kb + 1:]]
         if point == "inner" and not rest:
             return refuse(f"no loop of the band lies below {names[1]}: 'inner' would equal "
                           f"'adjacent'"), None
         pa = tuple(site.path) + (0,) * k
         p1, ao, ai = _split(program, pa, factors[0])
-        p2, bo, bi = _split(p1, pa + (0, 0), factors[1])
+        # b sits len(between) levels below a's inner half
+        p2, bo, bi = _split(p1, pa + (0,) * (2 + len(between)), factors[1])
         if point == "inner":
-            names2, order = [ao, ai, bo, bi, *rest], [ao, bo, *rest, ai, bi]
+            names2 = [ao, ai, *between, bo, bi, *rest]
+            order = [ao, *between, bo, *rest, ai, bi]
         else:
             names2, order = [ao, ai, bo, bi], [ao, bo, ai, bi]
         v, reassoc = _reorder_analysis(p2, pa, names2, order)
