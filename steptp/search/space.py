@@ -68,19 +68,24 @@ def _extra_reorders(program: A.Program, existing: set[str]) -> list[Candidate]:
         if math.factorial(len(names)) - 1 <= 24 or len(names) <= LONG_BAND - 1:
             continue
         for order in _structured_orders(names):
-            p = {"order": order}
-            if not s.check(program, site, p).ok:
-                continue
-            try:
-                new = s.rewrite(program, site, p)
-            except IllegalRewrite:
-                continue
-            text = canonical(new)
-            if text == base or text in existing:
-                continue
-            existing.add(text)
-            out.append(Candidate(s.name, site, p, new, s.exactness_for(program, site, p), text))
+            _offer(out, s, program, site, {"order": order}, base, existing)
     return out
+
+
+def _offer(out: list[Candidate], s, program: A.Program, site: Site, params: dict, base: str,
+           existing: set[str]) -> None:
+    """Append the candidate of ``s`` at ``site`` with ``params`` when it is legal and new."""
+    if not s.check(program, site, params).ok:
+        return
+    try:
+        new = s.rewrite(program, site, params)
+    except IllegalRewrite:
+        return
+    text = canonical(new)
+    if text == base or text in existing:
+        return
+    existing.add(text)
+    out.append(Candidate(s.name, site, params, new, s.exactness_for(program, site, params), text))
 
 
 ROW_TILES = (2, 4, 8, 16)   # rows of a register tile
@@ -113,19 +118,9 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
                     if fb < 2 or b.extent % fb or a.extent % fa or fb >= b.extent \
                             or fa >= a.extent:
                         continue
-                    p = {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"}
-                    if not s.check(program, site, p).ok:
-                        continue
-                    try:
-                        new = s.rewrite(program, site, p)
-                    except IllegalRewrite:
-                        continue
-                    text = canonical(new)
-                    if text == base or text in existing:
-                        continue
-                    existing.add(text)
-                    out.append(Candidate(s.name, site, p, new, s.exactness_for(program, site, p),
-                                         text))
+                    _offer(out, s, program, site,
+                           {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"},
+                           base, existing)
     return out
 
 
