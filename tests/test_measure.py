@@ -357,3 +357,21 @@ def test_rpc_backend_on_loopback(rpc_device, tmp_path, lockdir):
     with Measurer(None, MeasureConfig(**{**FAST, "timeout_s": 8}), cache=None, backend=bad) as m:
         out = m.time_many([MATMUL])[0]
         assert out.timing is None and out.status in ("error", "timeout")
+
+
+def test_verification_cache_key_follows_the_comparison_rule(monkeypatch):
+    # a verdict cached under an older comparison rule (or other tolerances) must not be reused
+    from steptp.measure import service
+    from steptp.measure.verify import RULE_VERSION, TOLERANCES
+
+    job = service.VerifyJob(before="kernel k(A: f32[4]) -> B: f32[4]\n  B[i] = A[i]\n",
+                            after="kernel k(A: f32[4]) -> B: f32[4]\n  B[i] = A[i]\n",
+                            exactness="reassociation")
+    h = job.config_hash
+    monkeypatch.setattr(service, "RULE_VERSION", RULE_VERSION + 1)
+    assert job.config_hash != h
+    monkeypatch.setattr(service, "RULE_VERSION", RULE_VERSION)
+    assert job.config_hash == h
+    monkeypatch.setitem(service.TOLERANCES, "reassociation",
+                        {**TOLERANCES["reassociation"], "f32": (1e-3, 1e-3)})
+    assert job.config_hash != h

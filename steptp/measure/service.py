@@ -36,7 +36,7 @@ from ..tir.target import Target
 from .cache import Cache, program_hash
 from .fingerprint import Fingerprint, current
 from .timing import MeasureConfig
-from .verify import VerifyResult, tolerance
+from .verify import RULE_VERSION, TOLERANCES, VerifyResult, tolerance
 from .worker import WorkerError, WorkerPool, WorkerResult
 
 
@@ -52,8 +52,9 @@ class VerifyJob:
 
     @property
     def config_hash(self) -> str:
-        blob = json.dumps({"exactness": self.exactness, "seeds": list(self.seeds)},
-                          sort_keys=True)
+        blob = json.dumps({"exactness": self.exactness, "seeds": list(self.seeds),
+                           "tolerances": TOLERANCES.get(self.exactness),
+                           "rule": RULE_VERSION}, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 

@@ -62,6 +62,9 @@ TOLERANCES: dict[str, dict[str, tuple[float, float]]] = {
     },
 }
 EXACTNESS = tuple(TOLERANCES)
+#: Bumped whenever the comparison rule changes, so cached verdicts of the old rule are not reused
+#: (2: the absolute tolerance of the non-exact classes scales with the output's magnitude).
+RULE_VERSION = 2
 
 # Standard deviation of the float inputs for each seed (seed % len): mixed signs, several scales.
 SEED_SCALES = (1.0, 3.0, 0.3)
