@@ -15,8 +15,7 @@ import steptp.strategies as S
 from steptp import examples
 from steptp.leir import format_program, parse
 from steptp.strategies import _sympy as SY
-from steptp.strategies.base import IllegalRewrite, Site
-from strategy_helpers import inputs_for  # noqa: E402
+from strategy_helpers import inputs_for, refusal  # noqa: E402
 
 ALGEBRAIC = ["factorization", "expand_factorization", "cancellation", "expand_cancellation",
              "apart", "together", "powsimp", "expand_powsimp", "expand_log", "logsimp",
@@ -37,14 +36,6 @@ SITE = {"path": [0, 2], "loops": ["i"]}
 
 def K(value: str):
     return parse(textwrap.dedent(HEAD.format(value)).strip() + "\n")
-
-
-def refusal(program, name, site, params) -> str:
-    v = S.check(program, name, site, params)
-    assert not v.ok, f"{name} at {site} with {params} should be refused"
-    with pytest.raises(IllegalRewrite):
-        S.get(name).apply(program, Site.from_json(site), params)
-    return v.reason
 
 
 def test_vocabulary_and_metadata():
