@@ -9,7 +9,8 @@ import pytest
 from steptp.leir import parse
 from steptp.records import StepRecord, TrajectoryRecord, read_records, table, write_table
 from steptp.search import Budget, InProcessEvaluator, Search, make_policy, search_kernel
-from steptp.search.cost_model import LearnedCostModel, Ranker, features, predict, score
+from steptp.search.cost_model import features, predict, score
+from steptp.search.ranker import LearnedCostModel, Ranker
 from steptp.search.run import trajectory_id
 
 MATMUL = "kernel f32 matmul(A[32,32], B[32,32]) -> C[32,32]\n C[i,j] += A[i,k] * B[k,j]\n"

@@ -33,7 +33,8 @@ from ..leir import ast as A
 from ..leir.canon import canonical_hash, canonical_text, canonicalize
 from ..records import StepRecord, Timing, TrajectoryRecord
 from ..strategies import Candidate, get
-from .cost_model import Ranker, potential, predict
+from .cost_model import potential, predict
+from .ranker import Ranker
 from .evaluator import Evaluator
 from .space import actions
 
