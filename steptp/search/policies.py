@@ -24,6 +24,7 @@ measured times.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import zlib
@@ -157,7 +158,9 @@ class Beam(Policy):
                         new.append(ch)
             cand_nodes = list(dict.fromkeys(new + frontier))
             cand_nodes.sort(key=lambda n: (n.key, n.depth))
-            frontier = [n for n in cand_nodes if s.untried(n)][:self.width]
+            # lazily: ``untried`` expands and ranks a state's actions (seconds on a large
+            # band), so only states that can still enter the beam are asked
+            frontier = list(itertools.islice((n for n in cand_nodes if s.untried(n)), self.width))
             if not frontier:
                 return
         # depth exhausted with budget left: keep widening around the best states

@@ -10,12 +10,14 @@ structural rules, and every refusal says why.
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
+import json
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from ..leir import ast as A
 from ..leir.printer import format_stmt
 from . import _deps as D
+from ._memo import IdentityMemo
 from ._ir import (Path, affine, affine_expr, all_names, band, chain, enclosing_loops, fresh_name,
                   fresh_tensor, iter_stmts, node_at, reduction_axes, replace_at, subst_stmt, tensors_read, tensors_written)
 from .base import OK, Site, Strategy, Verdict, refuse
@@ -154,23 +156,12 @@ def _reorder_analysis(program: A.Program, path: Path, names: Sequence[str], orde
                       f"{list(path)}"), False
     if sorted(order) != sorted(names) or len(set(order)) != len(order):
         return refuse(f"order {list(order)} is not a permutation of {list(names)}"), False
-    inner_path = tuple(path) + (0,) * (len(names) - 1)
-    accs = D.collect_under(program, inner_path)
-    o = len(enclosing_loops(program, path))
-    m = len(names)
     perm = [list(names).index(v) for v in order]
     reassoc = False
-    for a, b in D.conflicting_pairs(accs):
-        common = D.common_loops(a, b)
-        if len(common) < o + m:
-            continue  # cannot happen: every access is inside the band
-        fixed = {k: "=" for k in range(o)}
-        red_axes: set[str] | None = None
-        if a.stmt == b.stmt and a.reduction and b.reduction:
-            stmt = node_at(program, a.stmt)
-            red_axes = set(reduction_axes(stmt, enclosing_loops(program, a.stmt)))
-        free_from = None if red_axes is not None else o + m
-        for vec in D.directions(a, b, common, fixed=fixed, free_from=free_from):
+    for dep in _band_dependences(program, tuple(path), tuple(names)):
+        a, b, common, o, m, red_axes, float_sum = dep.a, dep.b, dep.common, dep.o, dep.m, \
+            dep.red_axes, dep.float_sum
+        for vec in dep.vecs:
             bv = vec[o:o + m]
             s = D.lex_sign(bv)
             if s == 0:
@@ -181,9 +172,7 @@ def _reorder_analysis(program: A.Program, path: Path, names: Sequence[str], orde
                 continue
             if red_axes is not None and all(d == "=" or v in red_axes
                                             for d, (v, _, _) in zip(vec, common)):
-                stmt = node_at(program, a.stmt)
-                if stmt.op in ("+=", "*=") and program.tensor(stmt.tensor).dtype in A.FLOAT_DTYPES:
-                    reassoc = True
+                reassoc = reassoc or float_sum
                 continue
             first, second = (a, b) if s > 0 else (b, a)
             return refuse(
@@ -192,6 +181,57 @@ def _reorder_analysis(program: A.Program, path: Path, names: Sequence[str], orde
                 f"to {_stmt_text(second)}: direction {D.fmt_vec(src_dst)} over "
                 f"({','.join(names)}) becomes {D.fmt_vec(new)}"), False
     return OK, reassoc
+
+
+@dataclass(frozen=True)
+class _BandDep:
+    """One conflicting access pair of a band and its feasible direction vectors (outer loops
+    pinned to ``=``; band loops refined; for a reduction's self-pair every level refined)."""
+
+    a: D.Access
+    b: D.Access
+    common: tuple
+    o: int
+    m: int
+    red_axes: frozenset | None
+    float_sum: bool
+    vecs: tuple
+
+
+_BAND_DEPS = IdentityMemo(512)
+_TILE_PLANS = IdentityMemo(512)
+
+
+def _band_dependences(program: A.Program, path: Path, names: tuple[str, ...]) -> tuple[_BandDep, ...]:
+    """The dependences of the band ``names`` at ``path``; they do not depend on the order asked
+    about, so every ordering of one band (and check / exactness of one candidate) shares them."""
+    return _BAND_DEPS.get(program, ("band", path, names),
+                          lambda: _compute_band_dependences(program, path, names))
+
+
+def _compute_band_dependences(program: A.Program, path: Path, names: tuple[str, ...]
+                              ) -> tuple[_BandDep, ...]:
+    inner_path = tuple(path) + (0,) * (len(names) - 1)
+    accs = D.collect_under(program, inner_path)
+    o = len(enclosing_loops(program, path))
+    m = len(names)
+    out = []
+    for a, b in D.conflicting_pairs(accs):
+        common = D.common_loops(a, b)
+        if len(common) < o + m:
+            continue  # cannot happen: every access is inside the band
+        fixed = {k: "=" for k in range(o)}
+        red_axes: frozenset | None = None
+        float_sum = False
+        if a.stmt == b.stmt and a.reduction and b.reduction:
+            stmt = node_at(program, a.stmt)
+            red_axes = frozenset(reduction_axes(stmt, enclosing_loops(program, a.stmt)))
+            float_sum = stmt.op in ("+=", "*=") and \
+                program.tensor(stmt.tensor).dtype in A.FLOAT_DTYPES
+        free_from = None if red_axes is not None else o + m
+        vecs = tuple(D.directions(a, b, common, fixed=fixed, free_from=free_from))
+        out.append(_BandDep(a, b, tuple(common), o, m, red_axes, float_sum, vecs))
+    return tuple(out)
 
 
 def _reorder(program: A.Program, path: Path, names: Sequence[str], order: Sequence[str]) -> A.Program:
@@ -326,6 +366,14 @@ class LoopTiling(Strategy):
         return out
 
     def _plan(self, program, site, params) -> tuple[Verdict, Any]:
+        # check, exactness_for and rewrite of one candidate each need the plan
+        try:
+            key = ("tile", tuple(site.path), tuple(site.loops), json.dumps(params, sort_keys=True))
+        except (TypeError, ValueError):
+            return self._make_plan(program, site, params)
+        return _TILE_PLANS.get(program, key, lambda: self._make_plan(program, site, params))
+
+    def _make_plan(self, program, site, params) -> tuple[Verdict, Any]:
         names, factors = params.get("loops"), params.get("factors")
         if (not isinstance(names, (list, tuple)) or len(names) != 2
                 or not isinstance(factors, (list, tuple)) or len(factors) != 2):
