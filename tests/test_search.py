@@ -169,6 +169,45 @@ def test_action_space_offers_register_tilings_of_a_reduction():
     assert not [c for c in actions(ew) if c.params.get("point") == "inner"]
 
 
+def test_register_tiles_of_a_row_no_vector_divides_use_a_partial_register():
+    from steptp.search.space import actions, column_tiles
+
+    # 56 f32 (a ResNet row): 16 does not divide it, 14 fills most of one register; 28 would be
+    # a vector LLVM splits badly, so it is not offered
+    assert column_tiles(56, 16) == [8, 14]
+    assert column_tiles(512, 16) == [8, 16, 32, 64]
+    assert column_tiles(12, 16) == []
+    conv = parse("kernel f32 c(E[8,58], B[16,8,3]) -> F[16,56]\n"
+                 " F[j,l] += E[m,l+o] * B[j,m,o]\n")
+    cols = {c.params["factors"][1] for c in actions(conv)
+            if c.strategy == "loop_tiling" and c.params.get("point") == "inner"}
+    assert cols == {8, 14}
+
+
+def test_band_dependences_are_shared_between_orders_of_one_band():
+    from steptp.strategies import get
+    from steptp.strategies.loops import _BAND_DEPS, _band_dependences
+
+    text = "kernel f32 k(A[16,16]) -> B[16,16]\n for i in 15, j in 16:\n  B[i+1,j] = B[i,j] + A[i,j]\n"
+    prog = parse(text)
+    s = get("loop_reorder")
+    site = next(iter(s.sites(prog)))
+    _BAND_DEPS.clear()
+    first = _band_dependences(prog, tuple(site.path), tuple(site.loops))
+    assert _band_dependences(prog, tuple(site.path), tuple(site.loops)) is first
+    # a structurally equal program is another object: its own (equal) entry, never a stale one
+    again = parse(text)
+    assert _band_dependences(again, tuple(site.path), tuple(site.loops)) is not first
+    # the verdicts read from the shared vectors: i carries the dependence, so j may go outside
+    # (it carries none) but the order must keep i's direction positive either way
+    assert s.check(prog, site, {"order": ["j", "i"]}).ok
+    blocked = parse("kernel f32 k(A[16,16]) -> B[16,16]\n"
+                    " for i in 15, j in 15:\n  B[i+1,j] = B[i,j+1] + A[i,j]\n")
+    site_b = next(iter(s.sites(blocked)))
+    v = s.check(blocked, site_b, {"order": ["j", "i"]})
+    assert not v.ok and "reverses" in v.reason
+
+
 def test_cost_model_prefers_a_register_tile_that_fits():
     from steptp.search import cost_model as cm
 
