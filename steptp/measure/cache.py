@@ -1,7 +1,9 @@
 """A local SQLite cache of measurement and verification results.
 
 Timings are keyed by (canonical program hash, target key, fingerprint id, measurement-config
-hash); verdicts by (canonical before hash, canonical after hash, target key, fingerprint id,
+hash); the canonical text of each timed LEIR program is kept once per hash (table
+``programs``), so a learned cost model can be trained from the cache (``timed_programs``);
+verdicts by (canonical before hash, canonical after hash, target key, fingerprint id,
 verification-config hash: exactness and seeds). A changed machine, TVM, LLVM or thread count
 changes the fingerprint id and so misses the cache.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import sqlite3
@@ -44,6 +47,10 @@ CREATE TABLE IF NOT EXISTS verifications (
     created_at REAL NOT NULL,
     PRIMARY KEY (before_hash, after_hash, target_key, fingerprint_id, config_hash)
 );
+CREATE TABLE IF NOT EXISTS programs (
+    program_hash TEXT PRIMARY KEY,
+    leir TEXT NOT NULL
+);
 """
 
 
@@ -68,6 +75,26 @@ def program_hash(program: Any) -> str:
     from ..leir import parse
 
     return "leir:" + canonical_hash(parse(program))
+
+
+def _newest_per_program(rows, limit: int | None) -> list[tuple[str, float]]:
+    """The first (newest) usable timing of each program from ``(hash, text, result json)`` rows
+    in newest-first order, stopping at ``limit``."""
+    out: list[tuple[str, float]] = []
+    seen: set[str] = set()
+    for ph, text, result in rows:
+        if limit is not None and len(out) >= limit:
+            break
+        if ph in seen:
+            continue
+        seen.add(ph)
+        try:
+            median = float(json.loads(result)["median_s"])
+        except (ValueError, KeyError, TypeError):  # a malformed row teaches nothing
+            continue
+        if median > 0 and math.isfinite(median):
+            out.append((text, median))
+    return out
 
 
 class Cache:
@@ -121,12 +148,17 @@ class Cache:
         return self._retry(op)
 
     def _put(self, sql: str, args: tuple) -> None:
+        self._put_all([(sql, args)])
+
+    def _put_all(self, statements: list[tuple[str, tuple]]) -> None:
+        """Run ``statements`` in one transaction (a timing and its program text land together)."""
         def op():
             con = self._connect()
             try:
                 con.execute("BEGIN IMMEDIATE")
                 try:
-                    con.execute(sql, args)
+                    for sql, args in statements:
+                        con.execute(sql, args)
                     con.execute("COMMIT")
                 except BaseException:
                     con.execute("ROLLBACK")
@@ -145,10 +177,40 @@ class Cache:
             (program_hash, target_key, fingerprint_id, config_hash))
 
     def put_timing(self, program_hash: str, target_key: str, fingerprint_id: str,
-                   config_hash: str, result: dict) -> None:
-        self._put("INSERT OR REPLACE INTO timings VALUES (?, ?, ?, ?, ?, ?)",
-                  (program_hash, target_key, fingerprint_id, config_hash,
-                   json.dumps(result, sort_keys=True), time.time()))
+                   config_hash: str, result: dict, leir: str | None = None) -> None:
+        """Store a timing; ``leir``: the program's canonical LEIR text, kept for training."""
+        statements = [("INSERT OR REPLACE INTO timings VALUES (?, ?, ?, ?, ?, ?)",
+                       (program_hash, target_key, fingerprint_id, config_hash,
+                        json.dumps(result, sort_keys=True), time.time()))]
+        if leir is not None:
+            # the hash names the canonical program, so its stored text never needs replacing
+            statements.append(("INSERT OR IGNORE INTO programs VALUES (?, ?)",
+                               (program_hash, leir)))
+        self._put_all(statements)
+
+    def timed_programs(self, fingerprint_id: str, target_key: str,
+                       limit: int | None = None) -> list[tuple[str, float]]:
+        """``(canonical LEIR text, median seconds)`` of the LEIR programs timed on this
+        fingerprint and target (any measurement config), newest first (ties by hash), one row
+        per program (its newest timing), at most ``limit`` rows. Timings stored without a text
+        (TVMScript, or written before texts were kept) are left out."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, not {limit}")
+
+        def op():
+            con = self._connect()
+            try:
+                cur = con.execute(
+                    "SELECT t.program_hash, p.leir, t.result FROM timings t "
+                    "JOIN programs p ON p.program_hash = t.program_hash "
+                    "WHERE t.fingerprint_id=? AND t.target_key=? "
+                    "ORDER BY t.created_at DESC, t.program_hash, t.config_hash",
+                    (fingerprint_id, target_key))
+                return _newest_per_program(cur, limit)
+            finally:
+                con.close()
+
+        return self._retry(op)
 
     # ------------------------------------------------------------------ verdicts
     def get_verification(self, before_hash: str, after_hash: str, target_key: str,
@@ -177,8 +239,8 @@ class Cache:
         return self._retry(op)
 
     def clear(self) -> None:
-        self._put("DELETE FROM timings", ())
-        self._put("DELETE FROM verifications", ())
+        self._put_all([("DELETE FROM timings", ()), ("DELETE FROM verifications", ()),
+                       ("DELETE FROM programs", ())])
 
     def __repr__(self) -> str:
         return f"Cache({str(self.path)!r})"

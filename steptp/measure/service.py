@@ -122,6 +122,18 @@ def device_lock(name: str, directory: Path | None = None) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- the service
+def _canonical_leir(program: Any, ph: str) -> str | None:
+    """The canonical LEIR text stored with a timing (what a cost model trains on); None for
+    TVMScript, whose features the cost model cannot read."""
+    if not ph.startswith("leir:"):
+        return None
+    from ..leir import ast as A
+    from ..leir import parse
+    from ..leir.canon import canonical_text
+
+    return canonical_text(program if isinstance(program, A.Program) else parse(program))
+
+
 def _open_cache(cache) -> Cache | None:
     if cache is None or cache is False:
         return None
@@ -292,7 +304,8 @@ class Measurer:
             if r.ok:
                 timing = Timing(**r.value["timing"])
                 if self.cache is not None:
-                    self.cache.put_timing(ph, self.target.key, fp, chash, timing.model_dump())
+                    self.cache.put_timing(ph, self.target.key, fp, chash, timing.model_dump(),
+                                          leir=_canonical_leir(programs[idx[0]], ph))
                 oc = TimingOutcome(program_hash=ph, timing=timing, fingerprint=fp,
                                    wall_s=r.wall_s)
             else:

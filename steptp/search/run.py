@@ -146,7 +146,7 @@ class Search:
         self.budget = budget
         self.seed = seed
         self.evaluator = evaluator
-        self.ranker = ranker if ranker is not None else Ranker(learned=True, seed=seed)
+        self.ranker = ranker if ranker is not None else Ranker.for_evaluator(evaluator, seed=seed)
         self.target = target
         self.strategies = strategies
         self.max_actions = max_actions
