@@ -184,6 +184,27 @@ def test_register_tiles_of_a_row_no_vector_divides_use_a_partial_register():
     assert cols == {8, 14}
 
 
+def test_unrolling_copies_of_a_long_serial_loop_are_bounded():
+    from steptp.search.space import (MAX_UNROLLED, MAX_UNROLLED_OVER_LOOPS, actions,
+                                     unrolled_over_loops, unrolled_size)
+
+    def mm(ko: str, ki: str) -> str:
+        return ("kernel f32 mm(A[4,128], B[128,64]) -> C[4,64]\n"
+                f" for i in 4, ko in 8{ko}, ki in 16{ki}, j in 64:\n"
+                "  C[i,j] += A[i,ko*16+ki] * B[ko*16+ki,j]\n")
+
+    assert unrolled_over_loops(parse(mm("", ""))) == 1
+    assert unrolled_over_loops(parse(mm("", " unrolled"))) == 16
+    # 128 copies of the 64-long j loop: few statement copies, but each copy of a long loop is
+    # vectorized with its own checks and remainder (such builds took minutes)
+    both = parse(mm(" unrolled", " unrolled"))
+    assert unrolled_size(both) == 128 <= MAX_UNROLLED
+    assert unrolled_over_loops(both) == 128 > MAX_UNROLLED_OVER_LOOPS
+    offered = [c.text for c in actions(parse(mm("", " unrolled")), strategies=["loop_unrolling"])]
+    assert any("i in 4 unrolled" in t for t in offered)        # 64 copies: fine
+    assert not any("ko in 8 unrolled" in t for t in offered)   # 128 copies: never offered
+
+
 def test_band_dependences_are_shared_between_orders_of_one_band():
     from steptp.strategies import get
     from steptp.strategies.loops import _BAND_DEPS, _band_dependences

@@ -398,14 +398,31 @@ def test_vectorization():
     """)
 
 
+@pytest.mark.parametrize("width", [3, 7, 12, 14])
+def test_vectorization_of_part_of_one_register_verifies_in_tvm(width):
+    """Widths up to one AVX-512 register need not be powers of two (a masked operation); the
+    sliding +o offset is the conv row case that motivated it."""
+    from steptp.measure.verify import verify
+
+    p = P(f"""
+        kernel row(A: f32[4,{width + 2}]) -> B: f32[4,{width}]
+          for i in 4, o in 3, j in {width}:
+            B[i,j] += A[i,j+o] * 2.0
+    """)
+    got = S.apply(p, "loop_vectorization", {"path": [0, 0, 0], "loops": ["j"]}, {})
+    assert f"j in {width} vectorized" in format_program(got)
+    r = verify(got, p, exactness="exact", seeds=(0, 1))
+    assert r.passed, r.reason
+
+
 def test_vectorization_refusals():
     assert "not an innermost loop" in refusal(ELEMENTWISE, "loop_vectorization",
                                               {"path": [0], "loops": ["i"]}, {})
     assert "reduction axis" in refusal(ROWSUM, "loop_vectorization",
                                        {"path": [0, 0], "loops": ["j"]}, {})
     p = P("""
-        kernel odd(A: f32[12]) -> B: f32[12]
-          for i in 12:
+        kernel odd(A: f32[24]) -> B: f32[24]
+          for i in 24:
             B[i] = A[i]
     """)
     assert "power of two" in refusal(p, "loop_vectorization", {"path": [0], "loops": ["i"]}, {})

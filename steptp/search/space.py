@@ -27,15 +27,31 @@ LONG_BAND = 4   # bands with more loops than this get the structured reorders
 MAX_UNROLLED = 512   # statement instances an unrolled nest may expand to (compile time explodes)
 
 
+MAX_UNROLLED_OVER_LOOPS = 64   # copies of an unrolled nest that still holds a long serial loop
+
+
 def unrolled_size(program: A.Program) -> int:
     """The largest number of statement copies unrolling expands one statement into (the product
     of the extents of the unrolled loops around it)."""
-    worst = 1
+    return _unrolled(program)[0]
+
+
+def unrolled_over_loops(program: A.Program) -> int:
+    """The most copies unrolling makes of a serial loop longer than a vector register (LLVM
+    vectorizes each copy with its own checks and remainder: 64, 256 and 512 copies of a
+    64-long loop compiled in 4, 62 and 448 s)."""
+    return _unrolled(program)[1]
+
+
+def _unrolled(program: A.Program) -> tuple[int, int]:
+    worst = over = 1
 
     def visit(body, k):
-        nonlocal worst
+        nonlocal worst, over
         for s in body:
             if isinstance(s, A.Loop):
+                if s.kind == "serial" and s.extent > 16:
+                    over = max(over, k)
                 visit(s.body, k * s.extent if s.kind == "unrolled" else k)
             elif isinstance(s, A.If):
                 visit(s.body, k)
@@ -43,7 +59,7 @@ def unrolled_size(program: A.Program) -> int:
                 worst = max(worst, k)
 
     visit(program.body, 1)
-    return worst
+    return worst, over
 
 
 def _structured_orders(names: list[str]) -> list[list[str]]:
@@ -171,7 +187,8 @@ def actions(program: A.Program, target: str = "cpu", seed: int = 0,
         out.extend(_extra_reorders(program, seen))
     if target == "cpu" and (strat is None or "loop_tiling" in strat):
         out.extend(_register_tilings(program, seen))
-    return [c for c in out if unrolled_size(c.program) <= MAX_UNROLLED]
+    return [c for c in out if unrolled_size(c.program) <= MAX_UNROLLED
+            and unrolled_over_loops(c.program) <= MAX_UNROLLED_OVER_LOOPS]
 
 
 __all__ = ["actions", "Site"]
