@@ -44,12 +44,31 @@ def load(paths: list[str]) -> dict[str, dict[str, float]]:
             for k, progs in sorted(times.items())}
 
 
-def spearman(score, measured) -> float:
-    from scipy.stats import spearmanr
+def _ranks(xs) -> list[float]:
+    """Ranks from 1, ties sharing their average rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
 
+
+def spearman(score, measured) -> float:
+    """Pearson correlation of the ranks (no scipy needed)."""
     if len(set(score)) < 2 or len(set(measured)) < 2:
         return float("nan")
-    return float(spearmanr(score, measured).statistic)
+    a, b = _ranks(list(score)), _ranks(list(measured))
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    va = sum((x - ma) ** 2 for x in a)
+    vb = sum((y - mb) ** 2 for y in b)
+    return cov / math.sqrt(va * vb)
 
 
 def metrics(score: list[float], measured: list[float], top: float) -> tuple[float, int, float]:

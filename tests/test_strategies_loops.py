@@ -638,3 +638,28 @@ def test_vectorization_refuses_a_body_of_several_statements():
     """)
     reason = refusal(p, "loop_vectorization", {"path": [0], "loops": ["i"]}, {})
     assert "2 statements" in reason
+
+
+def test_reorder_params_of_a_long_band_are_sampled_without_listing_every_order():
+    """An 11-loop band has 40 million orders; the sample is drawn by index."""
+    import itertools
+    import random
+
+    from steptp.strategies.loops import _nth_permutation
+
+    names = list("abcde")
+    assert [_nth_permutation(names, k) for k in range(120)] == \
+        [list(p) for p in itertools.permutations(names)]
+    loops = ", ".join(f"{v} in 2" for v in "abcdefghijk")
+    p = P(f"""
+        kernel big(A: f32[2048]) -> B: f32[2048]
+          for {loops}:
+            B[a*1024+b*512+c*256+d*128+e*64+f*32+g*16+h*8+i*4+j*2+k] = A[a*1024+b*512+c*256+d*128+e*64+f*32+g*16+h*8+i*4+j*2+k]
+    """)
+    s = registry.get("loop_reorder")
+    site = next(iter(s.sites(p)))
+    got = s.params(p, site, random.Random(0))
+    assert len(got) == 24 and len({tuple(g["order"]) for g in got}) == 24
+    assert all(sorted(g["order"]) == list("abcdefghijk") and g["order"] != list("abcdefghijk")
+               for g in got)
+    assert got == s.params(p, site, random.Random(0))

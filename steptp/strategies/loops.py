@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
@@ -298,6 +299,16 @@ class LoopSplit(Strategy):
         return _split(program, site.path, int(params["factor"]))[0]
 
 
+def _nth_permutation(items: Sequence[str], index: int) -> list[str]:
+    """The ``index``-th permutation of ``items`` in ``itertools.permutations`` order."""
+    pool, out = list(items), []
+    for k in range(len(pool), 0, -1):
+        f = math.factorial(k - 1)
+        q, index = divmod(index, f)
+        out.append(pool.pop(q))
+    return out
+
+
 @register
 class LoopReorder(Strategy):
     name = "loop_reorder"
@@ -312,15 +323,16 @@ class LoopReorder(Strategy):
         return _band_sites(program)
 
     def params(self, program, site, rng=None):
+        # the permutations are indexed, never listed: an 11-loop band has 40 million
         names = list(site.loops)
-        perms = [list(p) for p in itertools.permutations(names) if list(p) != names]
-        if len(perms) > MAX_PERMUTATIONS:
-            if rng is None:
-                perms = perms[:MAX_PERMUTATIONS]
-            else:
-                keep = sorted(rng.sample(range(len(perms)), MAX_PERMUTATIONS))
-                perms = [perms[k] for k in keep]
-        return [{"order": p} for p in perms]
+        count = math.factorial(len(names)) - 1    # every order but the identity
+        if count <= MAX_PERMUTATIONS:
+            keep = range(count)
+        elif rng is None:
+            keep = range(MAX_PERMUTATIONS)
+        else:
+            keep = sorted(rng.sample(range(count), MAX_PERMUTATIONS))
+        return [{"order": _nth_permutation(names, k + 1)} for k in keep]
 
     def check(self, program, site, params):
         order = params.get("order")
