@@ -187,8 +187,12 @@ def actions(program: A.Program, target: str = "cpu", seed: int = 0,
         out.extend(_extra_reorders(program, seen))
     if target == "cpu" and (strat is None or "loop_tiling" in strat):
         out.extend(_register_tilings(program, seen))
-    return [c for c in out if unrolled_size(c.program) <= MAX_UNROLLED
-            and unrolled_over_loops(c.program) <= MAX_UNROLLED_OVER_LOOPS]
+    return [c for c in out if _compiles_quickly(c.program)]
+
+
+def _compiles_quickly(program: A.Program) -> bool:
+    copies, over_loops = _unrolled(program)
+    return copies <= MAX_UNROLLED and over_loops <= MAX_UNROLLED_OVER_LOOPS
 
 
 __all__ = ["actions", "Site"]
