@@ -366,22 +366,35 @@ def predict(program: A.Program, cores: int | None = None) -> float:
     return _estimate(program, False, cores).seconds
 
 
-def potential(program: A.Program, cores: int | None = None) -> float:
+def potential(program: A.Program, cores: int | None = None,
+              predicted: float | None = None) -> float:
     """Estimate after the free finishing moves (vectorize a unit-stride innermost loop,
-    parallelize an outer data-parallel loop): what this state could reach cheaply."""
-    return min(_estimate(program, True, cores).seconds, predict(program, cores))
+    parallelize an outer data-parallel loop): what this state could reach cheaply.
+    ``predicted``: ``predict(program)`` when the caller has it already."""
+    if predicted is None:
+        predicted = predict(program, cores)
+    return min(_estimate(program, True, cores).seconds, predicted)
 
 
-def score(program: A.Program, cores: int | None = None, weight: float = 0.5) -> float:
-    """THE analytic ranking score (log seconds; lower is better): a blend of the program's own
-    estimate and its potential."""
-    return (1 - weight) * math.log(predict(program, cores)) + weight * math.log(potential(program, cores))
+SCORE_WEIGHT = 0.5   # the potential's share of the analytic score
+
+
+def blend(log_predict: float, log_potential: float, weight: float = SCORE_WEIGHT) -> float:
+    """THE analytic ranking score from its two parts (log seconds; lower is better)."""
+    return (1 - weight) * log_predict + weight * log_potential
+
+
+def score(program: A.Program, cores: int | None = None, weight: float = SCORE_WEIGHT) -> float:
+    """The analytic ranking score of a program: a blend of its own estimate and its
+    potential."""
+    pred = predict(program, cores)
+    return blend(math.log(pred), math.log(potential(program, cores, pred)), weight)
 
 
 def features(program: A.Program, cores: int | None = None) -> np.ndarray:
     """The feature vector (order: ``FEATURE_NAMES``) for the learned model."""
     e = _estimate(program, False, cores)
-    pot = min(_estimate(program, True, cores).seconds, e.seconds)
+    pot = potential(program, cores, e.seconds)
     f = e.feats
     lg = lambda x: math.log(max(float(x), 1e-12))  # noqa: E731
     bytes_ = f.get("dram_min", 1.0)
@@ -395,4 +408,9 @@ def features(program: A.Program, cores: int | None = None) -> np.ndarray:
                     dtype=np.float64)
 
 
-__all__ = ["FEATURE_NAMES", "predict", "potential", "score", "features"]
+# columns of ``features`` that hold the two parts of ``score``
+LOG_PREDICT = FEATURE_NAMES.index("log_pred")
+LOG_POTENTIAL = FEATURE_NAMES.index("log_potential")
+
+__all__ = ["FEATURE_NAMES", "LOG_POTENTIAL", "LOG_PREDICT", "blend", "predict", "potential",
+           "score", "features"]

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..leir import ast as A
-from .cost_model import _cores, features, predict, score
+from .cost_model import LOG_POTENTIAL, LOG_PREDICT, _cores, blend, features, score
 
 # Rows read from the cache, newest first: enough to cover many kernels, while the first
 # featurization (about 2.5 ms a program) and each retraining stay a few seconds / tenths.
@@ -47,10 +47,6 @@ BLEND_SAMPLES = 100.0
 # on it.
 _ROW_MEMO: dict[tuple[str, int], tuple[np.ndarray, float] | None] = {}
 _ROW_MEMO_MAX = 50_000
-
-
-def _log_predict(program: A.Program, cores: int | None) -> float:
-    return math.log(max(predict(program, cores), 1e-12))
 
 
 class LearnedCostModel:
@@ -87,7 +83,8 @@ class LearnedCostModel:
 
     def add(self, program: A.Program, seconds: float, cores: int | None = None,
             weight: float = 1.0) -> None:
-        self.add_row(features(program, cores), _log_predict(program, cores), seconds, weight)
+        x = features(program, cores)
+        self.add_row(x, float(x[LOG_PREDICT]), seconds, weight)
 
     def fit(self, programs: Iterable[A.Program] | None = None,
             seconds: Iterable[float] | None = None, cores: int | None = None) -> bool:
@@ -130,32 +127,43 @@ class LearnedCostModel:
 
     def residuals(self, programs: Sequence[A.Program], cores: int | None = None) -> np.ndarray:
         """The learned correction (log seconds) to the analytic estimate of each program."""
+        return self.residuals_of(_feature_matrix(programs, cores))
+
+    def residuals_of(self, X: np.ndarray) -> np.ndarray:
+        """``residuals`` from a feature matrix (rows: ``features``)."""
         import xgboost as xgb
 
         if self.model is None:
             raise RuntimeError("the learned cost model is not trained yet (see .ready)")
-        X = np.vstack([features(p, cores) for p in programs])
         return np.asarray(self.model.predict(xgb.DMatrix(X)), dtype=np.float64)
 
     def predict(self, programs: Sequence[A.Program], cores: int | None = None) -> np.ndarray:
         """Log seconds: the log analytic estimate plus the learned residual."""
-        base = np.array([_log_predict(p, cores) for p in programs], dtype=np.float64)
-        return base + self.residuals(programs, cores)
+        return self.predict_of(_feature_matrix(programs, cores))
+
+    def predict_of(self, X: np.ndarray) -> np.ndarray:
+        """``predict`` from a feature matrix (the log analytic estimate is one of its columns)."""
+        return X[:, LOG_PREDICT] + self.residuals_of(X)
+
+
+def _feature_matrix(programs: Sequence[A.Program], cores: int | None) -> np.ndarray:
+    return np.vstack([features(p, cores) for p in programs])
 
 
 def _prior_row(row: Any, cores: int) -> tuple[np.ndarray, float] | None:
     """(features, log predict) of a prior program (LEIR text or Program); None when the text
     does not parse or the cost model cannot read it."""
     if isinstance(row, A.Program):
-        return features(row, cores), _log_predict(row, cores)
+        x = features(row, cores)
+        return x, float(x[LOG_PREDICT])
     key = (row, cores)
     if key in _ROW_MEMO:
         return _ROW_MEMO[key]
     from ..leir import parse
 
     try:
-        program = parse(row)
-        out = (features(program, cores), _log_predict(program, cores))
+        x = features(parse(row), cores)
+        out = (x, float(x[LOG_PREDICT]))
     except Exception:  # noqa: BLE001 - a stale or foreign text teaches nothing; skip it
         out = None
     if len(_ROW_MEMO) >= _ROW_MEMO_MAX:
@@ -258,13 +266,15 @@ class Ranker:
         """Lower is better (log seconds)."""
         if not programs:
             return []
-        analytic = [score(p, self.cores) for p in programs]
         w = self.blend_weight
-        if w > 0:
-            # the learned model corrects the analytic one but never alone on few samples
-            learned = self.model.predict(programs, self.cores)
-            return [(1 - w) * a + w * float(b) for a, b in zip(analytic, learned)]
-        return analytic
+        if w <= 0:
+            return [score(p, self.cores) for p in programs]
+        # one feature row per program holds the analytic score's parts too
+        X = _feature_matrix(programs, self.cores)
+        analytic = [blend(float(a), float(b)) for a, b in zip(X[:, LOG_PREDICT], X[:, LOG_POTENTIAL])]
+        learned = self.model.predict_of(X)
+        # the learned model corrects the analytic one but never alone on few samples
+        return [(1 - w) * a + w * float(b) for a, b in zip(analytic, learned)]
 
     def order(self, programs: Sequence[A.Program]) -> list[int]:
         s = self.scores(programs)

@@ -98,7 +98,8 @@ class Node:
         """Beam key: log measured time, adjusted by what the cost model thinks the finishing
         moves (vectorize / parallelize) would still gain here."""
         try:
-            gain = math.log(potential(self.program)) - math.log(predict(self.program))
+            pred = predict(self.program)
+            gain = math.log(potential(self.program, predicted=pred)) - math.log(pred)
         except Exception:  # noqa: BLE001
             gain = 0.0
         return math.log(self.seconds) + KEY_POTENTIAL_WEIGHT * gain
