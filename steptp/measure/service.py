@@ -36,7 +36,7 @@ from ..tir.target import Target
 from .cache import Cache, program_hash
 from .fingerprint import Fingerprint, current
 from .timing import MeasureConfig
-from .verify import RULE_VERSION, TOLERANCES, VerifyResult, tolerance
+from .verify import DEFAULT_SEEDS, RULE_VERSION, TOLERANCES, VerifyResult, tolerance
 from .worker import WorkerError, WorkerPool, WorkerResult
 
 
@@ -48,7 +48,7 @@ class VerifyJob:
     before: str
     after: str
     exactness: str = "exact"
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
 
     @property
     def config_hash(self) -> str:
@@ -267,7 +267,7 @@ class Measurer:
         if isinstance(p, VerifyJob):
             return p
         if isinstance(p, dict):
-            return VerifyJob(**{**p, "seeds": tuple(p.get("seeds", (0, 1, 2)))})
+            return VerifyJob(**{**p, "seeds": tuple(p.get("seeds", DEFAULT_SEEDS))})
         if isinstance(p, (tuple, list)) and len(p) in (2, 3):
             return VerifyJob(*p)
         raise TypeError("a verification is a VerifyJob, a dict, or (before, after[, exactness])")

@@ -119,14 +119,16 @@ class InProcessEvaluator:
 
     name = "inprocess"
 
-    def __init__(self, target=None, config=None, seeds: Sequence[int] = (0, 1, 2),
+    def __init__(self, target=None, config=None, seeds: Sequence[int] | None = None,
                  num_threads: int | None = None):
         from ..tir.build import default_target
 
         self.num_threads = set_threads(num_threads)
         self.target = target or default_target()
         self.config = config or search_config(self.num_threads)
-        self.seeds = tuple(seeds)
+        from ..measure.verify import DEFAULT_SEEDS
+
+        self.seeds = tuple(DEFAULT_SEEDS if seeds is None else seeds)
         self._refs: dict[str, list[tuple[list[np.ndarray], list[np.ndarray]]]] = {}
         self._fp: str | None = None
         self._built: tuple[str, Any] | None = None   # the last candidate built by verify
@@ -160,19 +162,23 @@ class InProcessEvaluator:
 
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
         from ..leir import parse
-        from ..measure.verify import _alt_fill, _signature_problem, compare_outputs
+        from ..measure.verify import _signature_problem, judge, parallel_races
         from ..tir import build as B
 
         t0 = _time.perf_counter()
         try:
             ref = self._reference(original)
-            ref_sig = B.program_signature(parse(original))
+            ref_prog = parse(original)
+            ref_sig = B.program_signature(ref_prog)
         except Exception as e:  # noqa: BLE001
             return VerifyOutcome(False, reason=f"reference does not build: {e}",
                                  status="failed_build", wall_s=_time.perf_counter() - t0)
         try:
             prog = parse(candidate)
             problem = _signature_problem(B.program_signature(prog), ref_sig)
+            if not problem and not self.target.is_gpu:
+                races = parallel_races(prog)
+                problem = f"race: {races[0]}" if races else None
             if problem:
                 return VerifyOutcome(False, reason=problem, status="failed_verify",
                                      wall_s=_time.perf_counter() - t0)
@@ -181,20 +187,15 @@ class InProcessEvaluator:
         except Exception as e:  # noqa: BLE001
             return VerifyOutcome(False, reason=f"candidate does not build: {type(e).__name__}: {e}"[:2000],
                                  status="failed_build", wall_s=_time.perf_counter() - t0)
-        outs = [p for p in built.params if p.is_output]
-        worst_abs = worst_rel = 0.0
-        for seed, (ins, want) in zip(self.seeds, ref):
-            try:
-                got = B.run(built, ins)
-            except Exception as e:  # noqa: BLE001
-                return VerifyOutcome(False, reason=f"seed {seed}: run failed: {e}", status="crashed",
-                                     wall_s=_time.perf_counter() - t0)
-            for ok, ae, re_, why in compare_outputs(outs, got, want, exactness,
-                                                    lambda: B.run(built, ins, fill=_alt_fill)):
-                worst_abs, worst_rel = max(worst_abs, ae), max(worst_rel, re_)
-                if not ok:
-                    return VerifyOutcome(False, worst_abs, worst_rel, f"seed {seed}: {why}",
-                                         "failed_verify", _time.perf_counter() - t0)
+        refs = [(seed, ins, want) for seed, (ins, want) in zip(self.seeds, ref)]
+        results = judge(built, refs, exactness, ref_prog, self.target, stop_at_first=True)
+        worst_abs = max((r.max_abs_err for r in results), default=0.0)
+        worst_rel = max((r.max_rel_err for r in results), default=0.0)
+        bad = next((r for r in results if not r.passed), None)
+        if bad is not None:
+            status = "crashed" if (bad.reason or "").startswith("run failed") else "failed_verify"
+            return VerifyOutcome(False, worst_abs, worst_rel, f"seed {bad.seed}: {bad.reason}",
+                                 status, _time.perf_counter() - t0)
         return VerifyOutcome(True, worst_abs, worst_rel, "", "ok", _time.perf_counter() - t0)
 
     def time(self, program: str) -> TimeOutcome:
@@ -249,14 +250,16 @@ class MeasurerEvaluator:
     name = "measurer"
 
     def __init__(self, target=None, config=None, cache: Any = True, jobs: int = 1,
-                 num_threads: int | None = None, seeds: Sequence[int] = (0, 1, 2)):
+                 num_threads: int | None = None, seeds: Sequence[int] | None = None):
         from ..measure.service import Measurer
         from ..tir.build import default_target
 
         self.num_threads = set_threads(num_threads)
         self.target = target or default_target()
         self.config = config or search_config(self.num_threads)
-        self.seeds = tuple(seeds)
+        from ..measure.verify import DEFAULT_SEEDS
+
+        self.seeds = tuple(DEFAULT_SEEDS if seeds is None else seeds)
         self.measurer = Measurer(self.target, self.config, cache=cache, jobs=jobs)
 
     @property

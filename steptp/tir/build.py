@@ -287,6 +287,18 @@ def run(built: Built, inputs: Sequence[np.ndarray], fill=None) -> list[np.ndarra
     return [o.numpy() for o in outs]
 
 
+def run_with_inputs(built: Built, inputs: Sequence[np.ndarray], fill=None
+                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``run``, also returning the input buffers as they are after the call (a kernel that
+    writes to an input shows it here)."""
+    args, outs = _args(built, inputs, fill)
+    built.module["main"](*args)
+    if built.target.is_gpu:
+        built.device.sync()
+    ins = [a for a, p in zip(args, built.params) if not p.is_output]
+    return [o.numpy() for o in outs], [a.numpy() for a in ins]
+
+
 @dataclass(frozen=True)
 class Timing:
     """Seconds per call: mean and median over ``repeat`` measurements, and each of them."""
