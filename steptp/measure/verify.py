@@ -52,6 +52,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..leir import ast as A
+from ..leir.races import parallel_races
 from ..tir import build as B
 
 # THE tolerance table: exactness class -> LEIR float dtype -> (atol, rtol). atol is for elements
@@ -396,22 +397,6 @@ def compare_outputs(outs, got, want, exactness: str, rerun_alt, bounds=None):
                 r = compare(g, w, p.dtype, exactness, None, name=p.name, bound=b)
         results.append(r)
     return results
-
-
-def parallel_races(program: A.Program) -> list[str]:
-    """Why a ``parallel`` loop of ``program`` races (iterations touch the same element and one
-    of them writes it), by the dependence test the strategies use; [] when none does. A race
-    hides in single-threaded verification runs, so it is found statically."""
-    from ..strategies._ir import iter_stmts
-    from ..strategies.loops import _carried_reason
-
-    out = []
-    for path, s in iter_stmts(program.body):
-        if isinstance(s, A.Loop) and s.kind == "parallel":
-            v = _carried_reason(program, path, s, "run in parallel")
-            if not v.ok:
-                out.append(v.reason)
-    return out
 
 
 def _reference_program(ref_prog, cand_prog):
