@@ -87,7 +87,7 @@ class KernelRecord(_Record):
 
 
 Outcome = Literal["improved", "not_improved", "failed_verify", "failed_build", "timeout",
-                  "crashed", "noisy", "illegal"]
+                  "crashed", "noisy", "illegal", "suspect_timing"]
 
 
 class Timing(BaseModel):
@@ -98,6 +98,8 @@ class Timing(BaseModel):
     repeats: int
     number: int
     noisy: bool = False
+    suspect: bool = Field(False, description="below the machine's speed of light "
+                                            "(steptp.measure.roofline): never an improvement")
 
 
 class StepRecord(_Record):

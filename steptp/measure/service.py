@@ -156,7 +156,8 @@ class Measurer:
     def __init__(self, target: Target | dict | None = None, config: MeasureConfig | None = None,
                  cache: Any = True, jobs: int = 1, backend=None,
                  verify_timeout_s: float | None = None, fingerprint: Fingerprint | None = None,
-                 memory_limit_mb: int | None = None, lock_directory: str | os.PathLike | None = None):
+                 memory_limit_mb: int | None = None, lock_directory: str | os.PathLike | None = None,
+                 speed_of_light: bool = True, peaks=None):
         if isinstance(target, dict):
             target = Target.from_dict(target)
         if target is None:
@@ -172,6 +173,8 @@ class Measurer:
         self.memory_limit_mb = memory_limit_mb
         self.lock_directory = Path(lock_directory) if lock_directory else None
         self._fingerprint = fingerprint
+        self.speed_of_light = speed_of_light
+        self._peaks = peaks
         self._verify_pool: WorkerPool | None = None
         self._time_pool: WorkerPool | None = None
         self._pool_lock = threading.Lock()
@@ -276,9 +279,39 @@ class Measurer:
         return self.verify_many([(before, after, exactness)])[0]
 
     # ------------------------------------------------------------------ timing
-    def time_many(self, programs: Sequence[str]) -> list[TimingOutcome]:
+    @property
+    def peaks(self):
+        """The machine's calibrated peaks (``steptp.measure.roofline``), measured on first use."""
+        if self._peaks is None:
+            from .roofline import load_or_calibrate
+
+            directory = self.cache.path.parent if self.cache is not None else None
+            self._peaks = load_or_calibrate(self, directory) or False
+        return self._peaks or None
+
+    def _judge_speed(self, program: str, oc: TimingOutcome) -> TimingOutcome:
+        """A timing below the speed of light is kept, marked suspect, with the reason."""
+        from .roofline import suspect_reason
+
+        why = suspect_reason(program, oc.timing.median_s, self.peaks)
+        if why is None:
+            return oc
+        return oc.model_copy(update={"timing": oc.timing.model_copy(update={"suspect": True}),
+                                     "status": "suspect", "reason": why})
+
+    def time_many(self, programs: Sequence[str], check_speed_of_light: bool | None = None
+                  ) -> list[TimingOutcome]:
         """Time each program (LEIR or TVMScript text), one at a time on the device. Results in
-        input order; a failure is a ``TimingOutcome`` with ``timing=None`` and a ``reason``."""
+        input order; a failure is a ``TimingOutcome`` with ``timing=None`` and a ``reason``; a
+        timing below the machine's speed of light has ``status="suspect"`` and
+        ``timing.suspect``."""
+        check = self.speed_of_light if check_speed_of_light is None else check_speed_of_light
+        out = self._time_many(programs)
+        if check and any(o.ok for o in out):
+            out = [self._judge_speed(p, o) if o.ok else o for p, o in zip(programs, out)]
+        return out
+
+    def _time_many(self, programs: Sequence[str]) -> list[TimingOutcome]:
         fp = self.fingerprint.id
         chash = self.config.hash
         out: list[TimingOutcome | None] = [None] * len(programs)

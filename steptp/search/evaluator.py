@@ -282,6 +282,8 @@ class MeasurerEvaluator:
 
     def time(self, program: str) -> TimeOutcome:
         oc = self.measurer.time_many([program])[0]
+        if oc.status == "suspect":
+            return TimeOutcome(None, "suspect_timing", oc.reason or "suspect timing", oc.wall_s)
         if oc.timing is not None:
             return TimeOutcome(oc.timing, "ok", "", oc.wall_s, oc.cached)
         status = {"timeout": "timeout", "crash": "crashed"}.get(oc.status, "failed_build")

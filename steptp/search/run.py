@@ -243,7 +243,8 @@ class Search:
         tm = self.evaluator.time(after_text)
         if tm.timing is None:
             self.steps.append(StepRecord(**base, outcome=tm.status if tm.status in
-                                         ("timeout", "crashed", "failed_build") else "crashed",
+                                         ("timeout", "crashed", "failed_build", "suspect_timing")
+                                         else "crashed",
                                          verified=True, reason=tm.reason[:4000]))
             node.failures += 1
             self._record_curve()
