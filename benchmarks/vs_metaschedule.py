@@ -4,8 +4,9 @@ in one run: our best time / MetaSchedule's best time per kernel, and the geometr
     .venv/bin/python benchmarks/vs_metaschedule.py --workloads matmul_square,conv2d \
         --size default --budget 64
 
-Both best programs are timed with the same protocol (``steptp.measure.timing.measure``, same
-thread count). MetaSchedule uses the recipe of /work/shared/notes/tvm-0.27.md (a build function
+Both best programs and the unscheduled kernel are re-measured after tuning with the same
+protocol, interleaved (``steptp.measure.timing.measure_interleaved``: A, B, C, A, B, C, ...;
+same thread count), so drift hits all three alike. MetaSchedule uses the recipe of /work/shared/notes/tvm-0.27.md (a build function
 that skips the slow tensor-intrinsic import). Goal (issue 5): geomean ratio <= 1.25.
 """
 
@@ -62,7 +63,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
-    from steptp.measure.timing import measure
+    from steptp.measure.timing import measure_interleaved
     from steptp.search import Budget, default_evaluator, search_kernel
     from steptp.tir.lower import lower
 
@@ -83,16 +84,18 @@ def main() -> None:
             continue
         from steptp.leir import parse
 
-        ours = measure(parse(res.trajectory.final_leir), ev.target, ev.config).median_s
         t0 = time.perf_counter()
         try:
             tuned = metaschedule(lower(prog, ev.target), ev.target, args.budget)
-            ms_s = measure(tuned, ev.target, ev.config).median_s
         except Exception as e:  # noqa: BLE001
             print(f"{name:24s} MetaSchedule failed: {type(e).__name__}: {e}")
             continue
         ms_wall = time.perf_counter() - t0
-        row = {"workload": name, "kernel_id": kid, "baseline_s": res.trajectory.baseline_s,
+        base_t, ours_t, ms_t = measure_interleaved(
+            [prog, parse(res.trajectory.final_leir), tuned], ev.target, ev.config)
+        ours, ms_s = ours_t.median_s, ms_t.median_s
+        row = {"workload": name, "kernel_id": kid, "baseline_s": base_t.median_s,
+               "ours_spread": ours_t.spread, "ms_spread": ms_t.spread,
                "ours_s": ours, "ms_s": ms_s, "ratio": ours / ms_s, "ours_wall_s": ours_wall,
                "ms_wall_s": ms_wall, "strategies": res.trajectory.strategies}
         rows.append(row)

@@ -94,8 +94,26 @@ def test_nan_in_both_is_accepted_and_inf_must_match():
     assert ok
     b = a.copy()
     b[1] = 1e30
-    ok, _, _, why = compare(b, a, "float32", "algebraic")
+    ok, _, _, why = compare(b, a, "float32", "exact")
     assert not ok and "infinity" in why
+    # non-exact classes: where the reference overflowed, the candidate may hold the value it
+    # should have had; an infinity or NaN where the reference is finite still fails
+    ok, *_ = compare(b, a, "float32", "algebraic")
+    assert ok
+    c = a.copy()
+    c[3] = np.inf
+    ok, _, _, why = compare(c, a, "float32", "algebraic")
+    assert not ok and "infinity" in why
+    c[3] = np.nan
+    ok, _, _, why = compare(c, a, "float32", "reassociation")
+    assert not ok and "NaN where the reference is not" in why
+
+
+def test_a_reference_with_no_finite_value_proves_nothing():
+    ref = "kernel f32 k(A[8]) -> D[8]\n  for i in 8:\n    D[i] = sqrt(-1.0 - A[i] * A[i])\n"
+    cand = "kernel f32 k(A[8]) -> D[8]\n  for i in 8:\n    D[i] = A[i]\n"
+    res = verify(cand, ref, "algebraic")
+    assert not res.passed and "no finite value" in res.reason
 
 
 def test_tolerance_classes_differ():

@@ -18,9 +18,12 @@ order for ``exact``, in any order for ``reassociation`` and ``algebraic``. ``err
 computed when the fixed tolerances fail somewhere (most candidates pass without it), and is 0
 when neither program is LEIR or the twin cannot be built (stricter, never looser).
 
-Special values: an element that is NaN in the reference must be NaN in the candidate and vice
-versa; an infinity must be matched exactly (same sign). Integer and boolean outputs must be equal
-whatever the class.
+Special values: a candidate element that is NaN or infinite where the reference is finite
+fails. For ``exact`` an element that is NaN in the reference must be NaN in the candidate and an
+infinity must be matched (same sign). For the other classes an element whose reference is NaN or
+infinite is undetermined (the reference overflowed or cancelled to nothing; a rewrite may compute
+the value it should have had), and a candidate fails when no element of any output was
+determined on any input. Integer and boolean outputs must be equal whatever the class.
 
 Outputs are pre-filled with NaN (integers: a sentinel), so an element the candidate never writes
 fails; when a candidate element is NaN (or the sentinel) where the reference has a value, the
@@ -130,6 +133,8 @@ def tolerance(exactness: str, dtype: str) -> tuple[float, float]:
 class SeedResult(BaseModel):
     seed: int
     passed: bool
+    undetermined: int = 0     # reference elements NaN/inf, not compared (non-exact classes)
+    compared: int = 0
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
     reason: str | None = None
@@ -315,9 +320,13 @@ def _compare_float(got, want, dtype, exactness, unwritten, name, atol, rtol, bou
         i = tuple(int(k) for k in np.argwhere(unwritten & ~wn)[0])
         return False, float("inf"), float("inf"), \
             f"output {name}: {n} of {size} elements not written (NaN); first {_fmt_index(name, i)}"
-    nan_bad = gn != wn
     ginf, winf = np.isinf(g), np.isinf(w)
-    inf_bad = (ginf | winf) & ~(gn | wn) & (g != w)
+    # where the reference itself overflowed or lost all digits (inf, NaN), a rewrite of another
+    # order or another algebra may compute the value it should have had: those elements are
+    # undetermined for the non-exact classes (exact ones do the same operations, so must agree)
+    undetermined = (wn | winf) if exactness != "exact" else np.zeros_like(wn)
+    nan_bad = (gn != wn) & ~undetermined
+    inf_bad = (ginf | winf) & ~(gn | wn) & (g != w) & ~undetermined
     finite = ~(gn | wn | ginf | winf)
     diff = np.where(finite, np.abs(g - w), 0.0)
     abs_err = float(diff.max()) if diff.size else 0.0
@@ -444,6 +453,11 @@ def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
             sr.max_rel_err = max(sr.max_rel_err, re_)
             if not ok and sr.passed:
                 sr.passed, sr.reason = False, why
+        for p, w in zip(outs, want):
+            n_bad = int((~np.isfinite(w.astype(np.float64))).sum()) \
+                if B.is_float_dtype(p.dtype) and exactness != "exact" else 0
+            sr.undetermined += n_bad
+            sr.compared += int(w.size) - n_bad
         if sr.passed and n_run == 0:
             for p, a, b in zip(outs, got, rerun_alt()):
                 if not _same_bits(a, b):
@@ -456,6 +470,10 @@ def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
                     break
         if stop_at_first and not sr.passed:
             break
+    if results and all(r.passed for r in results) and not any(r.compared for r in results):
+        results[-1].passed = False
+        results[-1].reason = ("the reference computes no finite value on any input: nothing was "
+                              "compared")
     return results
 
 

@@ -215,3 +215,30 @@ def reduction_axes(stmt: A.Assign, loops: Sequence[A.Loop]) -> list[str]:
     for i in stmt.index:
         used.update(A.free_vars(i))
     return [lp.var for lp in loops if lp.var not in used]
+
+
+def stabilizers(program: A.Program) -> frozenset[str]:
+    """Tensors written by a ``max=`` reduction: the running maxima subtracted before an exp so
+    that it cannot overflow (softmax, log-sum-exp, online attention)."""
+    return frozenset(s.tensor for _, s in iter_stmts(program.body)
+                     if isinstance(s, A.Assign) and s.op == "max=")
+
+
+def stabilized_exp(program: A.Program, value: A.Expr) -> str | None:
+    """Why splitting the exps of ``value`` is numerically unsafe: one of them subtracts a running
+    maximum (``exp(x - M[i])``), so ``exp(x)`` alone overflows for x above 88 (f32) where the
+    stabilized form never does. None when no exp of ``value`` does."""
+    stab = stabilizers(program)
+    if not stab:
+        return None
+    for n in A.walk(value):
+        if isinstance(n, A.Call) and n.func == "exp":
+            for m in A.walk(n.args[0]):
+                if isinstance(m, A.Binary) and m.op == "-" and any(
+                        isinstance(x, A.Load) and x.tensor in stab for x in A.walk(m.rhs)):
+                    t = next(x.tensor for x in A.walk(m.rhs) if isinstance(x, A.Load)
+                             and x.tensor in stab)
+                    return (f"the exp subtracts the running maximum {t} for stability: split, "
+                            f"exp of the unshifted value overflows (f32: above 88) where the "
+                            f"shifted one cannot")
+    return None

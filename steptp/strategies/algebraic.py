@@ -30,7 +30,7 @@ from sympy.core.function import AppliedUndef
 
 from ..leir import ast as A
 from . import _sympy as SY
-from ._ir import enclosing_loops, iter_stmts, node_at, replace_at
+from ._ir import enclosing_loops, iter_stmts, node_at, replace_at, stabilized_exp
 from .base import OK, Site, Strategy, refuse
 from .registry import register
 
@@ -162,7 +162,15 @@ class _SympyStrategy(Strategy):
             return None, why
         return emitted, ""
 
+    #: the rewrite can split an exp(x - M) (refused where M is a running maximum)
+    splits_exp = False
+
     def check(self, program, site, params):
+        if self.splits_exp:
+            node = node_at(program, site.path)
+            unsafe = isinstance(node, A.Assign) and stabilized_exp(program, node.value)
+            if unsafe:
+                return refuse(f"{self.name} does not apply: {unsafe}")
         new, why = self._attempt(program, site, params)
         return OK if new is not None else refuse(why)
 
@@ -319,6 +327,7 @@ class Powsimp(_SympyStrategy):
 class ExpandPowsimp(_SympyStrategy):
     name = "expand_powsimp"
     rational = False
+    splits_exp = True
     inverse = "powsimp"
     description = ("Split powers of sums and of products (sympy.expand_power_exp and "
                    "expand_power_base): exp(a + b) -> exp(a)*exp(b).")

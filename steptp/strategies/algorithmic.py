@@ -34,7 +34,8 @@ fresh intermediates with the shape and dtype of the value they accompany.
   accumulator rescaled by ``exp(M_old - M_new)``, then ``O = O / S``.
 * ``exponential_split`` (algebraic): ``exp(a + b)`` -> ``exp(b) * exp(a)`` where the addends ``a``
   are invariant in the innermost enclosing loop and ``b`` vary with it (``exp(a)`` can then be
-  hoisted). Note: it can overflow where the fused form does not (e.g. exp(x - max)).
+  hoisted). Refused where an exp subtracts a running maximum (``exp(x - M)``, M written by a
+  ``max=`` reduction): the split form overflows where the stabilized one cannot.
 * ``multiplicative_split`` (algebraic): ``S[r] += c * f(k)`` over reduction loops whose variables
   ``c`` does not use -> ``S[r] += f(k)`` then ``S[r] = S[r] * c`` (distributivity).
 * ``additive_split`` (reassociation for float ``+= *=``, exact for ``max= min=``): a reduction
@@ -56,7 +57,7 @@ from typing import Sequence
 from ..leir import ast as A
 from ..leir.printer import format_expr
 from ._ir import (Path, enclosing_loops, fresh_tensor, iter_stmts, node_at, reduction_axes,
-                  replace_at, subst_expr, tensors_read, tensors_written)
+                  replace_at, stabilized_exp, subst_expr, tensors_read, tensors_written)
 from .base import OK, Site, Strategy, refuse
 from .registry import register
 
@@ -869,6 +870,9 @@ class ExponentialSplit(_Algo):
             return None, refuse("the statement is in no loop: nothing to hoist out of")
         if not _is_float(program, node.tensor):
             return None, refuse(f"{node.tensor} is not floating-point")
+        unsafe = stabilized_exp(program, node.value)
+        if unsafe:
+            return None, refuse(f"exponential_split does not apply: {unsafe}")
         inner = loops[-1]
         written = set(tensors_written(inner))
         new = _split_exps(node.value, inner.var, written)
