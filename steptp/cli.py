@@ -99,13 +99,20 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
            reference: Path = typer.Option(..., "--reference", "-r",
                                           help="a LEIR program, or TVMScript of a PrimFunc (.py)"),
            exactness: str = typer.Option("exact", help="tolerance class: exact, reassociation, algebraic"),
-           seeds: str = typer.Option("0,1,2", help="comma-separated input seeds"),
+           seeds: str = typer.Option("0,1,2,3,4", help="comma-separated input seeds; seed s draws "
+                                     "its floats from distribution s % 5: standard normal, uniform "
+                                     "positive, large magnitude, small magnitude, mixed signs"),
            target: str = typer.Option("cpu", help="cpu or cuda"),
            as_json: bool = typer.Option(False, "--json", help="print the result as JSON")):
-    """Build candidate and reference, run both on seeded inputs, compare within tolerance.
+    """Build candidate and reference, run both on seeded inputs, compare element by element.
 
-    Outputs are pre-filled with NaN, so an element the candidate never writes fails. Exit code
-    0 when it passes, 1 when it does not, 2 on invalid input.
+    An element passes when |candidate - reference| <= atol + rtol*|reference| + 2*bound, with
+    (atol, rtol) fixed per class and dtype (steptp/measure/verify.py: TOLERANCES) and bound the
+    reference's own rounding-error bound for that element (steptp/measure/error_bound.py).
+    Outputs are pre-filled with NaN, so an element the candidate never writes fails; a
+    candidate also fails when a parallel loop races, when it writes an input, or when an output
+    depends on what its buffer held before the call. The reason names the output and its first
+    wrong element. Exit code 0 when it passes, 1 when it does not, 2 on invalid input.
     """
     from .measure.verify import TOLERANCES, verify as do_verify
 

@@ -36,7 +36,7 @@ def test_the_measurer_marks_a_timing_below_the_speed_of_light(tmp_path):
         (raw,) = m.time_many([MATMUL], check_speed_of_light=False)
         assert raw.status == "ok" and not raw.timing.suspect
     ev = MeasurerEvaluator(config=FAST, cache=None)
-    ev.measurer._peaks = slow_machine
+    ev.measurer._peaks, ev.measurer._recalibrated = slow_machine, True
     try:
         t = ev.time(MATMUL)
         assert not t.ok and t.status == "suspect_timing"
@@ -56,3 +56,16 @@ def test_calibration_is_measured_once_per_fingerprint_and_real_timings_pass(tmp_
         m._peaks = peaks
         (oc,) = m.time_many([MATMUL])
         assert oc.status == "ok" and not oc.timing.suspect
+
+
+def test_a_calibration_taken_on_a_busy_machine_is_measured_again(tmp_path):
+    cache = tmp_path / "cache.sqlite"
+    with Measurer(config=FAST, cache=cache) as m:
+        saved = tmp_path / "roofline" / f"{m.fingerprint.id}.json"
+        saved.parent.mkdir(parents=True)
+        saved.write_text(json.dumps(Peaks(fingerprint=m.fingerprint.id, peak_flops=1e3,
+                                          peak_bytes_s=1e3).model_dump()))
+        (oc,) = m.time_many([MATMUL])
+        # the saved peaks call the matmul impossible; measured again they do not
+        assert oc.status == "ok" and not oc.timing.suspect
+        assert json.loads(saved.read_text())["peak_flops"] > 1e9

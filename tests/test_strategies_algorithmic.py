@@ -480,16 +480,20 @@ def test_multiplicative_split():
 
 # ============================================================================ splits
 def test_exponential_split():
-    got = applied(EX("softmax"), "exponential_split", {"path": [0, 1, 0], "loops": ["i", "j"]})
-    assert got == T("""
-        kernel f32 softmax(A[8,128]) -> D[8,128]
-         T0[8]
-         T1[8]
-         for i in 8:
-          T0[i] max= A[i,j]
-          T1[i] += exp(A[i,j]) * exp(-T0[i])
-          D[i,j] = exp(A[i,j] - T0[i]) / T1[i]
+    p = P("""
+        kernel f32 k(A[8,128], B[8]) -> T1[8]
+         T1[i] += exp(A[i,j] - B[i])
     """)
+    got = applied(p, "exponential_split", {"path": [0, 0, 0], "loops": ["i", "j"]})
+    assert got == T("""
+        kernel f32 k(A[8,128], B[8]) -> T1[8]
+         T1[i] += exp(A[i,j]) * exp(-B[i])
+    """)
+    # a running maximum subtracted for stability is not split: exp(A) alone overflows above 88
+    assert "running maximum T0" in refusal(EX("softmax"), "exponential_split",
+                                           {"path": [0, 1, 0], "loops": ["i", "j"]})
+    assert "running maximum" in refusal(EX("softmax_prefix_max"), "exponential_split",
+                                        {"path": [0, 3, 0], "loops": ["i", "j"]})
     p = P("""
         kernel f32 k(A[8,16], B[8,16]) -> D[8,16]
          D[i,j] = exp(A[i,j] + B[i,j])
@@ -559,7 +563,7 @@ def test_every_strategy_applies_to_a_bundled_example():
 
 
 # ============================================================================ numerics
-EXAMPLES = ["softmax", "softmax_prefix_max", "attention", "layer_norm", "matmul_bias_gelu",
+EXAMPLES = ["softmax", "exp_bias", "softmax_prefix_max", "attention", "layer_norm", "matmul_bias_gelu",
             "conv2d_relu", "cumsum"]
 
 

@@ -195,6 +195,10 @@ CASES: tuple[Case, ...] = (
 """, "algebraic"),
     Case("fast_exp_approximation", "exp replaced by its 2nd-order Taylor polynomial", LOGEXP,
          LOGEXP.replace("exp(A[i])", "(1.0 + A[i] + A[i] * A[i] * 0.5)"), "algebraic"),
+    Case("cancellation_gaming", "adds and subtracts 1e10 to inflate its own error bound, then is "
+         "off by 1%", ABSMUL, ABSMUL.replace("A[i] * B[i]", "((A[i] * B[i] + 10000000000.0) - "
+                                               "10000000000.0) + A[i] * B[i] * 0.01"),
+         "algebraic"),
     Case("tiny_bias_gaming", "a constant offset just above the old f32 atol of 1e-6", ADD,
          ADD.replace("A[i] + B[i]", "A[i] + B[i] + 5e-06")),
     Case("reads_own_output", "skips work when the output buffer already holds a number "

@@ -98,30 +98,39 @@ def _path(directory: Path, fingerprint: str) -> Path:
     return directory / "roofline" / f"{fingerprint}.json"
 
 
-def load_or_calibrate(measurer, directory: Path | None = None) -> Peaks | None:
+def load_or_calibrate(measurer, directory: Path | None = None, fresh: bool = False,
+                      keep: Peaks | None = None) -> Peaks | None:
     """The peaks of ``measurer``'s fingerprint: from the cache folder, else measured now (two
-    timings) and saved. None when the calibration kernels cannot be timed (no peaks: no check)."""
+    timings) and saved. None when the calibration kernels cannot be timed (no peaks: no check).
+
+    A calibration taken while the machine was busy underestimates the peaks; so ``fresh=True``
+    measures again whatever is saved, and the larger of the new peaks and ``keep``'s is saved
+    (the Measurer does this once before it calls a timing suspect). Rates come from each
+    calibration kernel's fastest repeat, not its median."""
     from ..leir import parse
     from ..leir.analysis import analyze
 
     fp = measurer.fingerprint.id
     directory = Path(directory) if directory is not None else _default_dir()
     path = _path(directory, fp)
-    if path.exists():
+    if path.exists() and not fresh:
         try:
             return Peaks(**json.loads(path.read_text(encoding="utf-8")))
         except Exception:  # noqa: BLE001 - a corrupt file is measured again
             pass
     kernels = _calibration_kernels(measurer.config.num_threads)
+    stats = dict(measurer.stats)  # calibration is not part of the caller's measurements
     outs = measurer.time_many(list(kernels.values()), check_speed_of_light=False)
+    measurer.stats.update(stats)
     if not all(o.ok for o in outs):
         return None
     rates = {}
     for (kind, text), o in zip(kernels.items(), outs):
         an = analyze(parse(text))
         work = an.flops if kind == "flops" else an.bytes_moved
-        rates[kind] = work / o.timing.median_s
-    peaks = Peaks(fingerprint=fp, peak_flops=rates["flops"], peak_bytes_s=rates["bytes"])
+        rates[kind] = work / o.timing.min_s
+    peaks = Peaks(fingerprint=fp, peak_flops=max(rates["flops"], keep.peak_flops if keep else 0),
+                  peak_bytes_s=max(rates["bytes"], keep.peak_bytes_s if keep else 0))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(peaks.model_dump(), indent=1), encoding="utf-8")

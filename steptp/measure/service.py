@@ -175,6 +175,7 @@ class Measurer:
         self._fingerprint = fingerprint
         self.speed_of_light = speed_of_light
         self._peaks = peaks
+        self._recalibrated = peaks is not None  # given peaks are the caller's: never re-measured
         self._verify_pool: WorkerPool | None = None
         self._time_pool: WorkerPool | None = None
         self._pool_lock = threading.Lock()
@@ -285,15 +286,24 @@ class Measurer:
         if self._peaks is None:
             from .roofline import load_or_calibrate
 
-            directory = self.cache.path.parent if self.cache is not None else None
-            self._peaks = load_or_calibrate(self, directory) or False
+            self._peaks = load_or_calibrate(self, self._roofline_dir()) or False
         return self._peaks or None
 
+    def _roofline_dir(self):
+        return self.cache.path.parent if self.cache is not None else None
+
     def _judge_speed(self, program: str, oc: TimingOutcome) -> TimingOutcome:
-        """A timing below the speed of light is kept, marked suspect, with the reason."""
-        from .roofline import suspect_reason
+        """A timing below the speed of light is kept, marked suspect, with the reason. Before
+        the first such verdict the peaks are calibrated again (the saved calibration may have
+        been taken on a busy machine)."""
+        from .roofline import load_or_calibrate, suspect_reason
 
         why = suspect_reason(program, oc.timing.median_s, self.peaks)
+        if why is not None and not self._recalibrated:
+            self._recalibrated = True
+            self._peaks = load_or_calibrate(self, self._roofline_dir(), fresh=True,
+                                            keep=self.peaks) or self._peaks
+            why = suspect_reason(program, oc.timing.median_s, self.peaks)
         if why is None:
             return oc
         return oc.model_copy(update={"timing": oc.timing.model_copy(update={"suspect": True}),

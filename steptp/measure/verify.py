@@ -85,6 +85,10 @@ EXACTNESS = tuple(TOLERANCES)
 #: How many reference error bounds a candidate may be off (the reference's own rounding plus the
 #: candidate's, each within one bound).
 ERROR_BOUND_FACTOR = 2.0
+#: An algebraic rewrite changes how rounding errors propagate (partial fractions cancel where the
+#: combined fraction did not), so its own error bound counts too, but at most this many times the
+#: rest of the allowance: a candidate cannot buy unlimited slack by adding and subtracting 1e10.
+CANDIDATE_BOUND_CAP = 10.0
 #: Bumped whenever the comparison rule changes, so cached verdicts of the old rule are not reused
 #: (2: the absolute tolerance of the non-exact classes scaled with the output's magnitude;
 #: 3: fixed per-element tolerances + the reference's error bound, five input distributions,
@@ -282,9 +286,11 @@ def _fmt_index(name: str, i: tuple[int, ...]) -> str:
 
 def compare(got: np.ndarray, want: np.ndarray, dtype: str, exactness: str,
             unwritten: np.ndarray | None = None, name: str = "out",
-            bound: np.ndarray | None = None) -> tuple[bool, float, float, str | None]:
+            bound: np.ndarray | None = None, cand_bound: np.ndarray | None = None
+            ) -> tuple[bool, float, float, str | None]:
     """Compare one output. ``bound``: the reference's per-element rounding-error bound
-    (``error_bound``), or None for the fixed tolerances alone. Returns (passed, max_abs_err,
+    (``error_bound``), or None for the fixed tolerances alone; ``cand_bound`` (algebraic class
+    only): the candidate's own, counted up to ``CANDIDATE_BOUND_CAP`` times the rest. Returns (passed, max_abs_err,
     max_rel_err, reason); the reason names the output and its first wrong element."""
     atol, rtol = tolerance(exactness, dtype)
     size = want.size
@@ -308,10 +314,11 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str, exactness: str,
                                          f"{_fmt_index(name, i)}: got {got[i]}, want {want[i]}")
         return True, abs_err, rel, None
     with np.errstate(invalid="ignore", over="ignore"):
-        return _compare_float(got, want, dtype, exactness, unwritten, name, atol, rtol, bound)
+        return _compare_float(got, want, dtype, exactness, unwritten, name, atol, rtol, bound,
+                              cand_bound)
 
 
-def _compare_float(got, want, dtype, exactness, unwritten, name, atol, rtol, bound):
+def _compare_float(got, want, dtype, exactness, unwritten, name, atol, rtol, bound, cand_bound):
     size = want.size
     g, w = got.astype(np.float64), want.astype(np.float64)
     gn, wn = np.isnan(g), np.isnan(w)
@@ -335,6 +342,9 @@ def _compare_float(got, want, dtype, exactness, unwritten, name, atol, rtol, bou
     allowed = atol + rtol * np.abs(w)
     if bound is not None:
         allowed = allowed + ERROR_BOUND_FACTOR * np.where(np.isfinite(bound), bound, 0.0)
+    if cand_bound is not None and exactness == "algebraic":
+        allowed = allowed + np.minimum(np.where(np.isfinite(cand_bound), cand_bound, 0.0),
+                                       CANDIDATE_BOUND_CAP * allowed)
     tol_bad = finite & (diff > allowed)
     if nan_bad.any():
         n1, n2 = int((gn & ~wn).sum()), int((wn & ~gn).sum())
@@ -356,7 +366,9 @@ def _compare_float(got, want, dtype, exactness, unwritten, name, atol, rtol, bou
         i = tuple(int(k) for k in np.argwhere(tol_bad)[0])
         j = tuple(int(k) for k in np.unravel_index(int(np.argmax(diff)), diff.shape))
         rule = f"atol={atol:g} + rtol={rtol:g}*|want|" + (
-            f" + {ERROR_BOUND_FACTOR:g}*error bound" if bound is not None else "")
+            f" + {ERROR_BOUND_FACTOR:g}*error bound" if bound is not None else "") + (
+            f" + the candidate's own bound (at most {CANDIDATE_BOUND_CAP:g}x the rest)"
+            if cand_bound is not None and exactness == "algebraic" else "")
         return False, abs_err, rel, (
             f"output {name}: {int(tol_bad.sum())} of {size} elements differ beyond {rule} "
             f"({exactness}, {dtype}); first wrong element {_fmt_index(name, i)}: got {got[i]:.6g}, "
@@ -371,22 +383,23 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(a, b))
 
 
-def compare_outputs(outs, got, want, exactness: str, rerun_alt, bounds=None):
+def compare_outputs(outs, got, want, exactness: str, rerun_alt, bounds=None, cand_bounds=None):
     """Compare each candidate output with the reference's: one ``compare`` result per output.
 
     An element that still holds the pre-fill (NaN, or the integer sentinel) is checked against a
     second run pre-filled with another value (``rerun_alt()``, called at most once): if it holds
     that one too, the candidate never wrote it. ``bounds()`` (called at most once, only when the
-    fixed tolerances fail somewhere) gives the reference's error bound of each output, or None."""
+    fixed tolerances fail somewhere) gives the reference's error bound of each output, or None;
+    ``cand_bounds()`` the candidate's (algebraic class)."""
     got2 = None
     cache: dict[str, object] = {}
 
-    def bound_of(k: int):
-        if bounds is None:
+    def bound_of(k: int, which: str = "b", fn=bounds):
+        if fn is None:
             return None
-        if "b" not in cache:
-            cache["b"] = bounds()
-        b = cache["b"]
+        if which not in cache:
+            cache[which] = fn()
+        b = cache[which]
         return None if b is None else b[k]
 
     results = []
@@ -400,10 +413,16 @@ def compare_outputs(outs, got, want, exactness: str, rerun_alt, bounds=None):
                 got2 = rerun_alt()
             unwritten = suspicious & (got2[k] == np.asarray(_alt_fill(p.dtype), dtype=g.dtype))
         r = compare(g, w, p.dtype, exactness, unwritten, name=p.name)
-        if not r[0] and unwritten is None and r[1] != float("inf") and bounds is not None:
+        never_written = unwritten is not None and bool(unwritten.any())
+        if not r[0] and not never_written and r[1] != float("inf") and bounds is not None:
             b = bound_of(k)
             if b is not None:
                 r = compare(g, w, p.dtype, exactness, None, name=p.name, bound=b)
+            if not r[0] and exactness == "algebraic" and cand_bounds is not None:
+                cb_ = bound_of(k, "c", cand_bounds)
+                if cb_ is not None:
+                    r = compare(g, w, p.dtype, exactness, None, name=p.name, bound=b,
+                                cand_bound=cb_)
         results.append(r)
     return results
 
@@ -415,7 +434,7 @@ def _reference_program(ref_prog, cand_prog):
 
 
 def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
-          stop_at_first: bool = False) -> list[SeedResult]:
+          stop_at_first: bool = False, cand_prog: A.Program | None = None) -> list[SeedResult]:
     """Run the built candidate ``cb`` on each ``(label, inputs, reference outputs)`` of
     ``refs`` and judge it (comparison, inputs unchanged, outputs independent of their buffers'
     previous contents). ``bound_prog``: the LEIR program whose error bound is the slack."""
@@ -448,7 +467,11 @@ def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
         def bounds(ins=ins):
             return None if bound_prog is None else error_bounds(bound_prog, ins, reorders, target)
 
-        for ok, ae, re_, why in compare_outputs(outs, got, want, exactness, rerun_alt, bounds):
+        def cand_bounds(ins=ins):
+            return None if cand_prog is None else error_bounds(cand_prog, ins, reorders, target)
+
+        for ok, ae, re_, why in compare_outputs(outs, got, want, exactness, rerun_alt, bounds,
+                                                cand_bounds if exactness == "algebraic" else None):
             sr.max_abs_err = max(sr.max_abs_err, ae)
             sr.max_rel_err = max(sr.max_rel_err, re_)
             if not ok and sr.passed:
@@ -534,7 +557,8 @@ def verify(candidate, reference, exactness: str = "exact", target=None,
         except Exception as e:  # noqa: BLE001
             res.seeds.append(SeedResult(seed=int(label), passed=False,
                                         reason=f"reference run failed: {type(e).__name__}: {e}"))
-    res.seeds.extend(judge(cb, refs, exactness, _reference_program(ref_prog, cand_prog), target))
+    res.seeds.extend(judge(cb, refs, exactness, _reference_program(ref_prog, cand_prog), target,
+                           cand_prog=cand_prog if ref_prog is not None else None))
     for sr in res.seeds:
         res.max_abs_err = max(res.max_abs_err, sr.max_abs_err)
         res.max_rel_err = max(res.max_rel_err, sr.max_rel_err)

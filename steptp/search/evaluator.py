@@ -188,7 +188,8 @@ class InProcessEvaluator:
             return VerifyOutcome(False, reason=f"candidate does not build: {type(e).__name__}: {e}"[:2000],
                                  status="failed_build", wall_s=_time.perf_counter() - t0)
         refs = [(seed, ins, want) for seed, (ins, want) in zip(self.seeds, ref)]
-        results = judge(built, refs, exactness, ref_prog, self.target, stop_at_first=True)
+        results = judge(built, refs, exactness, ref_prog, self.target, stop_at_first=True,
+                        cand_prog=prog)
         worst_abs = max((r.max_abs_err for r in results), default=0.0)
         worst_rel = max((r.max_rel_err for r in results), default=0.0)
         bad = next((r for r in results if not r.passed), None)

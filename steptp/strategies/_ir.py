@@ -218,10 +218,18 @@ def reduction_axes(stmt: A.Assign, loops: Sequence[A.Loop]) -> list[str]:
 
 
 def stabilizers(program: A.Program) -> frozenset[str]:
-    """Tensors written by a ``max=`` reduction: the running maxima subtracted before an exp so
-    that it cannot overflow (softmax, log-sum-exp, online attention)."""
-    return frozenset(s.tensor for _, s in iter_stmts(program.body)
-                     if isinstance(s, A.Assign) and s.op == "max=")
+    """Tensors holding a running maximum: written by a ``max=`` reduction or a ``max(...)`` scan,
+    or copied from one (the maxima subtracted before an exp so that it cannot overflow: softmax,
+    log-sum-exp, online attention)."""
+    assigns = [s for _, s in iter_stmts(program.body) if isinstance(s, A.Assign)]
+    out = {s.tensor for s in assigns if s.op == "max=" or s.op == "=" and isinstance(
+        s.value, A.Call) and s.value.func == "max"}
+    while True:
+        more = {s.tensor for s in assigns if s.op == "=" and isinstance(s.value, A.Load)
+                and s.value.tensor in out} - out
+        if not more:
+            return frozenset(out)
+        out |= more
 
 
 def stabilized_exp(program: A.Program, value: A.Expr) -> str | None:
