@@ -204,6 +204,10 @@ CASES: tuple[Case, ...] = (
     Case("reads_own_output", "skips work when the output buffer already holds a number "
          "(a cached result on repeat calls)", ADD,
          ADD.replace("D[i] = A[i] + B[i]", "D[i] = where(isnan(D[i]), A[i] + B[i], D[i])")),
+    Case("reads_own_output_sniffing", "skips work unless its buffer holds NaN or the verifier's "
+         "second fill value", ADD,
+         ADD.replace("D[i] = A[i] + B[i]", "D[i] = where(isnan(D[i]) or D[i] == 1234.5, "
+                                           "A[i] + B[i], D[i])")),
     Case("writes_input", "a PrimFunc that zeroes input B after using it", ADD,
          _PRIMFUNC_HEAD + "    for i in range(64):\n        with T.sblock(\"d\"):\n"
          "            vi = T.axis.spatial(64, i)\n            D[vi] = A[vi] + B[vi]\n"

@@ -262,13 +262,19 @@ def _check_inputs(built: Built, inputs: Sequence[np.ndarray]) -> list[np.ndarray
 
 
 def _args(built: Built, inputs: Sequence[np.ndarray], fill=None) -> tuple[list, list]:
+    """``fill``: None (``fill_value``), a value, a function of the dtype name, or a list with
+    one array per output (the buffers' exact previous contents)."""
     dev = built.device
     it = iter(_check_inputs(built, inputs))
+    per_output = iter(fill) if isinstance(fill, (list, tuple)) else None
     args, outs = [], []
     for p in built.params:
         if p.is_output:
-            t = _to_device(np.full(p.shape, _fill_for(p.dtype, fill),
-                                    dtype=np_dtype(p.dtype)), dev)
+            if per_output is not None:
+                init = np.asarray(next(per_output), dtype=np_dtype(p.dtype)).reshape(p.shape)
+            else:
+                init = np.full(p.shape, _fill_for(p.dtype, fill), dtype=np_dtype(p.dtype))
+            t = _to_device(init, dev)
             outs.append(t)
         else:
             t = _to_device(next(it), dev)
