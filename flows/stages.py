@@ -53,12 +53,13 @@ class CodeVersion(CachePolicy):
 
     stage: str = ""
     hardware: bool = False
+    root: Optional[str] = None      # the steptp package whose source counts (default: this one)
 
     def compute_key(self, task_ctx, inputs: dict[str, Any], flow_parameters: dict[str, Any],
                     **kwargs: Any) -> Optional[str]:
         from steptp.codehash import stage_hash
 
-        parts = [self.stage, stage_hash(self.stage)]
+        parts = [self.stage, stage_hash(self.stage, self.root)]
         if self.hardware:
             from steptp.measure.fingerprint import current
 

@@ -126,6 +126,50 @@ def test_prefect_search_key_carries_code_hardware_and_night():
     assert cv.compute_key(None, {"threads": 1}, {}) != CodeVersion(stage="cot").compute_key(None, {}, {})
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_prefect_task_reruns_after_a_code_change_of_its_stage(tmp_path):
+    """On a real (temporary) Prefect server: a task keyed by the cot stage's code is cached
+    across runs, re-runs when that code changes, and stays cached when other code changes."""
+    script = tmp_path / "flow.py"
+    script.write_text(f"""
+import sys, shutil
+from pathlib import Path
+sys.path.insert(0, {str(ROOT)!r})
+from prefect import flow, task
+from prefect.cache_policies import INPUTS
+from flows.stages import CodeVersion
+from steptp.codehash import source_hash
+
+pkg = Path({str(tmp_path)!r}) / "steptp"
+calls = Path({str(tmp_path)!r}) / "calls"
+
+@task(cache_policy=INPUTS + CodeVersion(stage="cot", root=str(pkg)), persist_result=True)
+def write(x: int) -> int:
+    with open(calls, "a") as f:
+        f.write("x")
+    return x + 1
+
+@flow
+def f() -> int:
+    return write(1)
+
+def edit(rel):
+    p = pkg / rel
+    p.write_text(p.read_text() + "\n# changed\n")
+    source_hash.cache_clear()
+
+f(); f()
+edit("search/policies.py"); f()        # not the cot stage's code
+edit("cot/template.py"); f()           # the cot stage's code
+print("CALLS", calls.read_text())
+""")
+    shutil.copytree(ROOT / "steptp", tmp_path / "steptp", ignore=shutil.ignore_patterns("__pycache__"))
+    env = _env(tmp_path, PREFECT_LOCAL_STORAGE_PATH=str(tmp_path / "results"))
+    out = _run([sys.executable, script], tmp_path, env, timeout=500)
+    assert "CALLS xx\n" in out or out.rstrip().endswith("CALLS xx"), out[-3000:]
+
+
 # ---------------------------------------------------------------------------- publish and diff
 def _fake_release(folder: Path, name="r", version="1", speedups=(2.0,), steps=("a",)) -> Path:
     (folder / "data").mkdir(parents=True)
