@@ -68,7 +68,8 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
     _log(f"build {rid}" + (f" (nightly {b.night})" if b.nightly else ""))
 
     kernels = extract_flow(p, str(work))
-    searched = search_flow(p, kernels, str(work), {"night": b.night, "clock_offset_s": b.clock_offset_s})
+    searched = search_flow(p, kernels, str(work), {"night": b.night, "night_start": b.night_start,
+                                                   "clock_offset_s": b.clock_offset_s})
     steps = cot_flow(p, searched["steps"], str(work))
     curated = curate_flow(p, kernels, steps, searched["trajectories"], str(work), hw)
     export_flow(p, curated, str(staging), fp, b.version)

@@ -100,8 +100,8 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
                night: str | None = None, fresh: dict[str, Any] | None = None
                ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
     """``night``: the nightly's date (part of the key: the next night searches again);
-    ``fresh``: how the measurement cache ages timings (``max_age_s``, ``clock_offset_s``; not
-    part of the key)."""
+    ``fresh``: how the measurement cache ages timings (``max_age_s``, ``clock_offset_s``,
+    ``not_before``; not part of the key)."""
     return pipeline.search_one(kernel, policy, measurements, seconds, seed, threads, max_actions,
                                **(fresh or {}))
 
@@ -110,8 +110,8 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
 def search_flow(p: dict[str, Any], kernels_path: str, work: str,
                 build: dict[str, Any] | None = None) -> dict[str, str]:
     """Reads the kernels table; writes ``work/search-steps.parquet`` and
-    ``work/trajectories.parquet``; returns their paths. ``build``: ``night`` and
-    ``clock_offset_s`` of the build (``steptp.params.Build``)."""
+    ``work/trajectories.parquet``; returns their paths. ``build``: ``night``, ``night_start``
+    and ``clock_offset_s`` of the build (``steptp.params.Build``)."""
     kernels = read_records(kernels_path, KernelRecord)
     a = P.search_args(p)
     chosen = select_kernels(kernels, a.pop("max_kernels"))
@@ -119,7 +119,8 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str,
     b = build or {}
     max_age = P.max_age_s(p)
     a.update(night=b.get("night"),
-             fresh={"max_age_s": max_age, "clock_offset_s": float(b.get("clock_offset_s", 0.0))})
+             fresh={"max_age_s": max_age, "clock_offset_s": float(b.get("clock_offset_s", 0.0)),
+                    "not_before": b.get("night_start")})
     opts = {"cache_expiration": _dt.timedelta(seconds=max_age)} if max_age else {}
     tasks = [search_one.with_options(task_run_name=f"search-{k.name}", **opts) for k in chosen]
     if jobs > 1:

@@ -134,6 +134,14 @@ class Build:
     def now(self) -> float:
         return time.time() + self.clock_offset_s
 
+    @property
+    def night_start(self) -> float | None:
+        """A nightly's first moment (00:00 UTC of its night): timings made before it belong to
+        an earlier night and are measured again."""
+        if self.night is None:
+            return None
+        return _parse_date(self.night).timestamp()
+
 
 def _parse_date(date: str) -> _dt.datetime:
     for fmt in ("%Y%m%d", "%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"):

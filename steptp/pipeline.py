@@ -24,25 +24,28 @@ def select_kernels(kernels: Sequence[KernelRecord], max_kernels: int | None) -> 
     return ok[:max_kernels] if max_kernels else ok
 
 
-def measurement_cache(max_age_s: float | None = None, clock_offset_s: float = 0.0):
-    """The measurement cache at its default place, reusing timings at most ``max_age_s`` old by
-    a clock ``clock_offset_s`` ahead of the wall clock (``steptp.params.Build``)."""
+def measurement_cache(max_age_s: float | None = None, clock_offset_s: float = 0.0,
+                      not_before: float | None = None):
+    """The measurement cache at its default place, reusing timings at most ``max_age_s`` old and
+    made no earlier than ``not_before`` (a nightly: the start of its night), by a clock
+    ``clock_offset_s`` ahead of the wall clock (``steptp.params.Build``)."""
     import time
 
     from .measure.cache import Cache
 
-    return Cache(max_age_s=max_age_s, clock=(lambda: time.time() + clock_offset_s))
+    return Cache(max_age_s=max_age_s, not_before=not_before,
+                 clock=(lambda: time.time() + clock_offset_s))
 
 
 def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
                threads: int | None = None, max_actions: int | None = None, *,
                max_age_s: float | None = None, clock_offset_s: float = 0.0,
-               on_progress: Callable | None = None
+               not_before: float | None = None, on_progress: Callable | None = None
                ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
     """Search one kernel; its steps, and its trajectory (none when the baseline failed)."""
     from .search import Budget, default_evaluator, search_kernel
 
-    ev = default_evaluator(num_threads=threads, cache=measurement_cache(max_age_s, clock_offset_s))
+    ev = default_evaluator(num_threads=threads, cache=measurement_cache(max_age_s, clock_offset_s, not_before))
     try:
         steps, traj = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
                                     seed, ev, max_actions=max_actions, on_progress=on_progress)

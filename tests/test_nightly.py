@@ -36,8 +36,9 @@ def test_params_sections_and_release_ids():
     b = P.build(p, nightly=True, date="20260102")
     assert b.version == f"{p['version']}+nightly.20260102" and b.night == "20260102"
     assert b.id == f"{p['name']}-{p['version']}+nightly.20260102"
-    # a backfill's clock reads that date
-    assert abs(b.now() - 1767312000.0) < 60
+    # a backfill's clock reads that date; its night starts at 00:00 UTC
+    assert abs(b.now() - 1767312000.0) < 60 and b.night_start == 1767312000.0
+    assert P.build(p).night_start is None
     today = time.strftime("%Y%m%d", time.gmtime())
     assert P.build(p, nightly=True).night == today and P.build(p, nightly=True).clock_offset_s == 0
     assert P.build({"name": "x", "version": "1", "nightly": {"version": "{version}.dev{date}"}},
@@ -105,6 +106,10 @@ def test_measurement_cache_age_and_code_version(tmp_path):
     now[0] += 1000                                                      # older than max age
     assert c.get_timing("leir:p", "llvm", "fp1", "cfg") is None
     assert Cache(db).get_timing("leir:p", "llvm", "fp1", "cfg") is not None   # no max age
+    tonight = Cache(db, max_age_s=3600, not_before=now[0] - 10, clock=lambda: now[0])
+    c.put_timing("leir:q", "llvm", "fp1", "cfg", {"median_s": 2.0})   # measured tonight
+    assert tonight.get_timing("leir:q", "llvm", "fp1", "cfg") is not None
+    assert Cache(db, not_before=now[0] + 1).get_timing("leir:q", "llvm", "fp1", "cfg") is None
     other = Cache(db, code_key="other-code")
     assert other.get_timing("leir:p", "llvm", "fp1", "cfg") is None
     c.put_verification("a", "b", "llvm", "fp1", "v", {"passed": True})

@@ -2,7 +2,7 @@
 
 On publish (``track``): in a DVC project, ``dvc add releases/<id>`` (the folder goes into the
 DVC cache, ``releases/<id>.dvc`` names it), and when the project is a git repository whose tree
-was clean, that ``.dvc`` file is committed and tagged ``release-<id>``; then ``dvc push`` sends
+was clean (no uncommitted change to a tracked file), that ``.dvc`` file is committed and tagged ``release-<id>``; then ``dvc push`` sends
 the data to the default remote. Whatever cannot be done is skipped with the reason (no DVC
 project, no git, a dirty tree, no remote). ``pull`` restores a release on a fresh clone: the
 ``.dvc`` file from the working tree or from the tag, then ``dvc pull``, then the manifest's
@@ -68,7 +68,8 @@ def track(dest: str | Path, log: Callable[[str], None] = print, push: bool = Tru
     git = _git_ok(root)
     clean = False
     if git:
-        st = _run(["git", "status", "--porcelain"], root)
+        # untracked files do not change what a tag names; modified tracked files do
+        st = _run(["git", "status", "--porcelain", "--untracked-files=no"], root)
         clean = st.returncode == 0 and not st.stdout.strip()
     r = _run([_dvc(), "add", rel], root)
     if r.returncode != 0:
@@ -81,7 +82,7 @@ def track(dest: str | Path, log: Callable[[str], None] = print, push: bool = Tru
         skip(f"the git tag: {root} is not a git repository")
     elif not clean:
         skip(f"the git commit and tag {TAG_PREFIX}{rid}: the git tree of {root} has uncommitted "
-             f"changes (commit them and run `git add {dvc_file} && git commit && "
+             f"changes to tracked files (commit them and run `git add {dvc_file} && git commit && "
              f"git tag {TAG_PREFIX}{rid}`)")
     else:
         ignore = (Path(rel).parent / ".gitignore").as_posix()

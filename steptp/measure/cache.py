@@ -9,10 +9,11 @@ changes the fingerprint id and so misses the cache. Both config hashes are store
 version of the measurement code (``steptp.codehash.stage_hash("measure")``: the steptp version
 and the source of ``measure``, ``tir`` and ``leir``), so a code change misses the cache too.
 
-Age: a ``Cache(max_age_s=...)`` reuses only timings at most that old (verdicts do not age: they
-follow from the programs and the code). Rows are dated by the cache's ``clock`` (default: the
-wall clock; a build of a given date passes its own), so a nightly re-measures what the previous
-night measured while a rerun of the same night reuses it.
+Age: a ``Cache(max_age_s=..., not_before=...)`` reuses only timings at most that old and made
+no earlier than ``not_before`` (verdicts do not age: they follow from the programs and the
+code). Rows are dated by the cache's ``clock`` (default: the wall clock; a build of a given date
+passes its own). A nightly passes the start of its night as ``not_before``, so it re-measures
+what earlier nights measured while a rerun of the same night reuses it.
 
 Location: ``$STEPTP_CACHE`` or ``.steptp/cache.sqlite`` under the working directory. Safe for
 concurrent writers (threads and processes): WAL journal, a busy timeout, one short transaction
@@ -109,6 +110,7 @@ class Cache:
 
     def __init__(self, path: str | os.PathLike | None = None, timeout_s: float = 30.0,
                  retries: int = 20, *, max_age_s: float | None = None,
+                 not_before: float | None = None,
                  clock: Callable[[], float] | None = None, code_key: str | None = None):
         self.path = Path(path) if path is not None else default_path()
         self.timeout_s = timeout_s
@@ -116,6 +118,7 @@ class Cache:
         if max_age_s is not None and max_age_s <= 0:
             raise ValueError(f"max_age_s must be > 0 or None, not {max_age_s}")
         self.max_age_s = max_age_s
+        self.not_before = not_before
         self.clock = clock or time.time
         if code_key is None:
             from ..codehash import stage_hash
@@ -192,8 +195,11 @@ class Cache:
     # ------------------------------------------------------------------ timings
     def get_timing(self, program_hash: str, target_key: str, fingerprint_id: str,
                    config_hash: str) -> dict | None:
-        """The stored timing, or None (none, another code version, or older than max_age_s)."""
+        """The stored timing, or None (none, another code version, older than max_age_s, or
+        made before not_before)."""
         oldest = -math.inf if self.max_age_s is None else self.clock() - self.max_age_s
+        if self.not_before is not None:
+            oldest = max(oldest, self.not_before)
         return self._get(
             "SELECT result FROM timings WHERE program_hash=? AND target_key=? AND "
             "fingerprint_id=? AND config_hash=? AND created_at>=?",
