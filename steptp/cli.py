@@ -696,15 +696,14 @@ def releases(out: Path = typer.Option(Path("releases"), "--out", "-o", help="rel
     if not rows:
         console.print(f"no published release in {escape(str(out))}")
         return
-    t = Table(title=f"{len(rows)} releases in {out}")
-    for col in ("id", "version", "created", "kernels", "steps", "dvc", "tag"):
-        t.add_column(col, justify="right" if col in ("kernels", "steps") else "left")
+    # plain lines, not a table: ids are long and the lines stay greppable
+    width = max(len(r["id"]) for r in rows)
     for r in rows:
         c = r["counts"] or {}
-        t.add_row(("* " if r["id"] == latest else "") + escape(r["id"]), escape(str(r["version"])),
-                  r["created"], str(c.get("kernels", "")), str(c.get("steps", "")), r["dvc"] or "-",
-                  r["tag"] or "-")
-    console.print(t)
+        typer.echo(f"{'*' if r['id'] == latest else ' '} {r['id']:<{width}}  {r['created'].replace('T', ' ')}  "
+                   f"{c.get('kernels', '?'):>4} kernels {c.get('steps', '?'):>6} steps  "
+                   f"dvc: {r['dvc'] or '-':<9}  tag: {r['tag'] or '-'}")
+    typer.echo(f"{len(rows)} releases in {out}" + (f"; * = latest ({latest})" if latest else ""))
 
 
 @app.command()
