@@ -1,13 +1,21 @@
-"""The parent flow: extract → search → CoT → curate → export → validate → publish.
+"""The parent flow: extract → search → CoT → curate → export → validate → compare → publish.
 
     from flows.build_release import build_release
-    build_release(params, out="releases")      # -> {"release": ..., "data_docs": ..., ...}
+    build_release(params, out="releases")                 # -> {"release": ..., "status": ..., ...}
+    build_release(params_file="params.yaml", nightly=True)   # what the nightly deployment runs
 
 The release is built in ``<out>/.staging/<id>`` and moved to ``<out>/<id>`` only when every
 quality gate passes; a failing gate raises ``ReleaseGateFailed`` and publishes nothing (the
 staging folder keeps the report and its Data Docs for inspection). ``<id>`` is
-``<name>-<version>``. Also writes the intermediate tables (``<out>/.work/<id>/``: kernels, steps,
-trajectories parquet and the curated folder), which is how the stage flows hand data on.
+``<name>-<version>``; a nightly's version carries the night (``steptp.params.build``:
+``0.1.0+nightly.20261201``). Before publishing, the release is compared with the previous one
+in ``<out>`` (``diff.json`` and a card section; ``nightly.regression_gate`` makes a regression
+beyond the measured spread fail the build). Publishing never overwrites: the same records again
+are a no-op, other records under a published id are refused unless ``force``. A published
+release is then versioned with DVC and a git tag where the project allows
+(``steptp.export.versioning``). Also writes the intermediate tables (``<out>/.work/<id>/``:
+kernels, steps, trajectories parquet and the curated folder), which is how the stage flows
+hand data on.
 """
 
 from __future__ import annotations
@@ -25,64 +33,79 @@ from prefect import flow  # noqa: E402
 
 from flows.stages import (_log, cot_flow, curate_flow, export_flow, extract_flow,  # noqa: E402
                           search_flow, validate_flow)
+from steptp import params as P  # noqa: E402
 
 
 class ReleaseGateFailed(RuntimeError):
     """A quality gate failed; nothing was published."""
 
 
-def release_id(p: dict[str, Any]) -> str:
-    return f"{p.get('name', 'steptp')}-{p.get('version', '0')}"
-
-
-def _fingerprint(p: dict[str, Any]) -> dict[str, Any]:
-    from steptp.measure.fingerprint import current
-
-    threads = (p.get("search") or {}).get("threads")
-    return current(num_threads=threads).to_dict()
+def release_id(p: dict[str, Any], nightly: bool = False, date: str | None = None) -> str:
+    return P.build(p, nightly, date).id
 
 
 @flow(name="build_release", log_prints=True)
 def build_release(params: dict[str, Any] | None = None, out: str = "releases",
-                  params_file: str | None = None) -> dict[str, Any]:
-    """``params`` (a dict), or ``params_file`` (params.yaml; what the deployment passes)."""
-    from steptp.export import hardware_description, publish
+                  params_file: str | None = None, nightly: bool = False, date: str | None = None,
+                  force: bool = False, version_control: bool = True) -> dict[str, Any]:
+    """``params`` (a dict), or ``params_file`` (params.yaml; what the deployment passes).
+    ``nightly``: version ``<version>+nightly.<UTC date>`` (the pattern ``nightly.version``),
+    measurements older than ``cache.max_age_hours`` re-measured, a rerun of the same night
+    resumed; ``date``: build as of that UTC date (a backfill). ``force``: replace a published
+    release of the same id. ``version_control``: dvc add/push and git-tag the release."""
+    from steptp.export import hardware_description, previous_release, publish_release
+    from steptp.export.diff import write_diff
+    from steptp.export.versioning import track
 
-    if params is None and params_file:
-        import yaml
-
-        params = yaml.safe_load(Path(params_file).read_text()) or {}
-    p = dict(params or {})
-    rid = release_id(p)
+    p = dict(params) if params is not None else P.load(params_file) if params_file else {}
+    b = P.build(p, nightly, date)
+    rid = b.id
     out_p = Path(out)
     work = out_p / ".work" / rid
     staging = out_p / ".staging" / rid
-    fp = _fingerprint(p)
+    fp = P.fingerprint(p)
     hw = hardware_description(fp)
+    _log(f"build {rid}" + (f" (nightly {b.night})" if b.nightly else ""))
 
     kernels = extract_flow(p, str(work))
-    searched = search_flow(p, kernels, str(work))
+    searched = search_flow(p, kernels, str(work), {"night": b.night, "night_start": b.night_start,
+                                                   "clock_offset_s": b.clock_offset_s})
     steps = cot_flow(p, searched["steps"], str(work))
     curated = curate_flow(p, kernels, steps, searched["trajectories"], str(work), hw)
-    export_flow(p, curated, str(staging), fp)
+    export_flow(p, curated, str(staging), fp, b.version)
     rep = validate_flow(p, str(staging))
     if not rep["success"]:
         bad = [f"{f['suite']}/{f['expectation']}({f.get('column') or ''})" for f in
                (x for s in rep["suites"].values() for x in s["failures"])]
         raise ReleaseGateFailed(f"quality gates failed, nothing published: {', '.join(bad)}; "
                                 f"report: {staging / 'validation.json'}, Data Docs: {rep['docs']}")
-    dest = publish(staging, out_p / rid, params=p, validation=rep)
-    result = {"release": str(dest.resolve()), "data_docs": str((dest / "data_docs" / "index.html").resolve()),
+    prev = previous_release(out_p, rid, b.name)
+    diff = write_diff(prev, staging) if prev is not None else None
+    if diff is not None:
+        _log(f"compared with {diff['previous']}: {len(diff['kernels_added'])} kernels added, "
+             f"{len(diff['kernels_removed'])} removed, {len(diff['regressions'])} regressions beyond the spread")
+        if diff["regressions"] and P.regression_gate(p):
+            raise ReleaseGateFailed(f"regression gate: best speedup of {', '.join(diff['regressions'])} fell "
+                                    f"beyond the measured spread since {diff['previous']}; nothing published "
+                                    f"(see {staging / 'diff.json'})")
+    pub = publish_release(staging, out_p / rid, params=p, validation=rep, force=force)
+    dest = pub.dest
+    versioning = None
+    if pub.status == "unchanged":
+        _log(f"{dest} is already published with the same records: left untouched")
+    elif version_control:
+        versioning = track(dest, log=_log)
+    result = {"release": str(dest.resolve()), "id": rid, "status": pub.status,
+              "data_docs": str((dest / "data_docs" / "index.html").resolve()),
               "card": str((dest / "README.md").resolve()),
+              "previous": diff["previous"] if diff else None,
+              "regressions": diff["regressions"] if diff else [],
+              "versioning": versioning,
               "counts": json.loads((dest / "stats.json").read_text())["counts"]}
-    _log(f"release: {result['release']}  Data Docs: {result['data_docs']}")
+    _log(f"release: {result['release']} ({pub.status})  Data Docs: {result['data_docs']}")
     return result
 
 
 if __name__ == "__main__":
-    import sys
-
-    import yaml
-
-    params = yaml.safe_load(open(sys.argv[1] if len(sys.argv) > 1 else "params.yaml"))
-    print(json.dumps(build_release(params, sys.argv[2] if len(sys.argv) > 2 else "releases"), indent=1))
+    print(json.dumps(build_release(params_file=sys.argv[1] if len(sys.argv) > 1 else "params.yaml",
+                                   out=sys.argv[2] if len(sys.argv) > 2 else "releases"), indent=1))

@@ -1,11 +1,17 @@
-"""The stages as Prefect flows and tasks; each calls into the ``steptp`` package.
+"""The stages as Prefect flows and tasks; each calls into the ``steptp`` package (stage bodies in
+``steptp.pipeline``, settings from ``steptp.params``, the same the CLI's stage commands use).
 
-Caching: every task uses ``INPUTS + TASK_SOURCE`` (the key changes with its arguments and its
-code) and persists its result, so a rerun (after a crash, a kill, or a second nightly run with
-the same inputs) takes every finished task from the cache. Results live under the local storage
-path, which ``steptp release`` sets to ``<out>/.prefect-results`` (``PREFECT_LOCAL_STORAGE_PATH``)
-so caches travel with the data. Work is split into one task per kernel (search) and per
-trajectory (CoT), so a killed run loses at most the tasks that were running.
+Caching: a task's key is its inputs, its own source, and the code version of the steptp parts
+it runs (``steptp.codehash``: the steptp version and a hash of their source, so a fix in
+``steptp.search`` invalidates the searches and nothing upstream). Search keys also carry the
+hardware fingerprint (timings from another machine are never reused) and, in a nightly, the
+night: a rerun of the same night (after a crash or a kill) takes every finished task from the
+cache, the next night searches and measures again. The measurement cache underneath ages out
+timings older than ``cache.max_age_hours`` (``steptp.measure.cache``). Results live under the
+local storage path, which ``steptp release`` sets to ``<out>/.prefect-results``
+(``PREFECT_LOCAL_STORAGE_PATH``) so caches travel with the data. Work is split into one task per
+kernel (search) and per trajectory (CoT), so a killed run loses at most the tasks that were
+running.
 
 Retries: search (measurement) and CoT (an LLM call when the writer is ``anthropic``) retry,
 because their failures can be transient (a timed-out worker, a rate limit).
@@ -23,19 +29,46 @@ timing, across threads and processes), so search tasks may run concurrently
 
 from __future__ import annotations
 
-import json
-import os
+import datetime as _dt
+import hashlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from prefect import flow, get_run_logger, task
-from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.cache_policies import TASK_SOURCE, CachePolicy, Inputs
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from steptp import params as P
+from steptp import pipeline
+from steptp.pipeline import select_kernels  # noqa: F401 - re-exported (tests, users)
 from steptp.records import (KernelRecord, StepRecord, TrajectoryRecord, read_records, table,
                             write_table)
 
-CACHE = INPUTS + TASK_SOURCE
+
+@dataclass
+class CodeVersion(CachePolicy):
+    """Key part: the code version of ``stage`` (``steptp.codehash.stage_hash``), and with
+    ``hardware`` the fingerprint of this machine at the task's ``threads``."""
+
+    stage: str = ""
+    hardware: bool = False
+    root: Optional[str] = None      # the steptp package whose source counts (default: this one)
+
+    def compute_key(self, task_ctx, inputs: dict[str, Any], flow_parameters: dict[str, Any],
+                    **kwargs: Any) -> Optional[str]:
+        from steptp.codehash import stage_hash
+
+        parts = [self.stage, stage_hash(self.stage, self.root)]
+        if self.hardware:
+            from steptp.measure.fingerprint import current
+
+            parts.append(current(num_threads=(inputs or {}).get("threads")).id)
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def cache_policy(stage: str, hardware: bool = False, exclude: tuple[str, ...] = ()) -> CachePolicy:
+    return Inputs(exclude=list(exclude)) + TASK_SOURCE + CodeVersion(stage=stage, hardware=hardware)
 
 
 def _log(msg: str) -> None:
@@ -46,64 +79,55 @@ def _log(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------------- extract
-@task(cache_policy=CACHE, persist_result=True, retries=1, retry_delay_seconds=2)
+@task(cache_policy=cache_policy("extract"), persist_result=True, retries=1, retry_delay_seconds=2)
 def extract_kernels(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True) -> list[KernelRecord]:
-    from steptp.zoo import extract as X
-
-    res = X.extract(X.refs_for_zoo(zoo, size=size), jobs=jobs, check=check)
-    return list(res.records)
+    return list(pipeline.extract(zoo, size, jobs, check).records)
 
 
 @flow(name="extract")
 def extract_flow(p: dict[str, Any], work: str) -> str:
     """Writes ``work/kernels.parquet``; returns its path."""
-    e = p.get("extract", {})
-    ks = extract_kernels(e.get("zoo", "tiny"), e.get("size", "tiny"), int(e.get("jobs", 1)),
-                         bool(e.get("check", True)))
+    ks = extract_kernels(**P.extract_args(p))
     _log(f"extract: {len(ks)} kernels ({sum(k.raise_ok for k in ks)} raise-checked)")
     return str(write_table(table(ks, KernelRecord), Path(work) / "kernels.parquet"))
 
 
 # ---------------------------------------------------------------------------- search
-def select_kernels(kernels: list[KernelRecord], max_kernels: int | None) -> list[KernelRecord]:
-    """Kernels worth searching: raised and checked; the heaviest first (weight, then FLOPs), at
-    most ``max_kernels``; ties broken by id, so the choice is deterministic."""
-    ok = [k for k in kernels if k.raise_ok]
-    ok.sort(key=lambda k: (-k.weight, -k.flops, k.kernel_id))
-    return ok[:max_kernels] if max_kernels else ok
-
-
-@task(cache_policy=CACHE, persist_result=True, retries=2, retry_delay_seconds=5)
+@task(cache_policy=cache_policy("search", hardware=True, exclude=("fresh",)), persist_result=True,
+      retries=2, retry_delay_seconds=5)
 def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
-               threads: int | None = None, max_actions: int | None = None
+               threads: int | None = None, max_actions: int | None = None,
+               night: str | None = None, fresh: dict[str, Any] | None = None
                ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
-    from steptp.search import Budget, default_evaluator, search_kernel
-
-    ev = default_evaluator(num_threads=threads)
-    try:
-        steps, traj = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
-                                    seed, ev, max_actions=max_actions)
-    finally:
-        ev.close()
-    return list(steps), [traj] if traj is not None else []
+    """``night``: the nightly's date (part of the key: the next night searches again);
+    ``fresh``: how the measurement cache ages timings (``max_age_s``, ``clock_offset_s``,
+    ``not_before``; not part of the key)."""
+    return pipeline.search_one(kernel, policy, measurements, seconds, seed, threads, max_actions,
+                               **(fresh or {}))
 
 
 @flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))
-def search_flow(p: dict[str, Any], kernels_path: str, work: str) -> dict[str, str]:
+def search_flow(p: dict[str, Any], kernels_path: str, work: str,
+                build: dict[str, Any] | None = None) -> dict[str, str]:
     """Reads the kernels table; writes ``work/search-steps.parquet`` and
-    ``work/trajectories.parquet``; returns their paths."""
+    ``work/trajectories.parquet``; returns their paths. ``build``: ``night``, ``night_start``
+    and ``clock_offset_s`` of the build (``steptp.params.Build``)."""
     kernels = read_records(kernels_path, KernelRecord)
-    s = p.get("search", {})
-    chosen = select_kernels(kernels, s.get("max_kernels"))
-    args = dict(policy=s.get("policy", "beam"), measurements=int(s.get("measurements", 16)),
-                seconds=float(s.get("seconds", 60)), seed=int(p.get("seed", 0)),
-                threads=s.get("threads"), max_actions=s.get("max_actions"))
-    jobs = max(1, int(s.get("jobs", 1)))
+    a = P.search_args(p)
+    chosen = select_kernels(kernels, a.pop("max_kernels"))
+    jobs = a.pop("jobs")
+    b = build or {}
+    max_age = P.max_age_s(p)
+    a.update(night=b.get("night"),
+             fresh={"max_age_s": max_age, "clock_offset_s": float(b.get("clock_offset_s", 0.0)),
+                    "not_before": b.get("night_start")})
+    opts = {"cache_expiration": _dt.timedelta(seconds=max_age)} if max_age else {}
+    tasks = [search_one.with_options(task_run_name=f"search-{k.name}", **opts) for k in chosen]
     if jobs > 1:
-        futs = [search_one.with_options(task_run_name=f"search-{k.name}").submit(k, **args) for k in chosen]
+        futs = [t.submit(k, **a) for t, k in zip(tasks, chosen)]
         results = [f.result() for f in futs]
     else:
-        results = [search_one.with_options(task_run_name=f"search-{k.name}")(k, **args) for k in chosen]
+        results = [t(k, **a) for t, k in zip(tasks, chosen)]
     steps = [x for st, _ in results for x in st]
     trajs = [x for _, tr in results for x in tr]
     _log(f"search: {len(chosen)} kernels -> {len(trajs)} trajectories, {len(steps)} steps")
@@ -113,61 +137,30 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str) -> dict[str, st
 
 
 # ---------------------------------------------------------------------------- CoT
-def _writer(writer: str, cache_dir: str | None = None):
-    """None = the template writer (offline, deterministic); ``anthropic`` = the LLM writer (reads
-    ANTHROPIC_API_KEY; responses cached under ``cache_dir``)."""
-    if writer == "template":
-        return None
-    if writer == "anthropic":
-        from steptp.cot.anthropic_writer import AnthropicWriter
-
-        return AnthropicWriter(cache_dir=cache_dir)
-    raise ValueError(f"unknown cot writer {writer!r}: use template or anthropic")
-
-
-@task(cache_policy=CACHE, persist_result=True, retries=3, retry_delay_seconds=10)
+@task(cache_policy=cache_policy("cot"), persist_result=True, retries=3, retry_delay_seconds=10)
 def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 2,
             cache_dir: str | None = None) -> list[StepRecord]:
-    """The CoT of one trajectory's steps (``steptp.cot.run.write_cot``: validated, with the
-    template writer as the fallback). Unverified steps are passed through untouched."""
-    from steptp.cot.run import write_cot
-
-    from steptp.curate.core import step_key
-
-    # a search's rows form a tree: many rows share (trajectory_id, step_index); key by step_key
-    todo = [s for s in steps if s.verified]
-    done, _summary = write_cot(todo, _writer(writer, cache_dir), max_retries=max_retries, seed=seed)
-    by_key = {step_key(s): s for s in done}
-    return [by_key.get(step_key(s), s) for s in steps]
+    """The CoT of one trajectory's steps (``steptp.pipeline.cot_one``)."""
+    return pipeline.cot_one(steps, writer, seed, max_retries, cache_dir)[0]
 
 
 @flow(name="cot")
 def cot_flow(p: dict[str, Any], steps_path: str, work: str) -> str:
     """Reads the search's steps; writes them with their CoT to ``work/steps.parquet``."""
     steps = read_records(steps_path, StepRecord)
-    c = p.get("cot", {})
-    by_traj: dict[str, list[StepRecord]] = {}
-    for s in steps:
-        by_traj.setdefault(s.trajectory_id, []).append(s)
+    c = P.cot_args(p)
     out: list[StepRecord] = []
-    for tid in sorted(by_traj):
-        out += cot_one.with_options(task_run_name=f"cot-{tid}")(
-            sorted(by_traj[tid], key=lambda s: s.step_index), c.get("writer", "template"),
-            int(c.get("seed", p.get("seed", 0))), int(c.get("max_retries", 2)), c.get("cache_dir"))
+    for tid, group in pipeline.by_trajectory(steps):
+        out += cot_one.with_options(task_run_name=f"cot-{tid}")(group, **c)
     _log(f"cot: {sum(1 for s in out if s.cot)} of {len(out)} steps explained")
     return str(write_table(table(out, StepRecord), Path(work) / "steps.parquet"))
 
 
 # ---------------------------------------------------------------------------- curate / export / validate
-def curate_config(p: dict[str, Any]):
-    from steptp.curate import CurateConfig
-
-    c = dict(p.get("curate", {}))
-    c.setdefault("seed", int(p.get("seed", 0)))
-    return CurateConfig(**c)
+curate_config = P.curate_config  # the one reading of the curate section
 
 
-@task(cache_policy=CACHE, persist_result=True)
+@task(cache_policy=cache_policy("curate"), persist_result=True)
 def curate_task(p: dict[str, Any], kernels: list[KernelRecord], steps: list[StepRecord],
                 trajectories: list[TrajectoryRecord], hardware: str):
     from steptp.curate import curate
@@ -191,13 +184,14 @@ def curate_flow(p: dict[str, Any], kernels_path: str, steps_path: str, trajector
 
 @flow(name="export")
 def export_flow(p: dict[str, Any], curated_path: str, staging: str,
-                fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+                fingerprint: dict[str, Any] | None = None, version: str | None = None) -> dict[str, Any]:
     from steptp.curate import read_curated
     from steptp.export import export_release
 
     # not cached: it writes files (cheap); its inputs are cached upstream
-    return export_release(read_curated(curated_path), staging, name=p.get("name", "steptp"),
-                          version=str(p.get("version", "0")), params=p, fingerprint=fingerprint)
+    b = P.build(p)
+    return export_release(read_curated(curated_path), staging, name=b.name,
+                          version=version or b.version, params=p, fingerprint=fingerprint)
 
 
 @flow(name="validate")

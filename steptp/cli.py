@@ -222,13 +222,18 @@ def extract(
                                  "--zoo/--model/--problems"),
         scale: float = typer.Option(1.0, "--scale", help="scale --problems sizes down by this "
                                                          "factor, in (0, 1]"),
-        size: str = typer.Option("tiny", "--size", help="size preset of zoo workloads: tiny or default"),
+        size: Optional[str] = typer.Option(None, "--size", help="size preset of zoo workloads: tiny "
+                                                                "(the default) or default"),
         dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16"),
         out: Path = typer.Option(Path("kernels.parquet"), "--out", "-o",
                                  help="the kernels table (parquet); the summary goes next to it "
                                       "as NAME.summary.json"),
-        jobs: int = typer.Option(1, "--jobs", "-j", min=1,
-                                 help="worker processes (one workload or kernel per task)"),
+        jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+                                           help="worker processes (one workload or kernel per task; "
+                                                "default 1)"),
+        params: Optional[Path] = typer.Option(
+            None, "--params", help="params.yaml: zoo, size, jobs and check from its 'extract' "
+                                   "section (what dvc.yaml passes; options given here win)"),
         model_check: bool = typer.Option(False, "--model-check",
                                          help="also compile each whole model with TVM and compare "
                                               "it with PyTorch eager (recorded in the summary)"),
@@ -252,6 +257,7 @@ def extract(
       steptp extract --problems kernelbench/level1 --scale 0.25 --size default
       steptp extract --leir my_kernels/ --leir extra.leir --out mine.parquet
       steptp extract --zoo leir --size default
+      steptp extract --params params.yaml --out build/kernels.parquet
 
     Exit code 0 when every workload was scanned, 1 when some failed (the table is still
     written), 2 on invalid options or an unreadable --leir file (nothing is written then).
@@ -260,6 +266,13 @@ def extract(
     from .zoo.leir import LeirTemplateError
     from .zoo.workloads import UnknownName
 
+    if params is not None:
+        e = _stage_params(params, "extract")
+        if model is None and problems is None and not leir:
+            zoo = zoo or e["zoo"]
+        size, jobs = size or e["size"], jobs or e["jobs"]
+        no_check = no_check or not e["check"]
+    size, jobs = size or "tiny", jobs or 1
     sources = [x for x in (zoo, model, problems) if x is not None]
     if len(sources) > 1 or (not sources and not leir):
         raise typer.BadParameter("give exactly one of --zoo, --model, --problems (--leir may be "
@@ -370,7 +383,11 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
                                                           "Batches API (anthropic writer)"),
         config: Optional[Path] = typer.Option(None, "--config", help="a JSON/YAML CoT config"),
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir",
-                                                 help="LLM response cache (default out/cot-cache)")):
+                                                 help="LLM response cache (default out/cot-cache)"),
+        params: Optional[Path] = typer.Option(
+            None, "--params", help="params.yaml: writer, seed, max retries and cache dir from its "
+                                   "'cot' section, the verified steps written per trajectory as "
+                                   "the Prefect flow does (what dvc.yaml passes)")):
     """Write each step's reasoning (the CoT column), validated against the step's facts.
 
     A step whose LLM answer still fails validation after the retries falls back to the template
@@ -382,6 +399,9 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
     from .cot.template import TemplateWriter
     from .records import StepRecord, read_records, table, write_table, write_text_atomic
 
+    if params is not None:
+        _cot_from_params(steps, out, _stage_params(params, "cot"))
+        return
     if writer not in ("template", "anthropic"):
         raise typer.BadParameter(f"--writer must be template or anthropic, got {writer!r}")
     cfg = CotConfig.load(config, seed=seed, max_retries=max_retries, model=model,
@@ -420,6 +440,39 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
     raise typer.Exit(0 if summary["failed"] == 0 else 1)
 
 
+def _cot_from_params(steps: Path, out: Path, c: dict) -> None:
+    from .pipeline import by_trajectory, cot_one
+    from .records import StepRecord, read_records, table, write_table, write_text_atomic
+
+    try:
+        recs = read_records(steps, StepRecord)
+    except Exception as e:  # noqa: BLE001 - polars/pydantic errors: say which file
+        _err(f"{steps}: not a steps table: {e}")
+        raise typer.Exit(2) from None
+    done: list = []
+    total: dict = {"writer": c["writer"], "errors": []}
+    try:
+        for _tid, group in by_trajectory(recs):
+            d, summary = cot_one(group, **c)
+            done += d
+            for k, v in summary.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    total[k] = total.get(k, 0) + v
+                elif k == "errors":
+                    total["errors"] += list(v)
+    except Exception as e:  # noqa: BLE001 - e.g. no ANTHROPIC_API_KEY: say so, write nothing
+        _err(f"cot: {type(e).__name__}: {e}")
+        raise typer.Exit(2) from None
+    write_table(table(done, StepRecord), out)
+    summary_path = out.with_name(out.stem + ".cot-summary.json")
+    write_text_atomic(summary_path, json.dumps(total, indent=2) + "\n")
+    for e in total["errors"][:20]:
+        _err(e)
+    console.print(f"cot ({c['writer']}): {sum(1 for s in done if s.cot)} of {len(done)} steps "
+                  f"explained; wrote {out} and {summary_path}", highlight=False)
+    raise typer.Exit(0 if not total.get("failed") else 1)
+
+
 @app.command()
 def measure(files: list[Path] = typer.Argument(..., help="LEIR (or TVMScript) files to time"),
             target: str = typer.Option("cpu", help="cpu or cuda"),
@@ -446,18 +499,25 @@ def measure(files: list[Path] = typer.Argument(..., help="LEIR (or TVMScript) fi
 
 # ---------------------------------------------------------------------------- release pipeline
 def _load_params(path: Optional[Path]) -> dict:
-    """params.yaml (a mapping), or {} when no file is given."""
-    if path is None:
-        return {}
-    import yaml
+    """params.yaml (a mapping), or {} when no file is given (``steptp.params.load``)."""
+    from .params import ParamsError, load
 
     try:
-        data = yaml.safe_load(_read(path)) or {}
-    except yaml.YAMLError as e:
-        raise typer.BadParameter(f"{path}: not YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise typer.BadParameter(f"{path}: must be a mapping")
-    return data
+        return load(path)
+    except ParamsError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def _stage_params(path: Path, stage: str):
+    """One stage's settings from params.yaml, read as the Prefect flow reads them."""
+    from . import params as P
+
+    p = _load_params(path)
+    try:
+        return {"extract": P.extract_args, "search": P.search_args, "cot": P.cot_args,
+                "curate": P.curate_config}[stage](p)
+    except (P.ParamsError, ValueError, TypeError) as e:
+        raise typer.BadParameter(f"{path}: {e}") from None
 
 
 @app.command()
@@ -472,12 +532,19 @@ def curate(kernels: Path = typer.Option(..., "--kernels", help="kernels.parquet 
     from .curate import CurateConfig, curate as do_curate, write_curated
     from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records
 
-    p = _load_params(params)
-    cfg = CurateConfig(**{"seed": p.get("seed", 0), **(p.get("curate") or {})})
+    hardware = ""
+    if params is not None:
+        from . import params as P
+        from .export import hardware_description
+
+        cfg = _stage_params(params, "curate")
+        hardware = hardware_description(P.fingerprint(_load_params(params)))  # as the flow does
+    else:
+        cfg = CurateConfig(seed=0)
     ks = read_records(kernels, KernelRecord)
     ss = read_records(steps, StepRecord)
     ts = read_records(trajectories, TrajectoryRecord) if trajectories else []
-    res = do_curate(ks, ss, ts, cfg)
+    res = do_curate(ks, ss, ts, cfg, hardware=hardware)
     write_curated(res, out, ks, ts)
     r = res.report
     console.print(f"kept {r['kept_steps']} of {r['input_steps']} steps -> {escape(str(out))}; rejects: "
@@ -492,15 +559,14 @@ def export(curated: Path = typer.Argument(..., help="a folder written by steptp 
            params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (name, version)")):
     """Write a release folder: parquet tables, chat JSONL per split, plots and the dataset card.
     The manifest and Data Docs are added by `steptp validate --publish`."""
+    from . import params as P
     from .curate import read_curated
     from .export import export_release
-    from .measure.fingerprint import current
 
     p = _load_params(params)
-    threads = (p.get("search") or {}).get("threads")
-    stats = export_release(read_curated(curated), out, name=p.get("name", "steptp"),
-                           version=str(p.get("version", "0")), params=p,
-                           fingerprint=current(num_threads=threads).to_dict())
+    b = P.build(p)
+    stats = export_release(read_curated(curated), out, name=b.name, version=b.version, params=p,
+                           fingerprint=P.fingerprint(p))
     console.print(f"{escape(str(out))}: {stats['counts']['steps']} examples "
                   f"{escape(json.dumps(stats['counts']['examples_per_split']))}")
 
@@ -555,14 +621,37 @@ def validate(release: Path = typer.Argument(..., help="a release folder (steptp 
 
 @app.command()
 def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="params.yaml"),
-            out: Path = typer.Option(Path("releases"), "--out", "-o", help="releases folder")):
+            out: Path = typer.Option(Path("releases"), "--out", "-o", help="releases folder"),
+            nightly: bool = typer.Option(False, "--nightly",
+                                         help="a nightly build: version <version>+nightly.<UTC date> "
+                                              "(params nightly.version), measurements older than "
+                                              "cache.max_age_hours re-measured"),
+            date: Optional[str] = typer.Option(None, "--date", help="with --nightly: build as of this "
+                                               "UTC date (YYYYMMDD; a backfill)"),
+            force: bool = typer.Option(False, "--force", help="replace a published release of the "
+                                       "same id whose records differ"),
+            no_version: bool = typer.Option(False, "--no-version-control",
+                                            help="skip dvc add/push and the git tag")):
     """The main job: build a quality-gated release end to end with the Prefect build_release
-    flow (extract, search, CoT, curate, export, validate), cached under OUT/.prefect-results,
-    and print where the release and its Data Docs are."""
+    flow (extract, search, CoT, curate, export, validate, compare with the previous release,
+    publish), cached under OUT/.prefect-results, and print where the release and its Data Docs
+    are.
+
+    A published release is never overwritten: the same records again leave it untouched (exit
+    0); other records under the same id are refused (exit 1) unless --force. OUT/latest.json
+    names the newest release. In a DVC project the release is dvc-added and pushed, and tagged
+    release-<id> in git when the tree is clean (what is skipped is said)."""
     import os
     import time as _time
 
+    from .export import ReleaseExists
+    from .params import ParamsError, build
+
     p = _load_params(params)
+    try:
+        build(p, nightly, date)
+    except ParamsError as e:
+        raise typer.BadParameter(str(e)) from None
     out = out.resolve()
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(out / ".prefect-results"))
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
@@ -576,17 +665,68 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
     from flows.build_release import ReleaseGateFailed, build_release
 
     try:
-        res = build_release(p, str(out))
-    except ReleaseGateFailed as e:
+        res = build_release(p, str(out), nightly=nightly, date=date, force=force,
+                            version_control=not no_version)
+    except (ReleaseGateFailed, ReleaseExists) as e:
         _err(str(e))
         raise typer.Exit(1) from None
     c = res["counts"]
-    console.print(f"release built in {_time.perf_counter() - t0:.0f} s: {c['kernels']} kernels, "
+    what = {"published": "release built", "replaced": "release rebuilt and replaced (--force)",
+            "unchanged": "release already published with the same records, left untouched;"}[res["status"]]
+    console.print(f"{what} in {_time.perf_counter() - t0:.0f} s: {c['kernels']} kernels, "
                   f"{c['trajectories']} trajectories, {c['steps']} examples "
                   f"{escape(json.dumps(c['examples_per_split']))}")
     console.print(f"release:   {escape(res['release'])}")
     console.print(f"card:      {escape(res['card'])}")
     console.print(f"Data Docs: {escape(res['data_docs'])}")
+    if res.get("previous") and res["status"] != "unchanged":
+        console.print(f"changes since {escape(res['previous'])}: {escape(str(Path(res['release']) / 'diff.json'))}"
+                      f" ({len(res['regressions'])} regressions beyond the spread)")
+
+
+@app.command()
+def releases(out: Path = typer.Option(Path("releases"), "--out", "-o", help="releases folder"),
+             no_status: bool = typer.Option(False, "--no-status", help="skip the DVC status (faster)"),
+             as_json: bool = typer.Option(False, "--json", help="one JSON object per release")):
+    """List the published releases: id, version, date, counts, DVC status (untracked, tracked,
+    pushed, changed) and git tag; the one latest.json names is marked *."""
+    from .export.versioning import list_releases
+
+    rows = list_releases(out, with_status=not no_status)
+    latest = ""
+    if (out / "latest.json").is_file():
+        latest = json.loads((out / "latest.json").read_text()).get("id", "")
+    if as_json:
+        for r in rows:
+            print(json.dumps({**r, "latest": r["id"] == latest}, sort_keys=True))
+        return
+    if not rows:
+        console.print(f"no published release in {escape(str(out))}")
+        return
+    # plain lines, not a table: ids are long and the lines stay greppable
+    width = max(len(r["id"]) for r in rows)
+    for r in rows:
+        c = r["counts"] or {}
+        typer.echo(f"{'*' if r['id'] == latest else ' '} {r['id']:<{width}}  {r['created'].replace('T', ' ')}  "
+                   f"{c.get('kernels', '?'):>4} kernels {c.get('steps', '?'):>6} steps  "
+                   f"dvc: {r['dvc'] or '-':<9}  tag: {r['tag'] or '-'}")
+    typer.echo(f"{len(rows)} releases in {out}" + (f"; * = latest ({latest})" if latest else ""))
+
+
+@app.command()
+def pull(release_id: str = typer.Argument(..., help="a release id, e.g. steptp-tiny-0.1.0"),
+         out: Path = typer.Option(Path("releases"), "--out", "-o", help="releases folder")):
+    """Restore a published release from the DVC remote (on a fresh clone too: its .dvc file
+    comes from the git tag release-ID when the working tree lacks it), then check every file
+    against its manifest."""
+    from .export.versioning import RestoreError, pull as do_pull
+
+    try:
+        dest = do_pull(release_id, out)
+    except RestoreError as e:
+        _err(str(e))
+        raise typer.Exit(1) from None
+    console.print(f"restored {escape(str(dest))} (checksums match the manifest)")
 
 
 @app.command()
@@ -601,10 +741,21 @@ def search(kernels: Optional[Path] = typer.Option(None, "--kernels",
                                                       "inprocess"),
            out: Path = typer.Option(Path("search"), "--out", "-o",
                                     help="folder for steps.parquet, trajectories.parquet and "
-                                         "curves.json")):
+                                         "curves.json"),
+           params: Optional[Path] = typer.Option(
+               None, "--params", help="params.yaml: policy, budget, seconds, seed, threads, "
+                                      "max_actions and max_kernels (the heaviest kernels) from "
+                                      "its 'search' section, measurements older than "
+                                      "cache.max_age_hours re-measured; the same search the "
+                                      "Prefect flow runs (what dvc.yaml passes; needs --kernels)")):
     """Search rewrite sequences per kernel: verify and time every chosen candidate, write the
     steps table (every evaluated candidate, with its outcome) and the trajectories table (the
     best path per kernel)."""
+    if params is not None:
+        if kernels is None or program is not None:
+            raise typer.BadParameter("--params goes with --kernels")
+        _search_from_params(kernels, out, params)
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .search import Budget
@@ -654,6 +805,41 @@ def search(kernels: Optional[Path] = typer.Option(None, "--kernels",
                   f"{geomean(speedups):.2f}x; wrote {escape(str(out))}/steps.parquet, "
                   f"trajectories.parquet, curves.json")
     raise typer.Exit(0 if len(speedups) == len(items) else 1)
+
+
+def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
+    from . import params as P
+    from .pipeline import search_one, select_kernels
+    from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records, table, write_table
+
+    a = _stage_params(params, "search")
+    max_age = P.max_age_s(_load_params(params))
+    try:
+        recs = read_records(kernels, KernelRecord)
+    except Exception as e:  # noqa: BLE001 - polars/pydantic errors: say which file
+        _err(f"{kernels}: not a kernels table: {e}")
+        raise typer.Exit(2) from None
+    chosen = select_kernels(recs, a["max_kernels"])
+    console.print(f"search: {len(chosen)} of {len(recs)} kernels (max_kernels "
+                  f"{a['max_kernels']}), policy {a['policy']}, {a['measurements']} measurements and "
+                  f"{a['seconds']:g} s per kernel, threads {a['threads']}")
+    steps, trajs = [], []
+    for n, k in enumerate(chosen, 1):
+        st, tr = search_one(k, a["policy"], a["measurements"], a["seconds"], a["seed"], a["threads"],
+                            a["max_actions"], max_age_s=max_age)
+        steps += st
+        trajs += tr
+        # written after each kernel: an interrupted run keeps what it finished
+        write_table(table(steps, StepRecord), out / "steps.parquet")
+        write_table(table(trajs, TrajectoryRecord), out / "trajectories.parquet")
+        console.print(f"[{n}/{len(chosen)}] {escape(k.name)}: {len(st)} steps"
+                      + (f", best {tr[0].speedup:.2f}x" if tr else ", baseline failed"))
+    if not chosen:
+        write_table(table([], StepRecord), out / "steps.parquet")
+        write_table(table([], TrajectoryRecord), out / "trajectories.parquet")
+    console.print(f"{len(trajs)}/{len(chosen)} kernels searched; wrote {escape(str(out))}/steps.parquet, "
+                  f"trajectories.parquet")
+    raise typer.Exit(0 if len(trajs) == len(chosen) else 1)
 
 
 @app.command()

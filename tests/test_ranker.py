@@ -107,7 +107,8 @@ def test_an_old_cache_file_gains_the_programs_table(tmp_path):
     con.commit()
     con.close()
     c = Cache(path)
-    assert c.get_timing("leir:old", "t", "fp", "cfg") == {"median_s": 0.5}
+    # written before timings carried the code version that made them: measured again, not reused
+    assert c.get_timing("leir:old", "t", "fp", "cfg") is None
     assert c.timed_programs("fp", "t") == []   # a timing without a text cannot train anything
     ph = program_hash(LEIR)
     c.put_timing(ph, "t", "fp", "cfg", TIMING, leir=canonical_text(parse(LEIR)))

@@ -13,12 +13,19 @@
       data_docs/             Great Expectations Data Docs (written by ``steptp validate``)
 
 ``export_release`` writes everything but the manifest and the Data Docs; ``publish`` (after the
-quality gates pass) writes the manifest and moves the folder to its final place atomically.
+quality gates pass) writes the manifest and moves the folder to its final place atomically;
+``publish_release`` never overwrites a published release (same records: a no-op; other
+records: refused unless forced) and points ``latest.json`` at it. ``diff`` compares a release
+with the previous one (``diff.json`` + a card section); ``versioning`` tracks releases with DVC
+and git tags and restores them.
 """
 
 from .chat import FORMAT_VERSION, SYSTEM_PROMPT, check_line, example, messages
-from .release import (export_release, file_checksums, hardware_description, publish, verify_checksums,
-                      write_manifest)
+from .release import (Publication, ReleaseExists, content_digest, export_release, file_checksums,
+                      hardware_description, previous_release, publish, publish_release,
+                      published_releases, verify_checksums, write_manifest)
 
 __all__ = ["FORMAT_VERSION", "SYSTEM_PROMPT", "check_line", "example", "messages", "export_release",
-           "file_checksums", "hardware_description", "publish", "verify_checksums", "write_manifest"]
+           "file_checksums", "hardware_description", "publish", "verify_checksums", "write_manifest",
+           "Publication", "ReleaseExists", "content_digest", "previous_release", "publish_release",
+           "published_releases"]

@@ -11,6 +11,7 @@ import shutil
 import statistics
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -322,12 +323,103 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def publish(staging: str | Path, dest: str | Path, *, params: Mapping[str, Any] | None = None,
-            validation: Mapping[str, Any] | None = None, move: bool = True) -> Path:
-    """Write the manifest into ``staging`` and put the folder at ``dest`` atomically: it appears
-    complete or not at all (an older release at ``dest`` is replaced). ``move=False`` copies
-    (``staging`` stays, e.g. as a DVC output of the export stage)."""
+class ReleaseExists(RuntimeError):
+    """A release of that id is already published with different content."""
+
+
+CONTENT_DIRS = ("data", "chat")
+LATEST = "latest.json"
+
+
+def content_digest(folder: str | Path) -> str:
+    """sha256 of the records of a release (every file under data/ and chat/, by path): what
+    "the same release" means. Card, plots, Data Docs and manifest dates are left out."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for d in CONTENT_DIRS:
+        for p in sorted((folder / d).rglob("*")) if (folder / d).is_dir() else ():
+            if p.is_file():
+                h.update(p.relative_to(folder).as_posix().encode() + b"\0" + _sha256(p).encode() + b"\n")
+    return h.hexdigest()
+
+
+def _differing(a: Path, b: Path) -> list[str]:
+    fa, fb = file_checksums(a), file_checksums(b)
+    keys = {k for k in set(fa) | set(fb) if k.split("/", 1)[0] in CONTENT_DIRS}
+    return sorted(k for k in keys if (fa.get(k) or {}).get("sha256") != (fb.get(k) or {}).get("sha256"))
+
+
+def published_releases(folder: str | Path) -> list[dict[str, Any]]:
+    """The releases published in ``folder`` (subfolders with a manifest), oldest first:
+    id, path, name, version, created, counts."""
+    folder = Path(folder)
+    out = []
+    for m in sorted(folder.glob(f"*/{MANIFEST}")):
+        if m.parent.is_symlink() or m.parent.name.startswith("."):  # the latest pointer, staging
+            continue
+        try:
+            man = json.loads(m.read_text())
+        except (OSError, ValueError):
+            continue
+        out.append({"id": m.parent.name, "path": str(m.parent), "name": man.get("name"),
+                    "version": man.get("version"), "created": man.get("created", ""),
+                    "counts": man.get("counts") or {}})
+    out.sort(key=lambda r: (r["created"], r["id"]))
+    return out
+
+
+def previous_release(folder: str | Path, exclude: str, name: str | None = None) -> Path | None:
+    """The newest release in ``folder`` other than ``exclude`` (of the same ``name``)."""
+    rs = [r for r in published_releases(folder) if r["id"] != exclude and (name is None or r["name"] == name)]
+    return Path(rs[-1]["path"]) if rs else None
+
+
+def _point_latest(dest: Path) -> None:
+    man = json.loads((dest / MANIFEST).read_text())
+    write_text_atomic(dest.parent / LATEST, json.dumps(
+        {"id": dest.name, "name": man.get("name"), "version": man.get("version"),
+         "created": man.get("created"), "path": dest.name}, indent=1) + "\n")
+    link, tmp = dest.parent / "latest", dest.parent / f".latest.{os.getpid()}"
+    try:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        os.symlink(dest.name, tmp)
+        os.replace(tmp, link)
+    except OSError:  # a file system without symlinks: latest.json is the pointer
+        pass
+
+
+@dataclass
+class Publication:
+    dest: Path
+    status: str                 # published | unchanged | replaced
+
+
+def publish_release(staging: str | Path, dest: str | Path, *, params: Mapping[str, Any] | None = None,
+                    validation: Mapping[str, Any] | None = None, move: bool = True, force: bool = False,
+                    latest: bool = True) -> Publication:
+    """Write the manifest into ``staging`` and put the folder at ``dest`` atomically (it
+    appears complete or not at all). A published release is never overwritten: when ``dest``
+    exists with the same records (``content_digest``) nothing changes (status ``unchanged``;
+    ``staging`` is removed when ``move``); with other records ``ReleaseExists`` is raised unless
+    ``force``. ``latest``: point ``dest.parent/latest.json`` (and the ``latest`` symlink) at it.
+    ``move=False`` copies (``staging`` stays, e.g. as a DVC output of the export stage)."""
     staging, dest = Path(staging), Path(dest)
+    status = "published"
+    if (dest / MANIFEST).is_file():
+        if content_digest(dest) == content_digest(staging):
+            if move:
+                shutil.rmtree(staging, ignore_errors=True)
+            if latest:
+                _point_latest(dest)
+            return Publication(dest, "unchanged")
+        if not force:
+            diff = _differing(dest, staging)
+            raise ReleaseExists(
+                f"{dest} is already published with other records ({len(diff)} files differ, e.g. "
+                f"{', '.join(diff[:3])}); a published release is never overwritten: give it a new "
+                f"version (params.yaml 'version', or a nightly build), or pass --force to replace it")
+        status = "replaced"
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{dest.name}.incoming-{os.getpid()}"
     if tmp.exists():
@@ -336,7 +428,8 @@ def publish(staging: str | Path, dest: str | Path, *, params: Mapping[str, Any] 
         os.replace(staging, tmp) if staging.parent.resolve() == dest.parent.resolve() else shutil.move(str(staging), tmp)
     else:
         shutil.copytree(staging, tmp)
-    write_manifest(tmp, params=params, validation=validation)
+    write_manifest(tmp, params=params, validation=validation,
+                   extra={"content_sha256": content_digest(tmp)})
     old = None
     if dest.exists():
         old = dest.parent / f".{dest.name}.old-{os.getpid()}"
@@ -344,4 +437,15 @@ def publish(staging: str | Path, dest: str | Path, *, params: Mapping[str, Any] 
     os.replace(tmp, dest)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-    return dest
+    if latest:
+        _point_latest(dest)
+    return Publication(dest, status)
+
+
+def publish(staging: str | Path, dest: str | Path, *, params: Mapping[str, Any] | None = None,
+            validation: Mapping[str, Any] | None = None, move: bool = True, force: bool = True,
+            latest: bool = False) -> Path:
+    """``publish_release`` returning the destination; replaces a differing release at ``dest``
+    unless ``force=False`` (the DVC stage's single ``release`` output is versioned by DVC)."""
+    return publish_release(staging, dest, params=params, validation=validation, move=move,
+                           force=force, latest=latest).dest

@@ -5,7 +5,15 @@ hash); the canonical text of each timed LEIR program is kept once per hash (tabl
 ``programs``), so a learned cost model can be trained from the cache (``timed_programs``);
 verdicts by (canonical before hash, canonical after hash, target key, fingerprint id,
 verification-config hash: exactness and seeds). A changed machine, TVM, LLVM or thread count
-changes the fingerprint id and so misses the cache.
+changes the fingerprint id and so misses the cache. Both config hashes are stored with the code
+version of the measurement code (``steptp.codehash.stage_hash("measure")``: the steptp version
+and the source of ``measure``, ``tir`` and ``leir``), so a code change misses the cache too.
+
+Age: a ``Cache(max_age_s=..., not_before=...)`` reuses only timings at most that old and made
+no earlier than ``not_before`` (verdicts do not age: they follow from the programs and the
+code). Rows are dated by the cache's ``clock`` (default: the wall clock; a build of a given date
+passes its own). A nightly passes the start of its night as ``not_before``, so it re-measures
+what earlier nights measured while a rerun of the same night reuses it.
 
 Location: ``$STEPTP_CACHE`` or ``.steptp/cache.sqlite`` under the working directory. Safe for
 concurrent writers (threads and processes): WAL journal, a busy timeout, one short transaction
@@ -101,10 +109,22 @@ class Cache:
     """The result cache at ``path`` (default: ``default_path()``)."""
 
     def __init__(self, path: str | os.PathLike | None = None, timeout_s: float = 30.0,
-                 retries: int = 20):
+                 retries: int = 20, *, max_age_s: float | None = None,
+                 not_before: float | None = None,
+                 clock: Callable[[], float] | None = None, code_key: str | None = None):
         self.path = Path(path) if path is not None else default_path()
         self.timeout_s = timeout_s
         self.retries = retries
+        if max_age_s is not None and max_age_s <= 0:
+            raise ValueError(f"max_age_s must be > 0 or None, not {max_age_s}")
+        self.max_age_s = max_age_s
+        self.not_before = not_before
+        self.clock = clock or time.time
+        if code_key is None:
+            from ..codehash import stage_hash
+
+            code_key = stage_hash("measure")
+        self.code_key = code_key
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._retry(self._init)
 
@@ -168,20 +188,29 @@ class Cache:
 
         self._retry(op)
 
+    # ------------------------------------------------------------------ keys
+    def _key(self, config_hash: str) -> str:
+        return f"{config_hash}@{self.code_key}"
+
     # ------------------------------------------------------------------ timings
     def get_timing(self, program_hash: str, target_key: str, fingerprint_id: str,
                    config_hash: str) -> dict | None:
+        """The stored timing, or None (none, another code version, older than max_age_s, or
+        made before not_before)."""
+        oldest = -math.inf if self.max_age_s is None else self.clock() - self.max_age_s
+        if self.not_before is not None:
+            oldest = max(oldest, self.not_before)
         return self._get(
             "SELECT result FROM timings WHERE program_hash=? AND target_key=? AND "
-            "fingerprint_id=? AND config_hash=?",
-            (program_hash, target_key, fingerprint_id, config_hash))
+            "fingerprint_id=? AND config_hash=? AND created_at>=?",
+            (program_hash, target_key, fingerprint_id, self._key(config_hash), oldest))
 
     def put_timing(self, program_hash: str, target_key: str, fingerprint_id: str,
                    config_hash: str, result: dict, leir: str | None = None) -> None:
         """Store a timing; ``leir``: the program's canonical LEIR text, kept for training."""
         statements = [("INSERT OR REPLACE INTO timings VALUES (?, ?, ?, ?, ?, ?)",
-                       (program_hash, target_key, fingerprint_id, config_hash,
-                        json.dumps(result, sort_keys=True), time.time()))]
+                       (program_hash, target_key, fingerprint_id, self._key(config_hash),
+                        json.dumps(result, sort_keys=True), self.clock()))]
         if leir is not None:
             # the hash names the canonical program, so its stored text never needs replacing
             statements.append(("INSERT OR IGNORE INTO programs VALUES (?, ?)",
@@ -218,13 +247,13 @@ class Cache:
         return self._get(
             "SELECT result FROM verifications WHERE before_hash=? AND after_hash=? AND "
             "target_key=? AND fingerprint_id=? AND config_hash=?",
-            (before_hash, after_hash, target_key, fingerprint_id, config_hash))
+            (before_hash, after_hash, target_key, fingerprint_id, self._key(config_hash)))
 
     def put_verification(self, before_hash: str, after_hash: str, target_key: str,
                          fingerprint_id: str, config_hash: str, result: dict) -> None:
         self._put("INSERT OR REPLACE INTO verifications VALUES (?, ?, ?, ?, ?, ?, ?)",
-                  (before_hash, after_hash, target_key, fingerprint_id, config_hash,
-                   json.dumps(result, sort_keys=True), time.time()))
+                  (before_hash, after_hash, target_key, fingerprint_id, self._key(config_hash),
+                   json.dumps(result, sort_keys=True), self.clock()))
 
     # ------------------------------------------------------------------ housekeeping
     def counts(self) -> dict[str, int]:

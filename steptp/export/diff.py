@@ -1,0 +1,149 @@
+"""What changed between two releases: ``diff.json`` and the card's "Changes since" section.
+
+Counts per role (the ``role`` column of the steps when there is one, else the step outcome),
+per strategy and per split; kernels added and removed; each kernel's best speedup (its
+trajectory's) before and after. A kernel *regressed* when its best speedup fell by more than
+the measured spread allows: ``current < previous × (1 − tolerance)``, the tolerance being the
+sum of the relative spreads (IQR/median) of the baseline and best timings of both releases —
+the uncertainty of a ratio of two noisy timings, twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+DIFF = "diff.json"
+
+
+def _read(folder: Path, name: str) -> pl.DataFrame | None:
+    p = folder / "data" / name
+    return pl.read_parquet(p) if p.is_file() else None
+
+
+def _counts(df: pl.DataFrame | None, col: str) -> dict[str, int]:
+    if df is None or col not in df.columns or df.is_empty():
+        return {}
+    return dict(sorted(Counter(str(x) for x in df[col].to_list()).items()))
+
+
+def _compare(a: dict[str, int], b: dict[str, int]) -> dict[str, dict[str, int]]:
+    return {k: {"previous": a.get(k, 0), "current": b.get(k, 0), "change": b.get(k, 0) - a.get(k, 0)}
+            for k in sorted(set(a) | set(b))}
+
+
+def _spread(t: Any) -> float:
+    return float(t.get("spread") or 0.0) if isinstance(t, dict) else 0.0
+
+
+def best_speedups(folder: str | Path) -> dict[str, dict[str, float]]:
+    """kernel_id -> {speedup, spread}: the best trajectory speedup of each kernel, with the
+    relative spread of its baseline and best timings (from the steps on that trajectory)."""
+    folder = Path(folder)
+    trajs, steps = _read(folder, "trajectories.parquet"), _read(folder, "steps.parquet")
+    if trajs is None or trajs.is_empty():
+        return {}
+    spreads: dict[str, float] = {}
+    if steps is not None and not steps.is_empty() and {"before", "after"} <= set(steps.columns):
+        for r in steps.select("trajectory_id", "step_index", "cumulative_speedup", "before", "after"
+                              ).iter_rows(named=True):
+            # the root's before is the baseline; the most improved step's after is the best
+            s = _spread(r["before"]) if r["step_index"] == 0 else 0.0
+            spreads[r["trajectory_id"]] = max(spreads.get(r["trajectory_id"], 0.0), s + _spread(r["after"]))
+    out: dict[str, dict[str, float]] = {}
+    for r in trajs.select("kernel_id", "trajectory_id", "speedup").iter_rows(named=True):
+        cur = out.get(r["kernel_id"])
+        if cur is None or r["speedup"] > cur["speedup"]:
+            out[r["kernel_id"]] = {"speedup": float(r["speedup"]),
+                                   "spread": spreads.get(r["trajectory_id"], 0.0)}
+    return out
+
+
+def release_diff(previous: str | Path, current: str | Path) -> dict[str, Any]:
+    """The comparison of the release folder ``current`` with ``previous``."""
+    previous, current = Path(previous), Path(current)
+
+    def ident(f: Path) -> str:
+        for name in ("manifest.json", "stats.json"):
+            if (f / name).is_file():
+                d = json.loads((f / name).read_text())
+                if d.get("name") and d.get("version"):
+                    return f"{d['name']}-{d['version']}"
+        return f.name
+
+    ps, cs = _read(previous, "steps.parquet"), _read(current, "steps.parquet")
+    pk, ck = _read(previous, "kernels.parquet"), _read(current, "kernels.parquet")
+    role = "role" if (cs is not None and "role" in cs.columns) else "outcome"
+    pkid = set(pk["kernel_id"].to_list()) if pk is not None else set()
+    ckid = set(ck["kernel_id"].to_list()) if ck is not None else set()
+    names = {}
+    for df in (pk, ck):
+        if df is not None and "name" in df.columns:
+            names.update(dict(zip(df["kernel_id"].to_list(), df["name"].to_list())))
+    pb, cb = best_speedups(previous), best_speedups(current)
+    kernels = []
+    for kid in sorted(set(pb) & set(cb)):
+        a, b = pb[kid], cb[kid]
+        tol = min(0.9, a["spread"] + b["spread"])
+        kernels.append({"kernel_id": kid, "name": names.get(kid, ""), "previous": a["speedup"],
+                        "current": b["speedup"], "ratio": b["speedup"] / a["speedup"],
+                        "tolerance": tol, "regression": b["speedup"] < a["speedup"] * (1 - tol)})
+    count = lambda df: 0 if df is None else len(df)  # noqa: E731
+    return {
+        "previous": ident(previous), "current": ident(current),
+        "counts": {"previous": {"kernels": len(pkid), "steps": count(ps),
+                                "trajectories": count(_read(previous, "trajectories.parquet"))},
+                   "current": {"kernels": len(ckid), "steps": count(cs),
+                               "trajectories": count(_read(current, "trajectories.parquet"))}},
+        "role_column": role,
+        "steps_per_role": _compare(_counts(ps, role), _counts(cs, role)),
+        "steps_per_strategy": _compare(_counts(ps, "strategy"), _counts(cs, "strategy")),
+        "steps_per_split": _compare(_counts(ps, "split"), _counts(cs, "split")),
+        "kernels_added": sorted(ckid - pkid), "kernels_removed": sorted(pkid - ckid),
+        "best_speedup": kernels,
+        "regressions": [k["kernel_id"] for k in kernels if k["regression"]],
+    }
+
+
+def card_section(d: dict[str, Any]) -> str:
+    """The card's "Changes since <previous>" section."""
+    c = d["counts"]
+    lines = [f"## Changes since {d['previous']}", "",
+             "| | previous | this release |", "| --- | ---: | ---: |",
+             *[f"| {k} | {c['previous'][k]} | {c['current'][k]} |" for k in ("kernels", "trajectories", "steps")],
+             "", f"Kernels added: {len(d['kernels_added'])}, removed: {len(d['kernels_removed'])}.", ""]
+    for title, key in ((f"steps per {d['role_column']}", "steps_per_role"),
+                       ("steps per strategy", "steps_per_strategy"), ("steps per split", "steps_per_split")):
+        rows = d[key]
+        if rows:
+            lines += [f"| {title} | previous | this release | change |", "| --- | ---: | ---: | ---: |",
+                      *[f"| `{k}` | {v['previous']} | {v['current']} | {v['change']:+d} |" for k, v in rows.items()],
+                      ""]
+    if d["best_speedup"]:
+        lines += ["Best speedup per kernel (a regression is a fall beyond the measured spread):", "",
+                  "| kernel | previous | this release | ratio | |", "| --- | ---: | ---: | ---: | --- |",
+                  *[f"| {k['name'] or k['kernel_id'][:12]} | {k['previous']:.3g} | {k['current']:.3g} | "
+                    f"{k['ratio']:.3f} | {'**regression**' if k['regression'] else ''} |"
+                    for k in d["best_speedup"]], ""]
+    lines += [f"Regressions beyond the spread: {len(d['regressions'])}. Full comparison: `{DIFF}`.", ""]
+    return "\n".join(lines)
+
+
+def write_diff(previous: str | Path, current: str | Path) -> dict[str, Any]:
+    """Write ``current/diff.json`` and append the section to ``current/README.md``."""
+    from ..records import write_text_atomic
+
+    current = Path(current)
+    d = release_diff(previous, current)
+    write_text_atomic(current / DIFF, json.dumps(d, indent=1) + "\n")
+    card = current / "README.md"
+    text = card.read_text() if card.is_file() else ""
+    write_text_atomic(card, text.rstrip("\n") + "\n\n" + card_section(d))
+    return d
+
+
+__all__ = ["DIFF", "best_speedups", "card_section", "release_diff", "write_diff"]
