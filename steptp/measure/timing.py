@@ -155,17 +155,11 @@ def load_kernel(program: Any):
         raise MeasureError(f"LEIR does not parse: {type(e).__name__}: {e}") from e
 
 
-def measure(program: Any, target=None, config: MeasureConfig | None = None) -> Timing:
-    """Build ``program`` once for ``target`` and time it (see the module docstring). Runs in
-    this process: use ``Measurer`` (or ``measure_isolated``) for untrusted kernels."""
+def _prepare(program: Any, target, config: MeasureConfig):
+    """Steps 1-3 of the protocol: (built module, inputs, calibrated ``number``)."""
     from ..tir import build as B
-    from ..tir.target import Target
     from .verify import random_inputs
 
-    config = config or MeasureConfig()
-    if isinstance(target, dict):
-        target = Target.from_dict(target)
-    target = target or B.default_target()
     kernel = load_kernel(program)
     try:
         built = B.build(kernel, target)
@@ -174,11 +168,27 @@ def measure(program: Any, target=None, config: MeasureConfig | None = None) -> T
     inputs = random_inputs(kernel, config.seed)
     for _ in range(config.warmup):
         B.run(built, inputs)
+    number = calibrate(lambda n: B.time(built, inputs, number=n, repeat=1).median,
+                       config.min_repeat_ms, config.max_number)
+    return built, inputs, number
 
-    def per_call(n: int) -> float:
-        return B.time(built, inputs, number=n, repeat=1).median
 
-    number = calibrate(per_call, config.min_repeat_ms, config.max_number)
+def _resolve(target, config):
+    from ..tir import build as B
+    from ..tir.target import Target
+
+    if isinstance(target, dict):
+        target = Target.from_dict(target)
+    return target or B.default_target(), config or MeasureConfig()
+
+
+def measure(program: Any, target=None, config: MeasureConfig | None = None) -> Timing:
+    """Build ``program`` once for ``target`` and time it (see the module docstring). Runs in
+    this process: use ``Measurer`` (or ``measure_isolated``) for untrusted kernels."""
+    from ..tir import build as B
+
+    target, config = _resolve(target, config)
+    built, inputs, number = _prepare(program, target, config)
 
     def repeats(n: int, r: int) -> list[float]:
         return list(B.time(built, inputs, number=n, repeat=r).results)
@@ -194,27 +204,10 @@ def measure_interleaved(programs: Sequence[Any], target=None, config: MeasureCon
     timings are compared to quote a ratio (a baseline and a best program). ``rounds`` defaults
     to ``config.repeats``. Runs in this process."""
     from ..tir import build as B
-    from ..tir.target import Target
-    from .verify import random_inputs
 
-    config = config or MeasureConfig()
-    if isinstance(target, dict):
-        target = Target.from_dict(target)
-    target = target or B.default_target()
+    target, config = _resolve(target, config)
     rounds = int(rounds or config.repeats)
-    prepared = []
-    for program in programs:
-        kernel = load_kernel(program)
-        try:
-            built = B.build(kernel, target)
-        except Exception as e:  # noqa: BLE001
-            raise MeasureError(f"build failed: {e}") from e
-        inputs = random_inputs(kernel, config.seed)
-        for _ in range(config.warmup):
-            B.run(built, inputs)
-        number = calibrate(lambda n, b=built, x=inputs: B.time(b, x, number=n, repeat=1).median,
-                           config.min_repeat_ms, config.max_number)
-        prepared.append((built, inputs, number))
+    prepared = [_prepare(p, target, config) for p in programs]
     samples: list[list[float]] = [[] for _ in prepared]
     for _ in range(rounds):
         for k, (built, inputs, number) in enumerate(prepared):
