@@ -332,6 +332,17 @@ def test_two_nightlies_give_two_releases_with_fresh_measurements(tmp_path):
     assert [r["id"] for r in listed] == [a_id, b_id] and listed[1]["latest"]
     assert all(r["dvc"] == "untracked" and r["counts"]["steps"] >= 1 for r in listed)
 
+    # the regression gate: were the first night far faster, tonight's rerun fails the build
+    t = pl.read_parquet(a / "data/trajectories.parquet")
+    t.with_columns(pl.col("speedup") * 100).write_parquet(a / "data/trajectories.parquet")
+    man_b = (b / "manifest.json").read_text()
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({**SMALL, "nightly": {"regression_gate": True}}))
+    r = subprocess.run([str(c) for c in rel + ["20260102"]], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 1 and "regression gate" in r.stderr, (r.stdout + r.stderr)[-3000:]
+    assert (b / "manifest.json").read_text() == man_b
+    assert len(json.loads((out / ".staging" / b_id / "diff.json").read_text())["regressions"]) == 2
+
 
 def _norm(df: pl.DataFrame) -> list[tuple]:
     return sorted(df.select(KEY).rows())
@@ -398,3 +409,4 @@ def test_dvc_repro_equals_steptp_release_then_versioned_and_restored(tmp_path):
     bad = subprocess.run([str(BIN / "steptp"), "pull", "steptp-small-9.9"], cwd=clone, env=env,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "release-steptp-small-9.9" in bad.stderr
+
