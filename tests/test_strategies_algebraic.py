@@ -87,6 +87,13 @@ def test_log_of_possibly_negative_values_is_refused():
     assert all("log(A[i])" not in c.text for c in cands)
 
 
+def test_logs_of_exponentials_are_not_combined():
+    # log(exp(a)/s) - log(exp(b)/t) combined divides two exponentials: it overflows where each
+    # log is finite (rlhf_token_kl on inputs of magnitude 100)
+    reason = refusal(K("log(exp(A[i]) / T0[i]) - log(exp(B[i]) / T0[i])"), "logsimp", SITE, {})
+    assert "multiply exponentials" in reason
+
+
 def test_safety_refuses_a_new_possibly_zero_denominator():
     ctx = SY.Ctx()
     a = parse("kernel k(A: f32[8], B: f32[8]) -> D: f32[8]\n D[i] = A[i] + B[i]\n")
