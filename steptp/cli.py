@@ -213,8 +213,25 @@ def extract(
                                  "template, see docs/zoo-leir.md) or a folder of them; repeat the "
                                  "option or separate paths with commas. Alone, or added to "
                                  "--zoo/--model/--problems"),
-        scale: float = typer.Option(1.0, "--scale", help="scale --problems sizes down by this "
-                                                         "factor, in (0, 1]"),
+        scale: str = typer.Option(
+            "1", "--scale", help="scale --problems sizes: a factor in (0, 1] (every size global "
+                                 "times it), 'elements=N' (each problem scaled so its largest "
+                                 "tensor has at most N elements, e.g. elements=1M; literal input "
+                                 "sizes shrink where the model accepts it) or 'seconds=T' (its "
+                                 "PyTorch forward pass takes at most T s)"),
+        memory_limit: Optional[int] = typer.Option(
+            None, "--memory-limit", help="MB of memory per worker (default: an equal share of "
+                                         "80% of the machine per job; --jobs is lowered if the "
+                                         "workers together would exceed it)"),
+        check_budget: float = typer.Option(
+            120.0, "--check-budget", help="seconds allowed for one kernel's raise check; a kernel "
+                                          "estimated (FLOPs, bytes) to need more is checked on a "
+                                          "reduced problem or skipped with the reason"),
+        scan_timeout: float = typer.Option(600.0, "--scan-timeout",
+                                           help="seconds allowed for scanning one workload"),
+        log: Optional[Path] = typer.Option(
+            None, "--log", help="progress log, a line per finished workload and kernel check "
+                                "(default: OUT with the suffix .log)"),
         size: str = typer.Option("tiny", "--size", help="size preset of zoo workloads: tiny or default"),
         dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16"),
         out: Path = typer.Option(Path("kernels.parquet"), "--out", "-o",
@@ -242,7 +259,7 @@ def extract(
       steptp extract --zoo tiny --out kernels.parquet --jobs 2
       steptp extract --zoo gemv,softmax,bert --model-check
       steptp extract --model mypkg.nets:make_net --inputs 'f32[1,3,32,32]'
-      steptp extract --problems kernelbench/level1 --scale 0.25 --size default
+      steptp extract --problems kernelbench/level1 --scale elements=1M --jobs 2
       steptp extract --leir my_kernels/ --leir extra.leir --out mine.parquet
       steptp extract --zoo leir --size default
 
@@ -259,8 +276,12 @@ def extract(
                                  "added to any of them, or used alone)")
     if inputs is not None and model is None:
         raise typer.BadParameter("--inputs goes with --model")
-    if not 0 < scale <= 1:
-        raise typer.BadParameter(f"--scale must be in (0, 1], got {scale}")
+    from .zoo.user import ScaleError, parse_scale
+
+    try:
+        parse_scale(scale)
+    except ScaleError as e:
+        raise typer.BadParameter(f"--scale: {e}") from None
     if size not in ("tiny", "default"):
         raise typer.BadParameter(f"--size must be tiny or default, got {size!r}")
     if dtype not in ("float32", "float16", "bfloat16"):
@@ -281,8 +302,15 @@ def extract(
     except (UnknownName, ValueError, ImportError, AttributeError, TypeError, OSError) as e:
         _err(f"cannot read the workloads: {e}")
         raise typer.Exit(2) from None
-    result = X.extract(refs, jobs=jobs, model_check=model_check, check=not no_check,
-                       progress=True, console=Console(stderr=True))
+    try:
+        result = X.extract(refs, jobs=jobs, model_check=model_check, check=not no_check,
+                           progress=True, console=Console(stderr=True),
+                           memory_limit_mb=memory_limit, check_budget_s=check_budget,
+                           scan_timeout_s=scan_timeout,
+                           log_path=log if log is not None else out.with_suffix(".log"))
+    except ValueError as e:
+        _err(str(e))
+        raise typer.Exit(2) from None
     table_path, summary = X.write(result, out)
     s = result.summary()
     t = Table(title=f"steptp extract: {s['models_tried']} models -> {table_path}")

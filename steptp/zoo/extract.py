@@ -34,11 +34,18 @@ name, number of calls) sorted by workload order then name; ``weight`` is the tot
 calls. The kernel id is the first 16 hex digits of the canonical LEIR hash (kernels that do not
 raise: of the SHA-256 of their TVMScript printed under the name ``k``).
 
-Tasks exchange only plain data (text, numbers), never TVM objects. With ``jobs > 1`` they run
-in ``spawn`` worker processes; a worker that dies (a crash inside TVM or torch) costs only its
-task: the pool is recreated, the unfinished tasks are rerun one at a time to find the culprit,
-and the culprit is reported as ``crashed``. Results are merged in workload order, so the output
-does not depend on ``jobs`` or on timing.
+Tasks exchange only plain data (text, numbers), never TVM objects. Bounds: with ``isolate``
+(the default for ``jobs > 1`` and for user code -- problem files and model factories) every task
+runs in a ``steptp.measure.worker`` process under a memory limit (RLIMIT_AS; default an equal
+share of 80% of the machine per job, and never more workers than the machine holds at the given
+limit), every scan under a deadline and every kernel check under a time budget; a worker that
+dies, runs out of memory or is killed at its deadline costs only its task, which is reported
+(``crashed``, ``timeout``, ``check-crashed``, over its budget). Before any check runs its cost
+is estimated from the kernel's FLOPs and bytes (``check_estimate``): a problem-file workload
+with a kernel over the budget is scanned again at a reduced scale, a kernel still over it is
+recorded as ``check-skipped`` with the estimate. A log file (``log_path``) gets a line per
+finished workload and kernel check. Results are merged in workload order, so the output does
+not depend on ``jobs`` or on timing.
 """
 
 from __future__ import annotations
@@ -369,6 +376,9 @@ def scan_workload(ref: WorkloadRef, model_check: bool = False,
     except Exception as e:  # noqa: BLE001 - reported per workload, the run goes on
         res.ok = False
         res.error = _short(e, 500)
+        limit = os.environ.get("STEPTP_WORKER_MEMORY_MB")
+        if limit and (isinstance(e, MemoryError) or "allocate memory" in str(e)):
+            res.error = f"over the worker's memory limit of {limit} MB: {res.error}"[:500]
         res.meta["traceback"] = traceback.format_exc(limit=6)[-2000:]
     res.seconds = time.perf_counter() - t0
     return res

@@ -284,6 +284,23 @@ def _convt2d_s(p, g):
                  padding=1)
 
 
+@_op("conv_transpose3d", "conv", {"n": 1, "cin": 2, "cout": 4, "dhw": 4, "k": 3},
+     {"n": 1, "cin": 32, "cout": 32, "dhw": 16, "k": 3})
+def _convt3d(p, g):
+    """ConvTranspose3d 3x3x3, stride 1 (steptp's converter: TVM's importer has none for 5-D)."""
+    d = p["dhw"]
+    return _conv(nn.ConvTranspose3d, p, g, (p["n"], p["cin"], d, d, d))
+
+
+@_op("conv_transpose3d_strided", "conv", {"n": 1, "cin": 2, "cout": 3, "dhw": 3, "k": 3},
+     {"n": 1, "cin": 64, "cout": 32, "dhw": 8, "k": 3})
+def _convt3d_s(p, g):
+    """ConvTranspose3d 3x3x3, stride 2, padding 1, output padding 1 (3-D U-Net upsampling)."""
+    d = p["dhw"]
+    return _conv(nn.ConvTranspose3d, p, g, (p["n"], p["cin"], d, d, d), stride=2, padding=1,
+                 output_padding=1)
+
+
 # ============================================================================ pooling
 def _pool(mod, shape, g):
     return mod, (randn(g, *shape),)
@@ -544,6 +561,22 @@ _red("prod_all", lambda x: torch.prod(1.0 + 0.001 * x),
 _red("argmax_dim", lambda x: torch.argmax(x, dim=1), "Argmax over dim 1 (int64 result).")
 _red("argmin_dim", lambda x: torch.argmin(x, dim=-1), "Argmin over the last dim (int64 result).")
 _red("var_dim", lambda x: torch.var(x, dim=-1), "Unbiased variance over the last dim.")
+# steptp's own converters (steptp.zoo.converters): values and indices as two reductions
+_red("max_dim_indices", lambda x: torch.max(x, dim=-1),
+     "torch.max over the last dim: values and int64 indices (max + argmax).", dtypes=("float32",))
+_red("min_dim_indices_keepdim", lambda x: torch.min(x, dim=1, keepdim=True),
+     "torch.min over dim 1 with keepdim: values and int64 indices (min + argmin).",
+     dtypes=("float32",))
+_red("topk_1", lambda x: torch.topk(x, 1, dim=-1),
+     "topk with k = 1 over the last dim: values and indices (max + argmax, no sort).",
+     dtypes=("float32",))
+_red("amax_dim", lambda x: torch.amax(x, dim=-1), "aten.amax over the last dim.")
+_red("amin_dims", lambda x: torch.amin(x, dim=(1, 2), keepdim=True),
+     "aten.amin over two dims with keepdim.")
+_red("prod_dim", lambda x: torch.prod(1.0 + 0.01 * x, dim=1),
+     "Product over dim 1 (aten.prod.dim_int) of 1 + 0.01 x.")
+_red("logsumexp_dim", lambda x: torch.logsumexp(x, dim=-1),
+     "torch.logsumexp over the last dim (decomposes to amax, exp, sum, log).")
 
 
 # ============================================================================ scans

@@ -21,25 +21,50 @@ an optional value range ``@LO:HI``::
 
 DTYPE is one of f16 bf16 f32 f64 i8 i16 i32 i64 u8 bool (or the torch names float32, int64, ...).
 
-Scaling problems down (``scale < 1``) — what exactly happens:
+Inputs: a tensor ``get_inputs()`` builds on the ``meta`` device is materialized as seeded random
+data of its shape and dtype (standard normal; integers in [0, 100); booleans), and so are meta
+parameters (``to_empty`` + normal * 0.1). A Python ``float`` becomes a 0-d float32 tensor input
+(kept as a constant bound into the model when the forward pass only accepts a number); a Python
+``int`` or ``bool`` is a constant bound into the model (``torch.export`` would specialise it).
+What was done is in ``meta["scale_used"][size]`` (``meta_inputs``, ``scalar_inputs``,
+``constant_inputs``).
+
+Scaling problems (``--scale``; :func:`parse_scale`) -- what exactly happens:
   1. The problem file is executed afresh (its own module object) for every build.
-  2. Every *module-level global* of the file whose value is an ``int`` (not ``bool``) with
-     ``abs(value) >= min_dim`` (default 16), or a tuple/list of ints, is replaced by
-     ``max(1, round(value * scale))`` element by element; a value that was a multiple of 8 is
+  2. A *factor* ``s`` < 1: every module-level global of the file whose value is an ``int`` (not
+     ``bool``) with ``abs(value) >= min_dim`` (default 16), or a tuple/list of ints, is replaced
+     by ``max(1, round(value * s))`` element by element; a value that was a multiple of 8 is
      rounded to a multiple of 8 (at least 8) so that alignment and divisibility by small
      head/group counts survive. Smaller ints (kernel sizes, strides, padding, dilation, the
      ``dim`` to reduce over, groups and head counts below ``min_dim``), floats, bools and
      strings are left alone.
   3. ``get_init_inputs()``, ``Model(*init_inputs)`` and ``get_inputs()`` are then called; they
      read the scaled globals at call time.
-  4. The scaled model is run once on the scaled inputs. If construction or that forward pass
-     fails, the next larger scale in ``scale, sqrt(scale), 1`` is tried; the scale actually used
-     is recorded in ``workload.meta["applied_scale"][size]`` (1.0 means unscaled).
-  Where it does not apply: sizes written as literals inside ``get_inputs``/``get_init_inputs``
-  or ``Model`` (``torch.randn(16, 1024)``), sizes computed inside those functions from
-  unscaled values, sizes held in floats, strings or dicts, and constraints between a scaled and
-  an unscaled number (``hidden = 48`` with ``num_heads = 12``: 48 -> 12 is still divisible,
-  but e.g. 40 -> 10 with 4 heads is not) -- those fall back to a larger scale or run unscaled.
+  4. Sizes are decided before anything is allocated: the problem is first built on the ``meta``
+     device and its forward pass run there, recording the largest tensor (input, parameter,
+     buffer or intermediate). With a factor, if the scaled problem fails to build or run, the
+     factors ``sqrt(s)``, ``s/2``, ``s/4`` and ``1`` are tried in that order, a *larger* one only
+     when its largest tensor has at most ``max_elements`` (``DEFAULT_MAX_ELEMENTS``) elements:
+     a problem that only builds at 1024x8192x8192 is reported, never checked at that size.
+  5. ``elements=N``: the largest factor on a ladder (1, 1/sqrt(2), 1/2, ... down to
+     ``MIN_FACTOR``) whose largest tensor has at most N elements. When no factor gets there
+     (sizes written as literals, ``torch.randn(10, 3, 224, 224)`` in ``get_inputs``), the batch
+     (dim 0) and spatial (dims 2.. of 3-D and larger inputs) input dimensions are halved, the
+     largest first and jointly across inputs that share the size, each step kept only when the
+     meta forward pass accepts the new shapes; the factories in ``get_inputs`` (``randn``,
+     ``rand``, ``randint``, ``zeros``, ``ones``, ``empty``, ``full``) are then called with the
+     new sizes. A problem that cannot get under N is an error naming its largest tensor.
+  6. ``seconds=T``: as ``elements=`` with ``max_elements``, then the factor is halved until one
+     PyTorch forward pass (after a warm-up) takes at most T seconds (timing-dependent: use
+     ``elements=`` for reproducible sizes).
+  7. The scaled model is run once on its real inputs. The factor used is recorded in
+     ``workload.meta["applied_scale"][size]`` (1.0 means no global was changed), the whole
+     decision (form, factor, largest tensor, input shapes, shrunk inputs) in
+     ``meta["scale_used"][size]`` and, through extraction, in the summary per workload.
+  Where it does not apply: sizes computed inside ``Model`` from literals, sizes held in floats,
+  strings or dicts, and constraints between a scaled and an unscaled number (``hidden = 48``
+  with ``num_heads = 12``: 48 -> 12 is still divisible, but e.g. 40 -> 10 with 4 heads is not)
+  -- those fall back to another factor or are reported.
 """
 
 from __future__ import annotations
@@ -620,6 +645,8 @@ def problem_workload(path: str | Path, scale: "float | str | Scale" = 1.0,
             try:
                 with torch.no_grad():
                     model.eval()(*inputs)
+                    if "scalar_inputs" in notes:  # int(s), range(s): eager runs, export fails
+                        torch.export.export(model, inputs)
             except Exception:
                 if "scalar_inputs" not in notes:
                     raise
