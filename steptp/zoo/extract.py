@@ -53,6 +53,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -611,7 +612,11 @@ class _Pool:
             self.pool = WorkerPool(
                 size=self.jobs, num_threads=1, memory_limit_mb=self.memory_limit_mb,
                 env={"STEPTP_WORKER_PRELOAD": "steptp.tir.build,torch,steptp.zoo.extract",
-                     "PYTHONWARNINGS": "ignore"})
+                     "PYTHONWARNINGS": "ignore",
+                     # a user model (pkg.module:factory) imports in a worker as it did here
+                     "PYTHONPATH": os.pathsep.join(
+                         p for p in (os.path.abspath(q or os.curdir) for q in sys.path)
+                         if os.path.isdir(p))})
         return self.pool
 
     def run(self, task: str, fn: Callable, payloads: Sequence[dict], timeouts: Sequence[float],
