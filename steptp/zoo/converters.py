@@ -125,6 +125,149 @@ def _convolution(node, importer):
     return bb.emit(relax.op.add(y, relax.op.reshape(bias, (1, -1, 1, 1, 1))))
 
 
+def _fallback(importer, name: str, node):
+    """TVM's own converter for ``name``; a NotImplementedError (reported as unsupported, the node
+    becomes opaque) when it has none."""
+    fn = importer.convert_map_tvm.get(name)
+    if fn is None:
+        raise NotImplementedError(f"{name}: this variant has no converter")
+    return fn(node)
+
+
+_SCATTER_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min", "mean": "mean"}
+
+
+def _scatter_add(node, importer):
+    x, dim, index, src = importer.retrieve_args(node)[:4]
+    return importer.block_builder.emit(
+        relax.op.scatter_elements(x, index, src, axis=int(dim), reduction="add"))
+
+
+def _scatter_reduce(node, importer):
+    args = importer.retrieve_args(node)
+    x, dim, index, src, reduce = args[:5]
+    include_self = bool(args[5]) if len(args) > 5 else node.kwargs.get("include_self", True)
+    if not include_self or reduce not in _SCATTER_REDUCE:
+        raise NotImplementedError(f"scatter_reduce reduce={reduce!r} include_self="
+                                  f"{include_self}: only include_self=True with "
+                                  f"{sorted(_SCATTER_REDUCE)}")
+    return importer.block_builder.emit(relax.op.scatter_elements(
+        x, index, src, axis=int(dim), reduction=_SCATTER_REDUCE[reduce]))
+
+
+def _index_put(node, importer):
+    """``x.index_put(indices, values)`` with fewer index tensors than dimensions (``x[i] = v``):
+    the remaining dimensions get full ``arange`` indices, so TVM's ``index_put`` (which needs
+    one index per dimension) applies."""
+    import numpy as np
+
+    args = importer.retrieve_args(node)
+    x, indices, values = args[0], list(args[1]), args[2]
+    accumulate = bool(args[3]) if len(args) > 3 else bool(node.kwargs.get("accumulate", False))
+    shape = [int(d) for d in importer.shape_of(x)]
+    if any(i is None for i in indices) or len(indices) >= len(shape):
+        return _fallback(importer, "index_put.default", node)
+    bb = importer.block_builder
+    ishape = np.broadcast_shapes(*[tuple(int(d) for d in importer.shape_of(i))
+                                   for i in indices])
+    rest = shape[len(indices):]
+    full = list(ishape) + rest
+    out = []
+    for i in indices:
+        r = bb.emit(relax.op.reshape(i, list(importer.shape_of(i)) + [1] * len(rest)))
+        out.append(bb.emit(relax.op.broadcast_to(
+            relax.op.astype(r, "int64"), full)))
+    for k, n in enumerate(rest):
+        ar = np.arange(n, dtype="int64").reshape([1] * (len(ishape) + k) + [n]
+                                                 + [1] * (len(rest) - k - 1))
+        out.append(bb.emit(relax.op.broadcast_to(relax.const(ar), full)))
+    vals = bb.emit(relax.op.broadcast_to(values, full))
+    return bb.emit(relax.op.index_put(x, relax.Tuple(out), vals, accumulate))
+
+
+def _addmv(node, importer):
+    args = importer.retrieve_args(node)
+    c, a, v = args[:3]
+    beta = node.kwargs.get("beta", 1)
+    alpha = node.kwargs.get("alpha", 1)
+    bb = importer.block_builder
+    mv = bb.emit(relax.op.matmul(a, v))
+    dtype = str(mv.ty.dtype) if hasattr(mv, "ty") else "float32"
+    if alpha != 1:
+        mv = bb.emit(relax.op.multiply(mv, relax.const(float(alpha), dtype)))
+    if beta == 0:
+        return mv
+    if beta != 1:
+        c = bb.emit(relax.op.multiply(c, relax.const(float(beta), dtype)))
+    return bb.emit(relax.op.add(c, mv))
+
+
+def _var_mean(node, importer):
+    x = importer.env[node.args[0]]
+    shape = [int(d) for d in importer.shape_of(x)]
+    axes = _axes(_arg(node, 1, "dim", None))
+    corr = node.kwargs.get("correction", 1)
+    corr = 1 if corr is None else float(corr)
+    keepdim = bool(node.kwargs.get("keepdim", False))
+    n = 1
+    for a in (axes if axes is not None else range(len(shape))):
+        n *= shape[a]
+    bb = importer.block_builder
+    mean = bb.emit(relax.op.mean(x, axes, keepdims=keepdim))
+    var = relax.op.variance(x, axes, keepdims=keepdim)
+    if corr:
+        var = relax.op.multiply(var, relax.const(n / max(n - corr, 1e-30), "float32"))
+    return bb.emit(relax.Tuple([bb.emit(var), mean]))
+
+
+def _unfold(node, importer):
+    """``Tensor.unfold(dim, size, step)``: a gather with a constant window index
+    (``idx[w, j] = w * step + j``) along ``dim``, the window axis moved last."""
+    import numpy as np
+
+    x = importer.env[node.args[0]]
+    dim, size, step = (int(a) for a in node.args[1:4])
+    shape = [int(d) for d in importer.shape_of(x)]
+    dim %= len(shape)
+    n = (shape[dim] - size) // step + 1
+    idx = (np.arange(n)[:, None] * step + np.arange(size)[None, :]).astype("int64")
+    bb = importer.block_builder
+    g = bb.emit(relax.op.take(x, relax.const(idx), axis=dim))  # (.., n, size, ..)
+    nd = len(shape) + 1
+    perm = [a for a in range(nd) if a != dim + 1] + [dim + 1]
+    return bb.emit(relax.op.permute_dims(g, perm))
+
+
+def _pairwise(bb, x1, x2, p: float):
+    d = bb.emit(relax.op.subtract(relax.op.expand_dims(x1, -2), relax.op.expand_dims(x2, -3)))
+    if p == 2.0:
+        return bb.emit(relax.op.sqrt(relax.op.sum(relax.op.multiply(d, d), [-1])))
+    if p == 1.0:
+        return bb.emit(relax.op.sum(relax.op.abs(d), [-1]))
+    raise NotImplementedError(f"cdist/pdist with p={p}: only p=1 and p=2")
+
+
+def _cdist(node, importer):
+    args = importer.retrieve_args(node)
+    return _pairwise(importer.block_builder, args[0], args[1], float(args[2]))
+
+
+def _pdist(node, importer):
+    """``F.pdist``: the pairwise distances of the rows, taken from the upper triangle (i < j) of
+    the full distance matrix."""
+    import numpy as np
+
+    args = importer.retrieve_args(node)
+    x, p = args[0], float(args[1]) if len(args) > 1 else 2.0
+    n = int(importer.shape_of(x)[0])
+    bb = importer.block_builder
+    full = _pairwise(bb, x, x, p)
+    iu = np.triu_indices(n, 1)
+    flat = (iu[0] * n + iu[1]).astype("int64")
+    return bb.emit(relax.op.take(bb.emit(relax.op.reshape(full, [n * n])), relax.const(flat),
+                                 axis=0))
+
+
 #: ATen operator name -> converter(node, importer)
 CONVERTERS: dict[str, Callable] = {
     "max.dim": _max_min_dim(True),
@@ -134,6 +277,14 @@ CONVERTERS: dict[str, Callable] = {
     "amin.default": _amax_amin(False),
     "prod.dim_int": _prod_dim,
     "convolution.default": _convolution,
+    "scatter_add.default": _scatter_add,
+    "scatter_reduce.two": _scatter_reduce,
+    "index_put.default": _index_put,
+    "addmv.default": _addmv,
+    "var_mean.correction": _var_mean,
+    "unfold.default": _unfold,
+    "_cdist_forward.default": _cdist,
+    "_pdist_forward.default": _pdist,
 }
 
 
