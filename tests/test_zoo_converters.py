@@ -87,3 +87,51 @@ def test_meta_inputs_are_seeded():
     a = w.build("default")[1][0]
     b = w.build("default")[1][0]
     assert not a.is_meta and a.shape == (4, 16) and torch.equal(a, b)
+
+
+# ----------------------------------------------------------------------------- survey converters
+SURVEY = Path(__file__).parent.parent / "benchmarks" / "problems" / "aten_survey"
+# problem file -> the kernel the operator must come out as (the converters beyond issue 16's list)
+SURVEY_EXPECTED = {
+    "scatter_add": "scatter_elements", "scatter_reduce_amax": "scatter_elements",
+    "scatter_src": "scatter_elements", "index_put": "index_put", "nn_fold": "index_put",
+    "tensor_unfold": "take", "cdist": "fused_expand_dims_expand_dims1_subtract_multiply_sum",
+    "pdist": "take", "var_mean": "variance", "addmv": "matmul",
+}
+
+
+@pytest.fixture(scope="module")
+def survey_extracted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("survey")
+    for name in SURVEY_EXPECTED:
+        (d / f"{name}.py").write_text((SURVEY / f"{name}.py").read_text())
+    return X.extract(X.refs_for_problems(d), isolate=False, model_check=True)
+
+
+@pytest.mark.parametrize("problem", sorted(SURVEY_EXPECTED))
+def test_survey_converter_extracts_and_matches_pytorch(survey_extracted, problem):
+    (scan,) = [s for s in survey_extracted.scans if s.workload == problem]
+    assert scan.ok and scan.unsupported == [], (scan.error, scan.unsupported)
+    names = {k.name for k in scan.kernels}
+    assert any(SURVEY_EXPECTED[problem] in n for n in names), names
+    recs = [r for r in survey_extracted.records
+            if any(o.workload == problem for o in r.occurrences)]
+    assert all(r.raise_ok for r in recs), [(r.name, r.raise_reason) for r in recs]
+    assert scan.model_check["passed"], scan.model_check
+
+
+def test_coverage_benchmark_reports_the_fixture_folder(tmp_path):
+    """The coverage benchmark on the folder of issue 16's causes: every problem fully
+    extracted, no failure."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent.parent
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "extraction.py"), "--problems",
+                        str(FIXTURES), "--jobs", "2", "--json"], capture_output=True, text=True,
+                       cwd=root, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (row,) = json.loads(r.stdout)
+    assert row["problems"] == len(list(FIXTURES.glob("*.py")))
+    assert row["fully_extracted"] == row["problems"] and row["failures_by_cause"] == []
