@@ -47,10 +47,12 @@ def _log(msg: str) -> None:
 
 # ---------------------------------------------------------------------------- extract
 @task(cache_policy=CACHE, persist_result=True, retries=1, retry_delay_seconds=2)
-def extract_kernels(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True) -> list[KernelRecord]:
+def extract_kernels(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True,
+                    memory_limit_mb: int = 0, check_budget_s: float = 120.0) -> list[KernelRecord]:
     from steptp.zoo import extract as X
 
-    res = X.extract(X.refs_for_zoo(zoo, size=size), jobs=jobs, check=check)
+    res = X.extract(X.refs_for_zoo(zoo, size=size), jobs=jobs, check=check,
+                    memory_limit_mb=memory_limit_mb or None, check_budget_s=check_budget_s)
     return list(res.records)
 
 
@@ -59,7 +61,8 @@ def extract_flow(p: dict[str, Any], work: str) -> str:
     """Writes ``work/kernels.parquet``; returns its path."""
     e = p.get("extract", {})
     ks = extract_kernels(e.get("zoo", "tiny"), e.get("size", "tiny"), int(e.get("jobs", 1)),
-                         bool(e.get("check", True)))
+                         bool(e.get("check", True)), int(e.get("memory_limit_mb") or 0),
+                         float(e.get("check_budget_s", 120.0)))
     _log(f"extract: {len(ks)} kernels ({sum(k.raise_ok for k in ks)} raise-checked)")
     return str(write_table(table(ks, KernelRecord), Path(work) / "kernels.parquet"))
 

@@ -220,8 +220,8 @@ def extract(
                                  "sizes shrink where the model accepts it) or 'seconds=T' (its "
                                  "PyTorch forward pass takes at most T s)"),
         memory_limit: Optional[int] = typer.Option(
-            None, "--memory-limit", help="MB of memory per worker (default: an equal share of "
-                                         "80% of the machine per job; --jobs is lowered if the "
+            None, "--memory-limit", help="MB of memory per worker (default or 0: an equal share "
+                                         "of 80% of the machine per job; --jobs is lowered if the "
                                          "workers together would exceed it)"),
         check_budget: float = typer.Option(
             120.0, "--check-budget", help="seconds allowed for one kernel's raise check; a kernel "
@@ -305,7 +305,7 @@ def extract(
     try:
         result = X.extract(refs, jobs=jobs, model_check=model_check, check=not no_check,
                            progress=True, console=Console(stderr=True),
-                           memory_limit_mb=memory_limit, check_budget_s=check_budget,
+                           memory_limit_mb=memory_limit or None, check_budget_s=check_budget,
                            scan_timeout_s=scan_timeout,
                            log_path=log if log is not None else out.with_suffix(".log"))
     except ValueError as e:

@@ -7,6 +7,11 @@ Scan and sort operators (``cumsum``, ``cumprod``, ``sort``, ``topk``) are not le
 ``LegalizeOps``; TVM lowers them in ``relax.backend.DispatchSortScan``, which needs a target
 context, so that pass runs first under the extraction target (the host CPU by default).
 
+Converters. ``steptp.zoo.converters`` supplies converters for ATen operators the TVM frontend
+lacks or converts into kernels the raise cannot read (``max.dim``/``min.dim``/``topk(k=1)`` as
+reductions with indices, ``amax``/``amin``, ``prod.dim_int``, ``conv_transpose3d``, ...); they
+take precedence over TVM's in both modes.
+
 Unsupported operators. With ``unsupported="opaque"`` (what extraction uses) an ATen operator that
 the TVM frontend has no converter for, or whose converter fails, is imported as an opaque
 ``relax.call_pure_packed("steptp.unsupported.<op>", ...)`` call with the operator's output
