@@ -482,10 +482,11 @@ def _probe(path: Path, scale: float, min_dim: int, shapes: dict | None = None) -
 
 
 def _ladder() -> list[float]:
-    out, s = [], 1.0
-    while s >= MIN_FACTOR:
-        out.append(s)
-        s /= math.sqrt(2)
+    """1, 1/sqrt(2), 1/2, ... down to MIN_FACTOR (powers of two exact)."""
+    out, k = [], 0
+    while 2 ** (-k / 2) >= MIN_FACTOR:
+        out.append(0.5 ** (k // 2) * (math.sqrt(0.5) if k % 2 else 1.0))
+        k += 1
     return out
 
 
