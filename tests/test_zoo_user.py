@@ -346,3 +346,12 @@ def test_factor_never_falls_back_past_the_size_cap(tmp_path):
     with pytest.raises(RuntimeError, match="over the cap") as e:
         w.build("default")
     assert "scale 1:" in str(e.value)  # named as not tried, never built: 8190^2 > 2^20
+
+
+def test_seconds_target_times_the_forward_pass(problems_dir):
+    (w, _conv) = user.load_problems(problems_dir, scale="seconds=30", tiny_scale=None)
+    m, (a, b) = w.build("default")
+    used = w.meta["scale_used"]["default"]
+    # a 256x128x64 matmul is far under 30 s: the size stays, the measured time is recorded
+    assert a.shape == (256, 128) and used["form"] == "seconds=30"
+    assert 0 < used["forward_seconds"] < 30

@@ -578,18 +578,6 @@ def check_task(payload: dict) -> CheckResult:
     return _check_task(*payload["args"])
 
 
-def _in_process(threads: int = 1) -> None:
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    try:
-        import torch
-
-        torch.set_num_threads(threads)
-    except Exception:  # noqa: BLE001
-        pass
-
-
 class _Pool:
     """Runs tasks in this process (``isolate=False``) or in ``steptp.measure.worker`` processes,
     each under a memory limit (RLIMIT_AS) and every task under a deadline (the worker's process
@@ -625,7 +613,6 @@ class _Pool:
         ``failed(i, status, reason)`` (status ``timeout``, ``crash`` or ``error``)."""
         results: list = [None] * len(payloads)
         if not self.isolate:
-            _in_process()
             for i, pl in enumerate(payloads):
                 results[i] = fn(pl)
                 on_done(i, results[i])
