@@ -135,3 +135,27 @@ def test_coverage_benchmark_reports_the_fixture_folder(tmp_path):
     (row,) = json.loads(r.stdout)
     assert row["problems"] == len(list(FIXTURES.glob("*.py")))
     assert row["fully_extracted"] == row["problems"] and row["failures_by_cause"] == []
+
+
+NEW_OPS = ["conv_transpose3d", "conv_transpose3d_strided", "max_dim_indices",
+           "min_dim_indices_keepdim", "topk_1", "amax_dim", "amin_dims", "prod_dim",
+           "logsumexp_dim", "var_mean_dim", "scatter_add", "index_put_rows", "unfold_windows",
+           "cdist"]
+
+
+@pytest.mark.parametrize("name", NEW_OPS)
+def test_operator_suite_workload_matches_pytorch(name):
+    from steptp.zoo.model_check import whole_model_check
+
+    r = whole_model_check(name, "tiny", rtol=1e-4, atol=1e-5)
+    assert r.error is None and r.passed, r
+
+
+def test_operator_suite_workloads_raise_and_check():
+    res = X.extract(X.refs_for_zoo(",".join(NEW_OPS)))
+    s = res.summary()
+    assert s["models_ok"] == len(NEW_OPS) and not [f for f in s["failures"]]
+    assert all(r.raise_ok for r in res.records)
+    names = {r.name for r in res.records}
+    assert {"argmax", "argmin", "max", "min", "fused_multiply_add_prod"} <= names
+    assert "topk" not in names

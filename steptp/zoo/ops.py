@@ -575,6 +575,8 @@ _red("amin_dims", lambda x: torch.amin(x, dim=(1, 2), keepdim=True),
      "aten.amin over two dims with keepdim.")
 _red("prod_dim", lambda x: torch.prod(1.0 + 0.01 * x, dim=1),
      "Product over dim 1 (aten.prod.dim_int) of 1 + 0.01 x.")
+_red("var_mean_dim", lambda x: torch.var_mean(x, dim=-1),
+     "torch.var_mean over the last dim (unbiased variance and mean).")
 _red("logsumexp_dim", lambda x: torch.logsumexp(x, dim=-1),
      "torch.logsumexp over the last dim (decomposes to amax, exp, sum, log).")
 
@@ -604,6 +606,39 @@ def _cumsum_rev(p, g):
     """Reverse (suffix) sum: flip, cumsum, flip."""
     return (_fn(lambda x: torch.flip(torch.cumsum(torch.flip(x, [-1]), dim=-1), [-1]), "rcumsum"),
             (randn(g, p["b"], p["d"]),))
+
+
+# ============================================================================ indexing (steptp converters)
+@_op("scatter_add", "indexing", {"b": 4, "n": 16, "k": 5}, {"b": 256, "n": 4096, "k": 512},
+     dtypes=("float32",))
+def _scatter_add(p, g):
+    """x.scatter_add(1, index, src): sums src into x at data-dependent columns."""
+    return (_fn(lambda x, i, s: x.scatter_add(1, i, s), "scatter_add"),
+            (randn(g, p["b"], p["n"]), randint(g, p["n"], p["b"], p["k"]),
+             randn(g, p["b"], p["k"])))
+
+
+@_op("index_put_rows", "indexing", {"n": 16, "d": 8, "k": 4}, {"n": 4096, "d": 512, "k": 256},
+     dtypes=("float32",))
+def _index_put_rows(p, g):
+    """x.index_put((rows,), v, accumulate=True): whole rows accumulated at given indices."""
+    return (_fn(lambda x, i, v: x.index_put((i,), v, accumulate=True), "index_put_rows"),
+            (randn(g, p["n"], p["d"]), randint(g, p["n"], p["k"]), randn(g, p["k"], p["d"])))
+
+
+@_op("unfold_windows", "indexing", {"b": 2, "l": 16, "w": 4, "s": 2},
+     {"b": 64, "l": 4096, "w": 64, "s": 32})
+def _unfold_windows(p, g):
+    """Tensor.unfold(1, w, s): overlapping windows, then their sums (a strided moving sum)."""
+    return (_fn(lambda x: x.unfold(1, p["w"], p["s"]).sum(-1), "unfold_windows"),
+            (randn(g, p["b"], p["l"]),))
+
+
+@_op("cdist", "indexing", {"m": 6, "n": 5, "d": 3}, {"m": 512, "n": 512, "d": 64})
+def _cdist(p, g):
+    """torch.cdist (p = 2): pairwise Euclidean distances."""
+    return (_fn(lambda a, b: torch.cdist(a, b), "cdist"),
+            (randn(g, p["m"], p["d"]), randn(g, p["n"], p["d"])))
 
 
 # ============================================================================ losses
