@@ -355,3 +355,34 @@ def test_seconds_target_times_the_forward_pass(problems_dir):
     # a 256x128x64 matmul is far under 30 s: the size stays, the measured time is recorded
     assert a.shape == (256, 128) and used["form"] == "seconds=30"
     assert 0 < used["forward_seconds"] < 30
+
+
+DATA_IN_INIT = '''
+import torch
+import torch.nn as nn
+
+N = 256
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.scale = float(torch.ones(1).sum()) * 0.5   # reads data: no meta-device build
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+def get_inputs():
+    return [torch.randn(N, N)]
+
+def get_init_inputs():
+    return [N]
+'''
+
+
+def test_elements_target_without_a_meta_build_probes_small_sizes_for_real(tmp_path):
+    (tmp_path / "p.py").write_text(DATA_IN_INIT)
+    w = user.problem_workload(tmp_path / "p.py", scale="elements=5000")
+    m, (x,) = w.build("default")
+    used = w.meta["scale_used"]["default"]
+    assert used["probed_on"] == "cpu" and x.shape == (64, 64) and used["largest_elements"] <= 5000

@@ -458,11 +458,13 @@ class _Probe:
     error: str = ""
 
 
-def _probe(path: Path, scale: float, min_dim: int, shapes: dict | None = None) -> _Probe:
+def _probe(path: Path, scale: float, min_dim: int, shapes: dict | None = None,
+           device: str = "meta") -> _Probe:
     """Build the problem on the ``meta`` device (shapes only, nothing allocated) and run its
     forward pass there, recording the largest tensor. ``largest`` is -1 when the problem does
-    not even build at this scale."""
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+    not even build at this scale. ``device="cpu"`` builds it for real (problems whose
+    construction needs data)."""
+    with torch.random.fork_rng(devices=[]), torch.device(device):
         try:
             model, inputs, _ = _instantiate(path, scale, min_dim, shapes)
         except Exception as e:  # noqa: BLE001 - e.g. a divisibility check in __init__
@@ -474,7 +476,7 @@ def _probe(path: Path, scale: float, min_dim: int, shapes: dict | None = None) -
         try:
             mode = _Largest()
             with torch.no_grad(), mode:
-                model.eval()(*[x.to("meta") if isinstance(x, torch.Tensor) else x
+                model.eval()(*[x.to(device) if isinstance(x, torch.Tensor) else x
                                for x in inputs])
             return _Probe(scale, max(largest, mode.n), shp, True)
         except Exception as e:  # noqa: BLE001 - data-dependent or meta-less operators
@@ -607,8 +609,23 @@ def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes
         if same >= 3:  # the size globals do not move the largest tensor: literal sizes
             break
     if base is None:
-        raise RuntimeError(f"{path.name}: does not build at any factor from 1 down to "
-                           f"{MIN_FACTOR:g}")
+        # nothing builds on the meta device (construction needs data): build for real from the
+        # smallest factor up, keeping the largest that fits
+        best = None
+        for c in reversed(ladder):
+            p = _probe(path, c, min_dim, device="cpu")
+            if p.largest < 0:
+                continue
+            if p.largest > limit:
+                break
+            best = p
+        if best is None:
+            raise RuntimeError(f"{path.name}: does not build at any factor from 1 down to "
+                               f"{MIN_FACTOR:g} within {limit} elements (on the meta device: "
+                               f"{_probe(path, 1.0, min_dim).error})")
+        notes["largest_elements"] = best.largest
+        notes["probed_on"] = "cpu"
+        return [(best.scale, {})]
     shrunk = _shrink_inputs(path, base, limit, min_dim)
     if shrunk is None:
         raise RuntimeError(
