@@ -28,6 +28,9 @@ EXPECTED = {
     "conv_transpose3d": {"fused_conv3d_transpose_add"},  # was: dimensionality 5 unsupported
     "scalar_input": {"multiply"},              # was: 'float' object has no attribute 'shape'
     "meta_inputs": {"fused_matmul_add_tir_tanh"},  # was: Cannot copy out of meta tensor
+    # survey: scans TVM cannot lower (steptp writes the sequential kernel)
+    "cummax_ties": {"cummax", "cummin"},
+    "logcumsumexp_wide": {"logcumsumexp"},
 }
 
 
@@ -49,7 +52,7 @@ def test_problem_extracts_fully_and_matches_pytorch(extracted, problem):
     assert recs and all(r.raise_ok for r in recs), [(r.name, r.raise_reason) for r in recs]
     mc = scan.model_check
     assert mc is not None and mc["passed"], mc
-    assert mc["max_abs_err"] < 1e-4
+    assert mc["max_abs_err"] < (1e-3 if problem == "logcumsumexp_wide" else 1e-4)
 
 
 def test_indices_are_int64_kernels_with_a_checked_argmax(extracted):

@@ -25,6 +25,7 @@ TVM's.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from tvm import relax
@@ -268,6 +269,85 @@ def _pdist(node, importer):
                                  axis=0))
 
 
+# -- sequential scans: TVM's scan lowering (DispatchSortScan) covers only cumsum/cumprod; these
+# write the same kind of kernel (one sequential loop per row, like TVM's cumsum) as TVMScript.
+_SCAN_TEMPLATE = """
+@T.prim_func(private=True, s_tir=True)
+def {name}(x: T.Buffer((T.int64({R}), T.int64({L})), "{dt}"), {outs}):
+    T.func_attr({{"tirx.noalias": True}})
+    with T.sblock("{name}_generic"):
+        T.reads()
+        T.writes()
+        for r in range(T.int64({R})):
+{init}
+            for j in range(T.int64({L1})):
+{step}
+"""
+_SCANS = {
+    # values and the index of the last extreme so far (ties: the latest index, as PyTorch)
+    "cummax": ("v[r, T.int64(0)] = x[r, T.int64(0)]\ni[r, T.int64(0)] = T.int64(0)",
+               "i[r, j + T.int64(1)] = T.Select(x[r, j + T.int64(1)] >= v[r, j], j + T.int64(1), "
+               "i[r, j])\nv[r, j + T.int64(1)] = T.max(v[r, j], x[r, j + T.int64(1)])"),
+    "cummin": ("v[r, T.int64(0)] = x[r, T.int64(0)]\ni[r, T.int64(0)] = T.int64(0)",
+               "i[r, j + T.int64(1)] = T.Select(x[r, j + T.int64(1)] <= v[r, j], j + T.int64(1), "
+               "i[r, j])\nv[r, j + T.int64(1)] = T.min(v[r, j], x[r, j + T.int64(1)])"),
+    # log(exp(a) + exp(b)) as max(a, b) + log(1 + exp(-|a - b|)): no overflow, no underflow
+    "logcumsumexp": ("v[r, T.int64(0)] = x[r, T.int64(0)]",
+                     "v[r, j + T.int64(1)] = T.max(v[r, j], x[r, j + T.int64(1)]) + T.log(T.float32(1) "
+                     "+ T.exp(T.float32(0) - T.fabs(v[r, j] - x[r, j + T.int64(1)])))"),
+}
+
+
+def _scan(kind: str, with_index: bool):
+    def convert(node, importer):
+        import tvm
+
+        x = importer.env[node.args[0]]
+        dim = int(_arg(node, 1, "dim", 0))
+        shape = [int(d) for d in importer.shape_of(x)]
+        dt = str(x.ty.dtype)
+        if kind == "logcumsumexp" and dt != "float32":
+            raise NotImplementedError(f"logcumsumexp on {dt}: float32 only")
+        nd = len(shape)
+        dim %= max(nd, 1)
+        bb = importer.block_builder
+        perm = [a for a in range(nd) if a != dim] + [dim]
+        xt = bb.emit(relax.op.permute_dims(x, perm)) if perm != list(range(nd)) else x
+        L = shape[dim] if nd else 1
+        R = max(1, int(math.prod(shape)) // max(L, 1))
+        x2 = bb.emit(relax.op.reshape(xt, [R, L]))
+        init, step = _SCANS[kind]
+        outs = f'v: T.Buffer((T.int64({R}), T.int64({L})), "{dt}")'
+        if with_index:
+            outs += f', i: T.Buffer((T.int64({R}), T.int64({L})), "int64")'
+        text = _SCAN_TEMPLATE.format(
+            name=kind, R=R, L=L, L1=L - 1, dt=dt, outs=outs,
+            init="\n".join(" " * 12 + ln for ln in init.splitlines()),
+            step="\n".join(" " * 16 + ln for ln in step.splitlines()))
+        if kind == "logcumsumexp":
+            text = text.replace("T.float32", f"T.{dt}")
+        f = tvm.script.from_source(text)
+        if isinstance(f, tvm.IRModule):
+            f = f[kind]
+        gv = bb.add_func(f, kind)
+        sinfo = [relax.TensorType([R, L], dt)] + ([relax.TensorType([R, L], "int64")]
+                                                  if with_index else [])
+        call = bb.emit(relax.call_tir(gv, [x2], sinfo if with_index else sinfo[0]))
+        tshape = [shape[a] for a in perm]
+        inv = [perm.index(a) for a in range(nd)]
+
+        def back(t):
+            t = bb.emit(relax.op.reshape(t, tshape))
+            return bb.emit(relax.op.permute_dims(t, inv)) if perm != list(range(nd)) else t
+
+        if not with_index:
+            return back(call)
+        return bb.emit(relax.Tuple([back(bb.emit(relax.TupleGetItem(call, 0))),
+                                    back(bb.emit(relax.TupleGetItem(call, 1)))]))
+
+    return convert
+
+
 #: ATen operator name -> converter(node, importer)
 CONVERTERS: dict[str, Callable] = {
     "max.dim": _max_min_dim(True),
@@ -285,6 +365,9 @@ CONVERTERS: dict[str, Callable] = {
     "unfold.default": _unfold,
     "_cdist_forward.default": _cdist,
     "_pdist_forward.default": _pdist,
+    "cummax.default": _scan("cummax", True),
+    "cummin.default": _scan("cummin", True),
+    "logcumsumexp.default": _scan("logcumsumexp", False),
 }
 
 
