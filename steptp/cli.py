@@ -314,14 +314,19 @@ def extract(
     table_path, summary = X.write(result, out)
     s = result.summary()
     t = Table(title=f"steptp extract: {s['models_tried']} models -> {table_path}")
-    for col in ("model", "kernels", "calls", "unsupported ops", "model check", "s"):
+    show_scale = any(w.get("scale_used") for w in s["workloads"])
+    for col in ("model", "kernels", "calls", "unsupported ops", "model check", "s") \
+            + (("scale",) if show_scale else ()):
         t.add_column(col, justify="left" if col in ("model", "unsupported ops") else "right")
     for w in s["workloads"]:
         mc = w.get("model_check")
+        su = w.get("scale_used") or {}
+        scale_col = ((f"{su['factor']:.3g}" + (" +shrunk inputs" if su.get("shrunk_inputs") else "")
+                      if su else "-"),) if show_scale else ()
         t.add_row(escape(w["workload"]) + ("" if w["ok"] else " [red](failed)[/red]"), str(w["kernels"]),
                   str(w["calls"]), ", ".join(w["unsupported_ops"]) or "-",
                   "-" if mc is None else ("pass" if mc["passed"] else "[red]FAIL[/red]"),
-                  f"{w['seconds']:.1f}")
+                  f"{w['seconds']:.1f}", *scale_col)
     console.print(t)
     for f in s["failures"]:
         what = f.get("op") or f.get("kernel") or ""

@@ -405,12 +405,14 @@ def test_check_over_budget_runs_on_a_reduced_problem_or_is_skipped(tmp_path):
     d.mkdir()
     (d / "mm.py").write_text(MATMUL_256)
     k = X.check_estimate(2 * 256 ** 3, 3 * 4 * 256 ** 2, [])[0]
-    assert 0.1 < k < 1.0  # 256^3 unscheduled, twice, three seeds: a fraction of a second
+    assert 0.5 < k < 3.0  # 256^3 unscheduled, 3 runs x 3 seeds: about a second and a half
     res = X.extract(X.refs_for_problems(d), isolate=False, check_budget_s=0.05)
     (row,) = res.summary()["workloads"]
-    assert row["check_reduced"]["from"] == "1" and 0.25 < float(row["check_reduced"]["to"]) <= 0.5
+    assert row["check_reduced"]["from"] == "1" and float(row["check_reduced"]["to"]) <= 0.5
     (rec,) = res.records
-    assert rec.raise_ok and [s.shape for s in rec.signature] == [[128, 128]] * 3
+    (n,) = {s.shape[0] for s in rec.signature}
+    assert rec.raise_ok and n < 256 and [s.shape for s in rec.signature] == [[n, n]] * 3
+    assert X.check_estimate(2 * n ** 3, 12 * n * n, [])[0] <= 0.05
     # a budget nothing fits: rescanned once, then skipped with the estimate, never run
     res = X.extract(X.refs_for_problems(d), isolate=False, check_budget_s=1e-6)
     (rec,) = res.records

@@ -143,7 +143,7 @@ def test_coverage_benchmark_reports_the_fixture_folder(tmp_path):
 NEW_OPS = ["conv_transpose3d", "conv_transpose3d_strided", "max_dim_indices",
            "min_dim_indices_keepdim", "topk_1", "amax_dim", "amin_dims", "prod_dim",
            "logsumexp_dim", "var_mean_dim", "scatter_add", "index_put_rows", "unfold_windows",
-           "cdist"]
+           "cdist", "cummax", "logcumsumexp"]
 
 
 @pytest.mark.parametrize("name", NEW_OPS)

@@ -641,6 +641,20 @@ def _cdist(p, g):
             (randn(g, p["m"], p["d"]), randn(g, p["n"], p["d"])))
 
 
+@_op("cummax", "scan", {"b": 4, "d": 32}, {"b": 128, "d": 4096}, dtypes=("float32",),
+     meta={"lowering": "steptp.zoo.converters (sequential scan kernel)"})
+def _cummax(p, g):
+    """torch.cummax over the last dim: running max and the (latest) index of it."""
+    return _fn(lambda x: torch.cummax(x, dim=-1), "cummax"), (randn(g, p["b"], p["d"]),)
+
+
+@_op("logcumsumexp", "scan", {"b": 4, "d": 32}, {"b": 128, "d": 4096}, dtypes=("float32",),
+     meta={"lowering": "steptp.zoo.converters (sequential scan kernel)"})
+def _logcumsumexp(p, g):
+    """torch.logcumsumexp over the last dim (a stable running log-add-exp)."""
+    return _fn(lambda x: torch.logcumsumexp(x, dim=-1), "logcumsumexp"), (randn(g, p["b"], p["d"]),)
+
+
 # ============================================================================ losses
 # Losses take (prediction, target) and reduce to a scalar (reduction="mean" unless noted).
 _LOSS_TINY = {"b": 8, "d": 16}
