@@ -123,6 +123,7 @@ def test_survey_converter_extracts_and_matches_pytorch(survey_extracted, problem
     assert scan.model_check["passed"], scan.model_check
 
 
+@pytest.mark.slow
 def test_coverage_benchmark_reports_the_fixture_folder(tmp_path):
     """The coverage benchmark on the folder of issue 16's causes: every problem fully
     extracted, no failure."""
