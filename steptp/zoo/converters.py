@@ -348,6 +348,33 @@ def _scan(kind: str, with_index: bool):
     return convert
 
 
+def _adaptive_max_pool2d(node, importer):
+    """``adaptive_max_pool2d`` whose output size divides the input size: fixed windows
+    ``(H/oh, W/ow)``. Values are a max and indices an argmax over each window, turned into
+    PyTorch's flat ``h * W + w`` index into the input plane."""
+    import numpy as np
+
+    x = importer.env[node.args[0]]
+    oh, ow = (int(v) for v in node.args[1])
+    n, c, h, w = (int(d) for d in importer.shape_of(x))
+    if h % oh or w % ow:
+        raise NotImplementedError(f"adaptive_max_pool2d {h}x{w} -> {oh}x{ow}: only output "
+                                  f"sizes that divide the input")
+    kh, kw = h // oh, w // ow
+    bb = importer.block_builder
+    win = bb.emit(relax.op.reshape(relax.op.permute_dims(
+        relax.op.reshape(x, [n, c, oh, kh, ow, kw]), [0, 1, 2, 4, 3, 5]), [n, c, oh, ow, kh * kw]))
+    vals = bb.emit(relax.op.max(win, [-1]))
+    local = bb.emit(relax.op.astype(relax.op.argmax(win, -1), "int64"))
+    base = (np.arange(oh)[:, None] * kh * w + np.arange(ow)[None, :] * kw).astype("int64")
+    idx = bb.emit(relax.op.add(
+        relax.op.add(relax.op.multiply(relax.op.floor_divide(local, relax.const(kw, "int64")),
+                                       relax.const(w, "int64")),
+                     relax.op.floor_mod(local, relax.const(kw, "int64"))),
+        relax.const(base, "int64")))
+    return bb.emit(relax.Tuple([vals, idx]))
+
+
 #: ATen operator name -> converter(node, importer)
 CONVERTERS: dict[str, Callable] = {
     "max.dim": _max_min_dim(True),
@@ -368,6 +395,7 @@ CONVERTERS: dict[str, Callable] = {
     "cummax.default": _scan("cummax", True),
     "cummin.default": _scan("cummin", True),
     "logcumsumexp.default": _scan("logcumsumexp", False),
+    "adaptive_max_pool2d.default": _adaptive_max_pool2d,
 }
 
 
