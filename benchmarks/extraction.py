@@ -9,6 +9,14 @@ also writes each suite's kernels table and summary there.
     python benchmarks/extraction.py --zoo tiny --jobs 2
     python benchmarks/extraction.py --zoo tiny --zoo ops,fused --size tiny --jobs 2 --json
 
+Coverage of problem folders (KernelBench-style files): ``--problems DIR`` (repeatable) prints per
+folder the problems tried, the problems fully extracted (scanned, no unsupported operator, every
+kernel raised and its raise check passed) and the failures grouped by cause (stage, operator,
+reason) with the problems each one costs:
+
+    python benchmarks/extraction.py --problems benchmarks/problems/aten_survey --jobs 2
+    python benchmarks/extraction.py --problems KernelBench/level1 --scale elements=1M --jobs 2
+
 The CI budget for ``--zoo tiny --jobs 2`` on 2 cores is ``--budget`` seconds (default 600); the
 exit code is 1 when a suite exceeds it or its raise success rate is below ``--min-rate``.
 """
@@ -49,6 +57,62 @@ def run_suite(spec: str, size: str, jobs: int, out_dir: Path | None) -> dict:
             "per_model_s": {w["workload"]: w["seconds"] for w in s["workloads"]}}
 
 
+def _cause(f: dict) -> tuple[str, str, str]:
+    """(stage, operator or kernel, reason) with the instance-specific tail cut off."""
+    reason = f["reason"]
+    if f["stage"] == "raise":
+        code = reason.split(":", 1)[0]
+        return "raise", f.get("kernel", ""), code if code in (
+            "not checked", "check-skipped", "check-crashed") else reason[:90]
+    return f["stage"], f.get("op", ""), reason[:90]
+
+
+def run_problems(directory: Path, scale: str, jobs: int, out_dir: Path | None,
+                 memory_limit_mb: int | None, check_budget_s: float,
+                 scan_timeout_s: float = 600.0) -> dict:
+    from steptp.zoo import extract as X
+
+    refs = X.refs_for_problems(directory, scale=scale)
+    t0 = time.perf_counter()
+    res = X.extract(refs, jobs=jobs, progress=sys.stderr.isatty(), memory_limit_mb=memory_limit_mb,
+                    check_budget_s=check_budget_s, scan_timeout_s=scan_timeout_s,
+                    log_path=None if out_dir is None else out_dir / f"{directory.name}.log")
+    wall = time.perf_counter() - t0
+    if out_dir is not None:
+        X.write(res, out_dir / f"kernels-{directory.name}.parquet")
+    s = res.summary()
+    recs_of: dict[str, list] = {}
+    for r in res.records:
+        for o in r.occurrences:
+            recs_of.setdefault(o.workload, []).append(r)
+    full = [sc.workload for sc in res.scans
+            if sc.ok and not sc.unsupported and recs_of.get(sc.workload)
+            and all(r.raise_ok for r in recs_of[sc.workload])]
+    causes: dict[tuple[str, str, str], set[str]] = {}
+    for f in s["failures"]:
+        causes.setdefault(_cause(f), set()).add(f["workload"])
+    rows = [{"stage": st, "what": what, "reason": why, "problems": sorted(ws)}
+            for (st, what, why), ws in sorted(causes.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    return {"folder": str(directory), "scale": scale, "jobs": res.options["jobs"],
+            "problems": len(res.scans), "fully_extracted": len(full),
+            "not_fully_extracted": sorted(set(sc.workload for sc in res.scans) - set(full)),
+            "wall_s": round(wall, 2), "unique_kernels": s["unique_kernels"],
+            "raise_ok": s["raise_ok"], "failures_by_cause": rows}
+
+
+def _print_problems(r: dict) -> None:
+    n, k = r["problems"], r["fully_extracted"]
+    print(f"\n== {r['folder']} (scale {r['scale']}, jobs {r['jobs']}): {n} problems tried, {k} "
+          f"fully extracted ({100 * k / max(1, n):.1f}%), {r['unique_kernels']} unique kernels, "
+          f"{r['raise_ok']} raise-checked, {r['wall_s']} s")
+    if r["failures_by_cause"]:
+        print("   failures by cause (problems affected):")
+    for c in r["failures_by_cause"]:
+        what = f" {c['what']}" if c["what"] else ""
+        ps = ", ".join(c["problems"][:6]) + (" ..." if len(c["problems"]) > 6 else "")
+        print(f"   {len(c['problems']):4d}  {c['stage']}{what}: {c['reason']}  [{ps}]")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--zoo", action="append", help="suite or workload names (repeatable); "
@@ -59,7 +123,27 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=600.0, help="seconds allowed per suite")
     ap.add_argument("--min-rate", type=float, default=0.98)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--problems", action="append", type=Path,
+                    help="a folder of KernelBench-style problem files (repeatable): coverage report")
+    ap.add_argument("--scale", default="1", help="--problems scale: a factor, elements=N or "
+                                                 "seconds=T (see steptp extract --help)")
+    ap.add_argument("--memory-limit", type=int, default=None, help="MB per worker")
+    ap.add_argument("--check-budget", type=float, default=120.0, help="seconds per kernel check")
+    ap.add_argument("--scan-timeout", type=float, default=600.0, help="seconds per problem scan")
     args = ap.parse_args()
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+    if args.problems:
+        prow = [run_problems(d, args.scale, args.jobs, args.out, args.memory_limit,
+                             args.check_budget, args.scan_timeout) for d in args.problems]
+        if args.json:
+            print(json.dumps(prow, indent=2))
+        else:
+            print(f"cores: {os.cpu_count()}, jobs: {args.jobs}")
+            for r in prow:
+                _print_problems(r)
+        if not args.zoo:
+            return 0
     rows = [run_suite(z, args.size, args.jobs, args.out) for z in (args.zoo or ["tiny"])]
     if args.json:
         print(json.dumps(rows, indent=2))

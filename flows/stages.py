@@ -80,8 +80,11 @@ def _log(msg: str) -> None:
 
 # ---------------------------------------------------------------------------- extract
 @task(cache_policy=cache_policy("extract"), persist_result=True, retries=1, retry_delay_seconds=2)
-def extract_kernels(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True) -> list[KernelRecord]:
-    return list(pipeline.extract(zoo, size, jobs, check).records)
+def extract_kernels(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True,
+                    memory_limit_mb: int | None = None, check_budget_s: float = 120.0
+                    ) -> list[KernelRecord]:
+    return list(pipeline.extract(zoo, size, jobs, check, memory_limit_mb=memory_limit_mb,
+                                 check_budget_s=check_budget_s).records)
 
 
 @flow(name="extract")

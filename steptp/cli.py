@@ -220,8 +220,25 @@ def extract(
                                  "template, see docs/zoo-leir.md) or a folder of them; repeat the "
                                  "option or separate paths with commas. Alone, or added to "
                                  "--zoo/--model/--problems"),
-        scale: float = typer.Option(1.0, "--scale", help="scale --problems sizes down by this "
-                                                         "factor, in (0, 1]"),
+        scale: str = typer.Option(
+            "1", "--scale", help="scale --problems sizes: a factor in (0, 1] (every size global "
+                                 "times it), 'elements=N' (each problem scaled so its largest "
+                                 "tensor has at most N elements, e.g. elements=1M; literal input "
+                                 "sizes shrink where the model accepts it) or 'seconds=T' (its "
+                                 "PyTorch forward pass takes at most T s)"),
+        memory_limit: Optional[int] = typer.Option(
+            None, "--memory-limit", help="MB of memory per worker (default or 0: an equal share "
+                                         "of 80% of the machine per job; --jobs is lowered if the "
+                                         "workers together would exceed it)"),
+        check_budget: Optional[float] = typer.Option(
+            None, "--check-budget", help="seconds allowed for one kernel's raise check; a kernel "
+                                          "estimated (FLOPs, bytes) to need more is checked on a "
+                                          "reduced problem or skipped with the reason (default 120)"),
+        scan_timeout: float = typer.Option(600.0, "--scan-timeout",
+                                           help="seconds allowed for scanning one workload"),
+        log: Optional[Path] = typer.Option(
+            None, "--log", help="progress log, a line per finished workload and kernel check "
+                                "(default: OUT with the suffix .log)"),
         size: Optional[str] = typer.Option(None, "--size", help="size preset of zoo workloads: tiny "
                                                                 "(the default) or default"),
         dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16"),
@@ -254,7 +271,7 @@ def extract(
       steptp extract --zoo tiny --out kernels.parquet --jobs 2
       steptp extract --zoo gemv,softmax,bert --model-check
       steptp extract --model mypkg.nets:make_net --inputs 'f32[1,3,32,32]'
-      steptp extract --problems kernelbench/level1 --scale 0.25 --size default
+      steptp extract --problems kernelbench/level1 --scale elements=1M --jobs 2
       steptp extract --leir my_kernels/ --leir extra.leir --out mine.parquet
       steptp extract --zoo leir --size default
       steptp extract --params params.yaml --out build/kernels.parquet
@@ -272,15 +289,22 @@ def extract(
             zoo = zoo or e["zoo"]
         size, jobs = size or e["size"], jobs or e["jobs"]
         no_check = no_check or not e["check"]
+        memory_limit = memory_limit or e["memory_limit_mb"]
+        check_budget = e["check_budget_s"] if check_budget is None else check_budget
     size, jobs = size or "tiny", jobs or 1
+    check_budget = 120.0 if check_budget is None else check_budget
     sources = [x for x in (zoo, model, problems) if x is not None]
     if len(sources) > 1 or (not sources and not leir):
         raise typer.BadParameter("give exactly one of --zoo, --model, --problems (--leir may be "
                                  "added to any of them, or used alone)")
     if inputs is not None and model is None:
         raise typer.BadParameter("--inputs goes with --model")
-    if not 0 < scale <= 1:
-        raise typer.BadParameter(f"--scale must be in (0, 1], got {scale}")
+    from .zoo.user import ScaleError, parse_scale
+
+    try:
+        parse_scale(scale)
+    except ScaleError as e:
+        raise typer.BadParameter(f"--scale: {e}") from None
     if size not in ("tiny", "default"):
         raise typer.BadParameter(f"--size must be tiny or default, got {size!r}")
     if dtype not in ("float32", "float16", "bfloat16"):
@@ -301,19 +325,31 @@ def extract(
     except (UnknownName, ValueError, ImportError, AttributeError, TypeError, OSError) as e:
         _err(f"cannot read the workloads: {e}")
         raise typer.Exit(2) from None
-    result = X.extract(refs, jobs=jobs, model_check=model_check, check=not no_check,
-                       progress=True, console=Console(stderr=True))
+    try:
+        result = X.extract(refs, jobs=jobs, model_check=model_check, check=not no_check,
+                           progress=True, console=Console(stderr=True),
+                           memory_limit_mb=memory_limit or None, check_budget_s=check_budget,
+                           scan_timeout_s=scan_timeout,
+                           log_path=log if log is not None else out.with_suffix(".log"))
+    except ValueError as e:
+        _err(str(e))
+        raise typer.Exit(2) from None
     table_path, summary = X.write(result, out)
     s = result.summary()
     t = Table(title=f"steptp extract: {s['models_tried']} models -> {table_path}")
-    for col in ("model", "kernels", "calls", "unsupported ops", "model check", "s"):
+    show_scale = any(w.get("scale_used") for w in s["workloads"])
+    for col in ("model", "kernels", "calls", "unsupported ops", "model check", "s") \
+            + (("scale",) if show_scale else ()):
         t.add_column(col, justify="left" if col in ("model", "unsupported ops") else "right")
     for w in s["workloads"]:
         mc = w.get("model_check")
+        su = w.get("scale_used") or {}
+        scale_col = ((f"{su['factor']:.3g}" + (" +shrunk inputs" if su.get("shrunk_inputs") else "")
+                      if su else "-"),) if show_scale else ()
         t.add_row(escape(w["workload"]) + ("" if w["ok"] else " [red](failed)[/red]"), str(w["kernels"]),
                   str(w["calls"]), ", ".join(w["unsupported_ops"]) or "-",
                   "-" if mc is None else ("pass" if mc["passed"] else "[red]FAIL[/red]"),
-                  f"{w['seconds']:.1f}")
+                  f"{w['seconds']:.1f}", *scale_col)
     console.print(t)
     for f in s["failures"]:
         what = f.get("op") or f.get("kernel") or ""

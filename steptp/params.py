@@ -54,7 +54,9 @@ def seed(p: Mapping[str, Any]) -> int:
 def extract_args(p: Mapping[str, Any]) -> dict[str, Any]:
     e = _section(p, "extract")
     return {"zoo": str(e.get("zoo", "tiny")), "size": str(e.get("size", "tiny")),
-            "jobs": max(1, int(e.get("jobs", 1))), "check": bool(e.get("check", True))}
+            "jobs": max(1, int(e.get("jobs", 1))), "check": bool(e.get("check", True)),
+            "memory_limit_mb": int(e["memory_limit_mb"]) if e.get("memory_limit_mb") else None,
+            "check_budget_s": float(e.get("check_budget_s", 120.0))}
 
 
 def search_args(p: Mapping[str, Any]) -> dict[str, Any]:

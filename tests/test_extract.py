@@ -124,7 +124,7 @@ def user_models(tmp_path, monkeypatch):
 
 def test_user_model_factory(user_models):
     refs = X.refs_for_model("xmodels.nets:make_mlp", "f32[4,16]")
-    res = X.extract(refs)
+    res = X.extract(refs, isolate=False)
     s = res.summary()
     assert s["models_ok"] == 1 and s["kernels_found"] >= 2
     assert all(r.raise_ok for r in res.records), [r.raise_reason for r in res.records]
@@ -134,7 +134,7 @@ def test_user_model_factory(user_models):
 
 
 def test_unsupported_operator_is_reported_and_the_rest_succeeds(user_models):
-    res = X.extract(X.refs_for_model("xmodels.nets:make_odd"))
+    res = X.extract(X.refs_for_model("xmodels.nets:make_odd"), isolate=False)
     s = res.summary()
     assert s["models_ok"] == 1
     assert s["workloads"][0]["unsupported_ops"] == ["lgamma.default"]
@@ -350,3 +350,100 @@ def test_cli_extract_bad_leir_names_file_and_position(tmp_path):
     assert r.exit_code == 2 and "rename one of them" in r.output
     r = CliRunner().invoke(app, ["extract", "--leir", str(tmp_path / "nope.leir")])
     assert r.exit_code == 2 and "no such file" in r.output
+
+
+# ----------------------------------------------------------------------------- bounds (issue 12)
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+
+
+def test_huge_problem_stays_under_its_memory_limit_and_is_reported(tmp_path):
+    """A folder with a 2 x 4 GiB problem, a stuck one and a small one: the huge one fails inside
+    its worker's memory limit, the stuck one at its deadline, the small one comes through."""
+    import resource
+
+    log = tmp_path / "extract.log"
+    refs = X.refs_for_problems(FIXTURES / "problems_bounds")
+    res = X.extract(refs, jobs=1, memory_limit_mb=2500, scan_timeout_s=10, log_path=log)
+    scans = {s.workload: s for s in res.scans}
+    assert scans["linear_relu"].ok and all(r.raise_ok for r in res.records)
+    huge = scans["huge_matmul"]
+    assert not huge.ok and "memory limit of 2500 MB" in huge.error
+    slow = scans["slow_inputs"]
+    assert not slow.ok and slow.stage == "timeout" and "10 s" in slow.error
+    assert res.options["memory_limit_mb"] == 2500 and res.options["isolated"]
+    # the workers' peak resident memory stayed under the limit (the parent never built a problem)
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 2500 * 1024
+    lines = log.read_text().splitlines()
+    assert sum(ln.split(" ", 1)[1].startswith("workload ") for ln in lines) == 3
+    assert any("huge_matmul: FAILED at build" in ln for ln in lines)
+    failures = {f["workload"]: f for f in res.summary()["failures"]}
+    assert set(failures) == {"huge_matmul", "slow_inputs"}
+
+
+MATMUL_256 = '''
+import torch
+import torch.nn as nn
+
+M = 256
+K = 256
+N = 256
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_check_over_budget_runs_on_a_reduced_problem_or_is_skipped(tmp_path):
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "mm.py").write_text(MATMUL_256)
+    k = X.check_estimate(2 * 256 ** 3, 3 * 4 * 256 ** 2, [])[0]
+    assert 0.5 < k < 3.0  # 256^3 unscheduled, 3 runs x 3 seeds: about a second and a half
+    res = X.extract(X.refs_for_problems(d), isolate=False, check_budget_s=0.05)
+    (row,) = res.summary()["workloads"]
+    assert row["check_reduced"]["from"] == "1" and float(row["check_reduced"]["to"]) <= 0.5
+    (rec,) = res.records
+    (n,) = {s.shape[0] for s in rec.signature}
+    assert rec.raise_ok and n < 256 and [s.shape for s in rec.signature] == [[n, n]] * 3
+    assert X.check_estimate(2 * n ** 3, 12 * n * n, [])[0] <= 0.05
+    # a budget nothing fits: rescanned once, then skipped with the estimate, never run
+    res = X.extract(X.refs_for_problems(d), isolate=False, check_budget_s=1e-6)
+    (rec,) = res.records
+    assert not rec.raise_ok and rec.raise_reason.startswith("check-skipped: estimated")
+    assert not res.checks[f"leir:{rec.leir_hash}"].passed
+
+
+def test_plan_workers_never_exceeds_the_machine():
+    machine = int(X.machine_memory_mb() * X.MEMORY_SHARE)
+    jobs, mb, note = X.plan_workers(4, None)
+    assert jobs == 4 and mb == machine // 4 and note == ""
+    jobs, mb, note = X.plan_workers(8, machine // 2)
+    assert jobs == 2 and mb == machine // 2 and "lowered from 8 to 2" in note
+    with pytest.raises(ValueError, match="too small"):
+        X.plan_workers(1, 100)
+
+
+def test_cli_extract_problems_with_an_element_target(tmp_path):
+    out = tmp_path / "k.parquet"
+    r = CliRunner().invoke(app, ["extract", "--problems", str(FIXTURES / "problems_literal"),
+                                 "--scale", "elements=64K", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    s = json.loads(X.summary_path(out).read_text())
+    (row,) = s["workloads"]
+    used = row["scale_used"]
+    assert used["form"] == "elements=65536" and used["largest_elements"] <= 65536
+    assert used["shrunk_inputs"][0][0] == [10, 3, 224, 224]
+    recs = read_records(out, KernelRecord)
+    assert recs and all(k.raise_ok for k in recs)
+    log = out.with_suffix(".log").read_text()
+    assert "workload conv_literal: " in log and "scale elements=65536" in log
+    bad = CliRunner().invoke(app, ["extract", "--problems", str(FIXTURES / "problems_literal"),
+                                   "--scale", "huge", "--out", str(out)])
+    assert bad.exit_code == 2 and "elements=N" in bad.output

@@ -253,3 +253,136 @@ def test_load_problems_errors(tmp_path):
         user.load_problems(tmp_path)
     with pytest.raises(ValueError):
         user.problem_workload(tmp_path / "x.py", scale=2.0)
+
+
+# ----------------------------------------------------------------------------- scale forms
+def test_parse_scale_forms_and_errors():
+    assert user.parse_scale(0.25) == user.Scale("factor", 0.25)
+    assert user.parse_scale("0.5") == user.Scale("factor", 0.5)
+    assert user.parse_scale("elements=1M") == user.Scale("elements", float(1 << 20))
+    assert user.parse_scale("elements=64k").value == 64000
+    assert user.parse_scale("ms=50") == user.Scale("seconds", 0.05)
+    assert str(user.parse_scale("elements=4096")) == "elements=4096"
+    for bad in ("2", "0", "elements=", "elements=-3", "size=4", "fast"):
+        with pytest.raises(user.ScaleError, match="scale"):
+            user.parse_scale(bad)
+
+
+LITERAL_CONV = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, kernel_size=3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+def get_inputs():
+    return [torch.randn(10, 3, 224, 224)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_elements_target_shrinks_literal_input_sizes(tmp_path):
+    (tmp_path / "conv.py").write_text(LITERAL_CONV)
+    w = user.problem_workload(tmp_path / "conv.py", scale="elements=65536")
+    m, (x,) = w.build("default")
+    used = w.meta["scale_used"]["default"]
+    # no size global to scale: the batch and spatial input dims shrink (channels stay 3)
+    assert x.shape[1] == 3 and x.shape[2] == x.shape[3] and x.numel() * 8 // 3 <= 65536
+    assert used["largest_elements"] <= 65536 and used["shrunk_inputs"][0][0] == [10, 3, 224, 224]
+    assert used["input_shapes"] == [list(x.shape)]
+    assert m(x).shape == (x.shape[0], 8, x.shape[2], x.shape[3])
+
+
+def test_elements_target_scales_globals(problems_dir):
+    (w, _conv) = user.load_problems(problems_dir, scale="elements=4096", tiny_scale=None)
+    m, (a, b) = w.build("default")
+    # 256x128 -> the largest factor on the ladder whose biggest tensor fits 4096 elements
+    assert a.numel() <= 4096 and b.numel() <= 4096 and a.shape[1] == b.shape[0]
+    assert 0 < w.meta["applied_scale"]["default"] < 1
+
+
+def test_target_that_cannot_be_met_is_an_error(tmp_path):
+    (tmp_path / "conv.py").write_text(LITERAL_CONV)
+    w = user.problem_workload(tmp_path / "conv.py", scale="elements=100")  # the weight has 216
+    with pytest.raises(RuntimeError, match="cannot fit the largest tensor into 100 elements"):
+        w.build("default")
+
+
+HUGE_ONLY_UNSCALED = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        assert dim % heads == 0, "dim must be a multiple of heads"
+        self.lin = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.lin(x)
+
+dim = 8190        # x 0.5 = 4095, x 0.25 = 2048, x 0.125 = 1024, x 0.0625 = 512: no multiple of 10
+heads = 10
+
+def get_inputs():
+    return [torch.randn(2, dim)]
+
+def get_init_inputs():
+    return [dim, heads]
+'''
+
+
+def test_factor_never_falls_back_past_the_size_cap(tmp_path):
+    (tmp_path / "p.py").write_text(HUGE_ONLY_UNSCALED)
+    w = user.problem_workload(tmp_path / "p.py", scale=0.25, tiny_scale=None,
+                              max_elements=1 << 20)
+    with pytest.raises(RuntimeError, match="over the cap") as e:
+        w.build("default")
+    assert "scale 1:" in str(e.value)  # named as not tried, never built: 8190^2 > 2^20
+
+
+def test_seconds_target_times_the_forward_pass(problems_dir):
+    (w, _conv) = user.load_problems(problems_dir, scale="seconds=30", tiny_scale=None)
+    m, (a, b) = w.build("default")
+    used = w.meta["scale_used"]["default"]
+    # a 256x128x64 matmul is far under 30 s: the size stays, the measured time is recorded
+    assert a.shape == (256, 128) and used["form"] == "seconds=30"
+    assert 0 < used["forward_seconds"] < 30
+
+
+DATA_IN_INIT = '''
+import torch
+import torch.nn as nn
+
+N = 256
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.scale = float(torch.ones(1).sum()) * 0.5   # reads data: no meta-device build
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+def get_inputs():
+    return [torch.randn(N, N)]
+
+def get_init_inputs():
+    return [N]
+'''
+
+
+def test_elements_target_without_a_meta_build_probes_small_sizes_for_real(tmp_path):
+    (tmp_path / "p.py").write_text(DATA_IN_INIT)
+    w = user.problem_workload(tmp_path / "p.py", scale="elements=5000")
+    m, (x,) = w.build("default")
+    used = w.meta["scale_used"]["default"]
+    assert used["probed_on"] == "cpu" and x.shape == (64, 64) and used["largest_elements"] <= 5000

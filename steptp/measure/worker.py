@@ -49,6 +49,9 @@ TASKS: dict[str, str] = {
     "time": "steptp.measure.tasks:time_task",
     "rpc_time": "steptp.measure.rpc:rpc_time_task",
     "ping": "steptp.measure.worker:ping_task",
+    # kernel extraction (steptp.zoo.extract): one workload scan, one raise check
+    "extract_scan": "steptp.zoo.extract:scan_task",
+    "extract_check": "steptp.zoo.extract:check_task",
     # Test-only entry point: misbehaves on purpose (abort, segfault, exit, hang, MemoryError) so
     # the tests exercise the failure paths through exactly the machinery real tasks use.
     "selftest": "steptp.measure.worker:selftest_task",

@@ -323,6 +323,10 @@ class _Raiser:
                 return []
             raise RaiseError("evaluate", str(s.value))
         if isinstance(s, tirx.AttrStmt):
+            if s.attr_key == "pragma_scope":
+                # a scheduling hint around a sequential body (TOPI's scatter / index_put
+                # kernels say "seq"): the loops inside carry the meaning
+                return self._stmt(s.body, env, depth)
             raise RaiseError(f"attr-stmt:{s.attr_key}")
         raise RaiseError(f"unsupported-stmt:{type(s).__name__}")
 

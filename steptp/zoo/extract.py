@@ -34,11 +34,18 @@ name, number of calls) sorted by workload order then name; ``weight`` is the tot
 calls. The kernel id is the first 16 hex digits of the canonical LEIR hash (kernels that do not
 raise: of the SHA-256 of their TVMScript printed under the name ``k``).
 
-Tasks exchange only plain data (text, numbers), never TVM objects. With ``jobs > 1`` they run
-in ``spawn`` worker processes; a worker that dies (a crash inside TVM or torch) costs only its
-task: the pool is recreated, the unfinished tasks are rerun one at a time to find the culprit,
-and the culprit is reported as ``crashed``. Results are merged in workload order, so the output
-does not depend on ``jobs`` or on timing.
+Tasks exchange only plain data (text, numbers), never TVM objects. Bounds: with ``isolate``
+(the default for ``jobs > 1`` and for user code -- problem files and model factories) every task
+runs in a ``steptp.measure.worker`` process under a memory limit (RLIMIT_AS; default an equal
+share of 80% of the machine per job, and never more workers than the machine holds at the given
+limit), every scan under a deadline and every kernel check under a time budget; a worker that
+dies, runs out of memory or is killed at its deadline costs only its task, which is reported
+(``crashed``, ``timeout``, ``check-crashed``, over its budget). Before any check runs its cost
+is estimated from the kernel's FLOPs and bytes (``check_estimate``): a problem-file workload
+with a kernel over the budget is scanned again at a reduced scale, a kernel still over it is
+recorded as ``check-skipped`` with the estimate. A log file (``log_path``) gets a line per
+finished workload and kernel check. Results are merged in workload order, so the output does
+not depend on ``jobs`` or on timing.
 """
 
 from __future__ import annotations
@@ -46,10 +53,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -79,7 +85,7 @@ class WorkloadRef:
     name: str
     source: str = ""
     inputs: str | None = None
-    scale: float = 1.0
+    scale: float | str = 1.0
     size: str = "tiny"
     dtype: str = "float32"
 
@@ -132,13 +138,15 @@ def refs_for_model(target: str, inputs: str | None = None, size: str = "tiny",
     return [WorkloadRef("factory", w.name, source=target, inputs=inputs, size=size, dtype=dtype)]
 
 
-def refs_for_problems(directory: str | os.PathLike, scale: float = 1.0, size: str = "default",
-                      dtype: str = "float32") -> list[WorkloadRef]:
-    """One reference per KernelBench-style problem file in ``directory`` (sorted by name)."""
+def refs_for_problems(directory: str | os.PathLike, scale: float | str = 1.0,
+                      size: str = "default", dtype: str = "float32") -> list[WorkloadRef]:
+    """One reference per KernelBench-style problem file in ``directory`` (sorted by name).
+    ``scale``: a factor, ``elements=N`` or ``seconds=T`` (``steptp.zoo.user.parse_scale``)."""
     from steptp.zoo import user
 
-    ws = user.load_problems(directory, scale=scale, tiny_scale=None)
-    return [WorkloadRef("problem", w.name, source=str(w.meta["source"]), scale=scale,
+    sc = str(user.parse_scale(scale))
+    ws = user.load_problems(directory, scale=sc, tiny_scale=None)
+    return [WorkloadRef("problem", w.name, source=str(w.meta["source"]), scale=sc,
                         size=size, dtype=dtype) for w in ws]
 
 
@@ -364,9 +372,14 @@ def scan_workload(ref: WorkloadRef, model_check: bool = False,
             res.model_check = {k: v for k, v in c.to_dict().items() if k != "target"}
         if w.meta.get("applied_scale"):
             res.meta["applied_scale"] = dict(w.meta["applied_scale"])
+        if w.meta.get("scale_used"):
+            res.meta["scale_used"] = w.meta["scale_used"].get(ref.size)
     except Exception as e:  # noqa: BLE001 - reported per workload, the run goes on
         res.ok = False
         res.error = _short(e, 500)
+        limit = os.environ.get("STEPTP_WORKER_MEMORY_MB")
+        if limit and (isinstance(e, MemoryError) or "allocate memory" in str(e)):
+            res.error = f"over the worker's memory limit of {limit} MB: {res.error}"[:500]
         res.meta["traceback"] = traceback.format_exc(limit=6)[-2000:]
     res.seconds = time.perf_counter() - t0
     return res
@@ -490,42 +503,150 @@ def _check_task(key: str, leir: str, tvmscript: str, native: bool) -> CheckResul
     return check_native(key, leir) if native else check_kernel(key, leir, tvmscript)
 
 
+# ----------------------------------------------------------------------------- bounds
+#: how fast an *unscheduled* kernel runs, for the check's cost estimate before it runs. A naive
+#: 512^3 float32 matmul alone reaches ~1.3 GFLOP/s here, but a 256x2048x2048 one in a busy
+#: extraction took 118 s for its check (~0.2 GFLOP/s over ~9 runs): long inner loops over wide
+#: rows miss the caches. Conservative figures; the deadline still bounds what they miss.
+NAIVE_FLOP_S = 2.0e8
+NAIVE_BYTE_S = 5.0e8
+#: program runs per seed in a raise check: the reference, the candidate, the candidate again
+#: with another output fill (the unwritten-output test on NaNs; on the first seed, the
+#: stale-buffer test), and the reference's float64 error-bound twin when the fixed tolerances
+#: fail somewhere (steptp.measure.verify)
+RUNS_PER_SEED = 4
+#: defaults of the per-task bounds (params.yaml ``extract``, ``steptp extract`` options)
+CHECK_BUDGET_S = 120.0
+SCAN_TIMEOUT_S = 600.0
+#: the workers together may use this share of the machine's memory
+MEMORY_SHARE = 0.8
+
+
+def machine_memory_mb() -> int:
+    """Physical memory, or the cgroup's limit when it is lower (what the OOM killer enforces)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            v = Path(f).read_text().strip()
+        except OSError:
+            continue
+        if v.isdigit():
+            total = min(total, int(v))
+    return int(total >> 20)
+
+
+def plan_workers(jobs: int, memory_limit_mb: int | None) -> tuple[int, int, str]:
+    """``(jobs, per-worker memory limit in MB, note)``: by default each worker gets an equal share
+    of ``MEMORY_SHARE`` of the machine; an explicit limit that, times ``jobs``, would exceed that
+    lowers ``jobs`` instead (never two workers that together exceed the machine)."""
+    machine = int(machine_memory_mb() * MEMORY_SHARE)
+    if memory_limit_mb is None:
+        return jobs, max(256, machine // jobs), ""
+    limit = int(memory_limit_mb)
+    if limit < 256:
+        raise ValueError(f"memory limit {limit} MB per worker is too small (TVM and torch "
+                         f"alone need about 1 GB of address space); give at least 1024")
+    fit = max(1, machine // limit)
+    if fit < jobs:
+        return fit, limit, (f"jobs lowered from {jobs} to {fit}: {jobs} workers of {limit} MB "
+                            f"would exceed {machine} MB ({MEMORY_SHARE:.0%} of the machine)")
+    return jobs, limit, ""
+
+
+def check_estimate(flops: int, bytes_moved: int, signature: Sequence[dict],
+                   seeds: int = 3) -> tuple[float, int]:
+    """``(seconds, bytes)`` the raise check of one kernel is expected to need, before it runs:
+    ``RUNS_PER_SEED`` unscheduled runs (the reference and the raised LEIR lowered) on every seed;
+    memory for each seed's inputs and the programs' outputs."""
+    import numpy as np
+
+    one = float(flops) / NAIVE_FLOP_S + float(bytes_moved) / NAIVE_BYTE_S
+    tensor_bytes = 0
+    for t in signature:
+        try:
+            item = np.dtype("bool" if t["dtype"] == "bool" else t["dtype"]).itemsize
+        except TypeError:
+            item = 4
+        n = 1
+        for d in t["shape"]:
+            n *= int(d)
+        tensor_bytes += n * item * (seeds if t.get("role") == "input" else 3)
+    return RUNS_PER_SEED * seeds * one, tensor_bytes
+
+
 # ----------------------------------------------------------------------------- running tasks
-def _init_worker(threads: int) -> None:
-    os.environ.setdefault("TVM_NUM_THREADS", str(threads))
-    import warnings
+def scan_task(payload: dict) -> WorkloadScan:
+    """Worker entry point (``steptp.measure.worker`` task ``extract_scan``)."""
+    return scan_workload(payload["ref"], payload.get("model_check", False), payload.get("target"))
 
-    warnings.filterwarnings("ignore")
-    try:
-        import torch
 
-        torch.set_num_threads(threads)
-    except Exception:  # noqa: BLE001
-        pass
+def check_task(payload: dict) -> CheckResult:
+    """Worker entry point (``steptp.measure.worker`` task ``extract_check``)."""
+    return _check_task(*payload["args"])
 
 
 class _Pool:
-    """A lazily started ``spawn`` process pool shared by both phases; ``jobs <= 1`` runs tasks in
-    this process. A pool whose worker died is shut down and replaced on the next use."""
+    """Runs tasks in this process (``isolate=False``) or in ``steptp.measure.worker`` processes,
+    each under a memory limit (RLIMIT_AS) and every task under a deadline (the worker's process
+    group is killed past it); a worker that dies or is killed costs only its task."""
 
-    def __init__(self, jobs: int):
-        self.jobs, self.pool, self.size = jobs, None, 0
+    def __init__(self, jobs: int, isolate: bool, memory_limit_mb: int):
+        self.jobs, self.isolate, self.memory_limit_mb = jobs, isolate, memory_limit_mb
+        self.pool = None
 
-    def get(self, workers: int) -> ProcessPoolExecutor:
-        if self.pool is not None and self.size != workers:
-            self.close()
+    def _workers(self):
         if self.pool is None:
-            import multiprocessing as mp
+            from concurrent.futures import ThreadPoolExecutor
 
-            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                            initializer=_init_worker, initargs=(1,))
-            self.size = workers
+            from steptp.measure.worker import WorkerPool
+
+            # Workers die with the *thread* that started them (PR_SET_PDEATHSIG), so the
+            # threads that start them live as long as the pool.
+            self.threads = ThreadPoolExecutor(max_workers=self.jobs)
+
+            self.pool = WorkerPool(
+                size=self.jobs, num_threads=1, memory_limit_mb=self.memory_limit_mb,
+                env={"STEPTP_WORKER_PRELOAD": "steptp.tir.build,torch,steptp.zoo.extract",
+                     "PYTHONWARNINGS": "ignore",
+                     # a user model (pkg.module:factory) imports in a worker as it did here
+                     "PYTHONPATH": os.pathsep.join(
+                         p for p in (os.path.abspath(q or os.curdir) for q in sys.path)
+                         if os.path.isdir(p))})
         return self.pool
+
+    def run(self, task: str, fn: Callable, payloads: Sequence[dict], timeouts: Sequence[float],
+            on_done: Callable[[int, Any], None], failed: Callable[[int, str, str], Any]) -> list:
+        """``fn(payload)`` for every payload; results in order. A task that did not finish gets
+        ``failed(i, status, reason)`` (status ``timeout``, ``crash`` or ``error``)."""
+        results: list = [None] * len(payloads)
+        if not self.isolate:
+            for i, pl in enumerate(payloads):
+                results[i] = fn(pl)
+                on_done(i, results[i])
+            return results
+        from concurrent.futures import as_completed
+
+        wp = self._workers()
+        futs = {self.threads.submit(wp.run, task, pl, timeouts[i]): i
+                for i, pl in enumerate(payloads)}
+        for fut in as_completed(futs):
+            i = futs[fut]
+            r = fut.result()
+            if r.ok:
+                results[i] = r.value
+            else:
+                why = r.reason or r.status
+                if r.status in ("crash", "error") and self.memory_limit_mb:
+                    why += f" (the worker's memory limit is {self.memory_limit_mb} MB)"
+                results[i] = failed(i, r.status, why)
+            on_done(i, results[i])
+        return results
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-        self.pool, self.size = None, 0
+            self.pool.close()
+            self.threads.shutdown(wait=True)
+        self.pool = None
 
     def __enter__(self):
         return self
@@ -534,48 +655,38 @@ class _Pool:
         self.close()
 
 
-def _run_tasks(pool: _Pool, fn: Callable, items: Sequence[tuple],
-               on_done: Callable[[int, Any], None], crashed: Callable[[int, str], Any]) -> list:
-    """Run ``fn(*items[i])`` for every i, in-process (jobs <= 1) or in the worker pool. Returns
-    the results in item order; a task whose worker died gets ``crashed(i, why)``. After a worker
-    death the unfinished tasks are rerun one at a time, so only the culprit is lost."""
-    from concurrent.futures import as_completed
-
-    results: list = [None] * len(items)
-    if pool.jobs <= 1:
-        for i, args in enumerate(items):
-            results[i] = fn(*args)
-            on_done(i, results[i])
-        return results
-    pending = list(range(len(items)))
-    while pending:
-        ex = pool.get(min(pool.jobs, len(pending)))
-        futs = {ex.submit(fn, *items[i]): i for i in pending}
-        broken: list[int] = []
-        for fut in as_completed(futs):
-            i = futs[fut]
-            try:
-                results[i] = fut.result()
-                on_done(i, results[i])
-            except BrokenProcessPool:
-                broken.append(i)
-        pending = []
-        if broken:
-            pool.close()
-            for i in sorted(broken):  # one at a time in a fresh single worker
-                try:
-                    results[i] = pool.get(1).submit(fn, *items[i]).result()
-                except BrokenProcessPool:
-                    pool.close()
-                    results[i] = crashed(i, "worker process died (a crash in TVM or torch)")
-                on_done(i, results[i])
-    return results
-
-
-def _crashed_scan(refs: Sequence[WorkloadRef]):
-    def make(i: int, why: str) -> WorkloadScan:
-        return WorkloadScan(workload=refs[i].name, suite="?", ok=False, error=why, stage="crashed")
+def _failed_scan(refs: Sequence[WorkloadRef], timeout_s: float):
+    def make(i: int, status: str, why: str) -> WorkloadScan:
+        if status == "timeout":
+            error = f"scan over its time limit: {why} (scan timeout {timeout_s:g} s)"
+        elif status == "crash":
+            error = f"worker process died (a crash in TVM or torch, or its memory limit): {why}"
+        else:
+            error = f"worker error: {why}"
+        return WorkloadScan(workload=refs[i].name, suite="?", ok=False, error=error[:500],
+                            stage="timeout" if status == "timeout" else "crashed")
     return make
+
+
+class _Log:
+    """One line per finished workload and kernel check, appended to a log file (progress that
+    needs no terminal)."""
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.f = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def __call__(self, msg: str) -> None:
+        if self.f is not None:
+            self.f.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + msg + "\n")
+            self.f.flush()
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+        self.f = None
 
 
 # ----------------------------------------------------------------------------- merge
@@ -620,6 +731,10 @@ class ExtractResult:
                 row["model_check"] = s.model_check
             if s.meta.get("applied_scale"):
                 row["applied_scale"] = s.meta["applied_scale"]
+            if s.meta.get("scale_used"):
+                row["scale_used"] = s.meta["scale_used"]
+            if s.meta.get("check_reduced"):
+                row["check_reduced"] = s.meta["check_reduced"]
             per_wl.append(row)
         mc = [s.model_check for s in self.scans if s.model_check is not None]
         total_s = self.seconds.get("total", 0.0)
@@ -684,14 +799,58 @@ def _record(group: list[tuple[WorkloadScan, KernelScan]], check: CheckResult | N
 
 
 # ----------------------------------------------------------------------------- entry point
+def _reduced_ref(ref: WorkloadRef, f: float) -> WorkloadRef:
+    """The same problem with its sizes scaled by about ``f`` (< 1) more."""
+    from dataclasses import replace
+
+    from steptp.zoo import user
+
+    sc = user.parse_scale(ref.scale)
+    if sc.kind == "factor":
+        new = user.Scale("factor", max(user.MIN_FACTOR, sc.value * f))
+    elif sc.kind == "elements":
+        new = user.Scale("elements", float(max(1, int(sc.value * f * f))))
+    else:
+        new = user.Scale("seconds", sc.value * f ** 3)
+    return replace(ref, scale=str(new))
+
+
+def _over_budget(k: KernelScan, budget_s: float, memory_mb: int | None) -> str:
+    """Why the raise check of ``k`` would exceed its bounds ("" when it fits)."""
+    est_s, est_b = check_estimate(k.flops, k.bytes_moved, k.signature)
+    if est_s > budget_s:
+        return (f"estimated {est_s:.0f} s for the check ({k.flops:.3g} FLOPs and "
+                f"{k.bytes_moved:.3g} bytes per run, unscheduled, {RUNS_PER_SEED} runs x 3 seeds) over "
+                f"the budget of {budget_s:g} s")
+    if memory_mb and est_b > (memory_mb << 20) // 2:
+        return (f"estimated {est_b >> 20} MB of tensors for the check, over half the "
+                f"worker's memory limit of {memory_mb} MB")
+    return ""
+
+
 def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = False,
-            check: bool = True, progress: bool = False, console=None) -> ExtractResult:
+            check: bool = True, progress: bool = False, console=None,
+            memory_limit_mb: int | None = None, check_budget_s: float = CHECK_BUDGET_S,
+            scan_timeout_s: float = SCAN_TIMEOUT_S, isolate: bool | None = None,
+            log_path: str | os.PathLike | None = None) -> ExtractResult:
     """Scan every workload, deduplicate, raise-check every unique kernel, build the records.
 
-    ``jobs``: worker processes (1: in this process). ``check=False`` skips the raise check
-    (records then say ``raise_ok=False``, reason ``not checked``; LEIR-native records keep
-    ``raise_ok=True``: they have no raise step). ``progress`` shows rich
-    progress bars on ``console``.
+    ``jobs``: worker processes. ``check=False`` skips the raise check (records then say
+    ``raise_ok=False``, reason ``not checked``; LEIR-native records keep ``raise_ok=True``: they
+    have no raise step). ``progress`` shows rich progress bars on ``console``.
+
+    Bounds. With ``isolate`` (default: when ``jobs > 1``, a memory limit is given, or a
+    workload is user code -- a problem file or a model factory) every task runs in a
+    ``steptp.measure.worker`` process under ``memory_limit_mb`` (default: an equal share of
+    ``MEMORY_SHARE`` of the machine per job; an explicit limit lowers ``jobs`` rather than let
+    the workers together exceed the machine); a scan gets ``scan_timeout_s``, a kernel check
+    ``check_budget_s``, and a task past its deadline or over its memory is killed and reported
+    (the run goes on). Before any check runs, its cost is estimated from the kernel's FLOPs and
+    bytes (``check_estimate``); a problem-file workload with a kernel over the budget is
+    scanned again at a reduced scale (recorded in its ``scale_used``), and a kernel still over
+    it is not run: its record says ``check-skipped`` with the estimate.
+
+    ``log_path``: a line per finished workload and per kernel check is appended there.
     """
     from steptp.tir.target import Target
 
@@ -699,43 +858,117 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if not refs:
         raise ValueError("no workloads to extract")
+    if check_budget_s <= 0 or scan_timeout_s <= 0:
+        raise ValueError("check_budget_s and scan_timeout_s must be positive")
+    asked_jobs = jobs
+    jobs, mem_mb, jobs_note = plan_workers(jobs, memory_limit_mb)
+    if isolate is None:
+        isolate = asked_jobs > 1 or memory_limit_mb is not None or \
+            any(r.kind in ("problem", "factory") for r in refs)
     tgt = Target.host_cpu()
     target_dict = tgt.tvm_dict()
     t0 = time.perf_counter()
     bar = _Progress(progress, console)
-    with bar, _Pool(jobs) as pool:
+    log = _Log(log_path)
+    if jobs_note:
+        log(jobs_note)
+    log(f"extract: {len(refs)} workloads, jobs {jobs}, "
+        + (f"isolated workers of {mem_mb} MB, scan timeout {scan_timeout_s:g} s, "
+           if isolate else "in process, ")
+        + f"check budget {check_budget_s:g} s")
+    refs = list(refs)
+    with bar, _Pool(jobs, isolate, mem_mb) as pool:
         task = bar.add("scan workloads", len(refs))
 
         def scanned(i: int, s: WorkloadScan) -> None:
             bar.advance(task, f"{s.workload}: {len(s.kernels)} kernels"
                         + ("" if s.ok else " [failed]"))
+            su = s.meta.get("scale_used") or {}
+            log(f"workload {s.workload}: " + (f"{len(s.kernels)} kernels" if s.ok else
+                                              f"FAILED at {s.stage}: {s.error}")
+                + (f", {len(s.unsupported)} unsupported ops" if s.unsupported else "")
+                + (f", scale {su.get('form')} (factor {su.get('factor'):g})"
+                   if su.get("form") else "") + f", {s.seconds:.1f} s")
 
-        items = [(r, model_check, target_dict) for r in refs]
-        scans = _run_tasks(pool, scan_workload, items, scanned, _crashed_scan(refs))
+        def scan(idx: list[int]) -> list[WorkloadScan]:
+            items = [{"ref": refs[i], "model_check": model_check, "target": target_dict}
+                     for i in idx]
+            return pool.run("extract_scan", scan_task, items, [scan_timeout_s] * len(items),
+                            scanned, _failed_scan([refs[i] for i in idx], scan_timeout_s))
+
+        scans = scan(list(range(len(refs))))
+        # kernels whose check would exceed the bounds: reduce their problems once
+        redo: dict[int, float] = {}
+        for i, sc in enumerate(scans):
+            if refs[i].kind != "problem" or not check:
+                continue
+            for k in sc.kernels:
+                if k.raise_reason or k.native:
+                    continue
+                est_s, _b = check_estimate(k.flops, k.bytes_moved, k.signature)
+                if _over_budget(k, check_budget_s, mem_mb if isolate else None):
+                    f = max(1 / 16, min(0.5, 0.8 * (check_budget_s / max(est_s, 1e-9)) ** (1 / 3)))
+                    redo[i] = min(redo.get(i, 1.0), f)
+        if redo:
+            idx = sorted(redo)
+            old = {i: refs[i] for i in idx}
+            for i in idx:
+                refs[i] = _reduced_ref(refs[i], redo[i])
+                log(f"workload {refs[i].name}: a kernel's check is over its bounds at scale "
+                    f"{old[i].scale}; scanning again at scale {refs[i].scale}")
+            task = bar.add("re-scan at a reduced scale", len(idx))
+            for i, sc in zip(idx, scan(idx)):
+                sc.meta["check_reduced"] = {"from": str(old[i].scale), "to": str(refs[i].scale)}
+                scans[i] = sc
         t1 = time.perf_counter()
         groups, order = _merge(scans)
-        to_check = [(key, groups[key][0][1].leir, groups[key][0][1].tvmscript,
-                     groups[key][0][1].native)
-                    for key in order if not groups[key][0][1].raise_reason]
+        skipped: dict[str, CheckResult] = {}
+        to_check = []
+        for key in order:
+            k = groups[key][0][1]
+            if k.raise_reason:
+                continue
+            why = "" if k.native else _over_budget(k, check_budget_s, mem_mb if isolate else None)
+            if why and check:
+                skipped[key] = CheckResult(key, False, None, f"check-skipped: {why}")
+                log(f"kernel {k.name} ({k.kernel_id}): check skipped: {why}")
+                continue
+            to_check.append((key, k.leir, k.tvmscript, k.native))
         checks: dict[str, CheckResult] = {}
         if check and to_check:
             ctask = bar.add("raise check (unique kernels)", len(to_check))
 
             def checked(i: int, c: CheckResult) -> None:
                 checks[c.key] = c
-                bar.advance(ctask, groups[c.key][0][1].name + ("" if c.passed else " [failed]"))
+                k = groups[c.key][0][1]
+                bar.advance(ctask, k.name + ("" if c.passed else " [failed]"))
+                log(f"kernel {k.name} ({k.kernel_id}): check "
+                    + ("passed" if c.passed else f"FAILED: {c.reason}") + f", {c.seconds:.1f} s")
 
-            def crashed(i: int, why: str) -> CheckResult:
-                return CheckResult(to_check[i][0], False, None, f"check-crashed: {why}")
+            def failed(i: int, status: str, why: str) -> CheckResult:
+                what = f"check over its budget: {why}" if status == "timeout" else \
+                    f"check-crashed: {why}"
+                return CheckResult(to_check[i][0], False, None, what[:500])
 
-            _run_tasks(pool, _check_task, to_check, checked, crashed)
+            pool.run("extract_check", check_task, [{"args": a} for a in to_check],
+                     [check_budget_s] * len(to_check), checked, failed)
+        checks.update(skipped)
     t2 = time.perf_counter()
     records = [_record(groups[key], checks.get(key), tgt.key) for key in order]
+    n_ok = sum(1 for r in records if r.raise_ok)
+    log(f"extract done: {sum(1 for s in scans if s.ok)}/{len(scans)} workloads, "
+        f"{len(records)} unique kernels, {n_ok} raise ok, {t2 - t0:.1f} s")
+    log.close()
+    options = {"jobs": jobs, "model_check": model_check, "check": check,
+               "sizes": sorted({r.size for r in refs}), "dtypes": sorted({r.dtype for r in refs}),
+               "isolated": bool(isolate), "check_budget_s": check_budget_s}
+    if isolate:
+        options.update(memory_limit_mb=mem_mb, scan_timeout_s=scan_timeout_s)
+    if jobs_note:
+        options["jobs_note"] = jobs_note
     return ExtractResult(
         records=records, scans=list(scans), checks=checks, target=tgt.to_dict(),
-        seconds={"scan": t1 - t0, "check": t2 - t1, "total": t2 - t0},
-        options={"jobs": jobs, "model_check": model_check, "check": check,
-                 "sizes": sorted({r.size for r in refs}), "dtypes": sorted({r.dtype for r in refs})})
+        seconds={"scan": t1 - t0, "check": t2 - t1, "total": t2 - t0}, options=options)
 
 
 class _Progress:

@@ -33,10 +33,21 @@ def export(module: torch.nn.Module, inputs: tuple) -> "torch.export.ExportedProg
 
 
 def to_relax(ep, keep_params_as_input: bool = False):
-    """``from_exported_program``; the Relax IRModule (parameters bound unless asked otherwise)."""
-    from tvm.relax.frontend.torch import from_exported_program
+    """``from_exported_program`` with steptp's own converters (``steptp.zoo.converters``, the
+    same the extraction uses); the Relax IRModule (parameters bound unless asked otherwise)."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
-    return from_exported_program(ep, keep_params_as_input=keep_params_as_input)
+    from steptp.zoo import converters
+
+    ep = ep.run_decompositions()
+    importer = ExportedProgramImporter()
+    names = {n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"}
+    custom = {}
+    for n in sorted(names):
+        f = converters.bind(n, importer)
+        if f is not None:
+            custom[n] = (lambda f: lambda node, _importer: f(node))(f)
+    return importer.from_exported_program(ep, keep_params_as_input, False, False, custom)
 
 
 @dataclass

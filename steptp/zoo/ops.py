@@ -284,6 +284,23 @@ def _convt2d_s(p, g):
                  padding=1)
 
 
+@_op("conv_transpose3d", "conv", {"n": 1, "cin": 2, "cout": 4, "dhw": 4, "k": 3},
+     {"n": 1, "cin": 32, "cout": 32, "dhw": 16, "k": 3})
+def _convt3d(p, g):
+    """ConvTranspose3d 3x3x3, stride 1 (steptp's converter: TVM's importer has none for 5-D)."""
+    d = p["dhw"]
+    return _conv(nn.ConvTranspose3d, p, g, (p["n"], p["cin"], d, d, d))
+
+
+@_op("conv_transpose3d_strided", "conv", {"n": 1, "cin": 2, "cout": 3, "dhw": 3, "k": 3},
+     {"n": 1, "cin": 64, "cout": 32, "dhw": 8, "k": 3})
+def _convt3d_s(p, g):
+    """ConvTranspose3d 3x3x3, stride 2, padding 1, output padding 1 (3-D U-Net upsampling)."""
+    d = p["dhw"]
+    return _conv(nn.ConvTranspose3d, p, g, (p["n"], p["cin"], d, d, d), stride=2, padding=1,
+                 output_padding=1)
+
+
 # ============================================================================ pooling
 def _pool(mod, shape, g):
     return mod, (randn(g, *shape),)
@@ -544,6 +561,24 @@ _red("prod_all", lambda x: torch.prod(1.0 + 0.001 * x),
 _red("argmax_dim", lambda x: torch.argmax(x, dim=1), "Argmax over dim 1 (int64 result).")
 _red("argmin_dim", lambda x: torch.argmin(x, dim=-1), "Argmin over the last dim (int64 result).")
 _red("var_dim", lambda x: torch.var(x, dim=-1), "Unbiased variance over the last dim.")
+# steptp's own converters (steptp.zoo.converters): values and indices as two reductions
+_red("max_dim_indices", lambda x: torch.max(x, dim=-1),
+     "torch.max over the last dim: values and int64 indices (max + argmax).", dtypes=("float32",))
+_red("min_dim_indices_keepdim", lambda x: torch.min(x, dim=1, keepdim=True),
+     "torch.min over dim 1 with keepdim: values and int64 indices (min + argmin).",
+     dtypes=("float32",))
+_red("topk_1", lambda x: torch.topk(x, 1, dim=-1),
+     "topk with k = 1 over the last dim: values and indices (max + argmax, no sort).",
+     dtypes=("float32",))
+_red("amax_dim", lambda x: torch.amax(x, dim=-1), "aten.amax over the last dim.")
+_red("amin_dims", lambda x: torch.amin(x, dim=(1, 2), keepdim=True),
+     "aten.amin over two dims with keepdim.")
+_red("prod_dim", lambda x: torch.prod(1.0 + 0.01 * x, dim=1),
+     "Product over dim 1 (aten.prod.dim_int) of 1 + 0.01 x.")
+_red("var_mean_dim", lambda x: torch.var_mean(x, dim=-1),
+     "torch.var_mean over the last dim (unbiased variance and mean).")
+_red("logsumexp_dim", lambda x: torch.logsumexp(x, dim=-1),
+     "torch.logsumexp over the last dim (decomposes to amax, exp, sum, log).")
 
 
 # ============================================================================ scans
@@ -571,6 +606,53 @@ def _cumsum_rev(p, g):
     """Reverse (suffix) sum: flip, cumsum, flip."""
     return (_fn(lambda x: torch.flip(torch.cumsum(torch.flip(x, [-1]), dim=-1), [-1]), "rcumsum"),
             (randn(g, p["b"], p["d"]),))
+
+
+# ============================================================================ indexing (steptp converters)
+@_op("scatter_add", "indexing", {"b": 4, "n": 16, "k": 5}, {"b": 256, "n": 4096, "k": 512},
+     dtypes=("float32",))
+def _scatter_add(p, g):
+    """x.scatter_add(1, index, src): sums src into x at data-dependent columns."""
+    return (_fn(lambda x, i, s: x.scatter_add(1, i, s), "scatter_add"),
+            (randn(g, p["b"], p["n"]), randint(g, p["n"], p["b"], p["k"]),
+             randn(g, p["b"], p["k"])))
+
+
+@_op("index_put_rows", "indexing", {"n": 16, "d": 8, "k": 4}, {"n": 4096, "d": 512, "k": 256},
+     dtypes=("float32",))
+def _index_put_rows(p, g):
+    """x.index_put((rows,), v, accumulate=True): whole rows accumulated at given indices."""
+    return (_fn(lambda x, i, v: x.index_put((i,), v, accumulate=True), "index_put_rows"),
+            (randn(g, p["n"], p["d"]), randint(g, p["n"], p["k"]), randn(g, p["k"], p["d"])))
+
+
+@_op("unfold_windows", "indexing", {"b": 2, "l": 16, "w": 4, "s": 2},
+     {"b": 64, "l": 4096, "w": 64, "s": 32})
+def _unfold_windows(p, g):
+    """Tensor.unfold(1, w, s): overlapping windows, then their sums (a strided moving sum)."""
+    return (_fn(lambda x: x.unfold(1, p["w"], p["s"]).sum(-1), "unfold_windows"),
+            (randn(g, p["b"], p["l"]),))
+
+
+@_op("cdist", "indexing", {"m": 6, "n": 5, "d": 3}, {"m": 512, "n": 512, "d": 64})
+def _cdist(p, g):
+    """torch.cdist (p = 2): pairwise Euclidean distances."""
+    return (_fn(lambda a, b: torch.cdist(a, b), "cdist"),
+            (randn(g, p["m"], p["d"]), randn(g, p["n"], p["d"])))
+
+
+@_op("cummax", "scan", {"b": 4, "d": 32}, {"b": 128, "d": 4096}, dtypes=("float32",),
+     meta={"lowering": "steptp.zoo.converters (sequential scan kernel)"})
+def _cummax(p, g):
+    """torch.cummax over the last dim: running max and the (latest) index of it."""
+    return _fn(lambda x: torch.cummax(x, dim=-1), "cummax"), (randn(g, p["b"], p["d"]),)
+
+
+@_op("logcumsumexp", "scan", {"b": 4, "d": 32}, {"b": 128, "d": 4096}, dtypes=("float32",),
+     meta={"lowering": "steptp.zoo.converters (sequential scan kernel)"})
+def _logcumsumexp(p, g):
+    """torch.logcumsumexp over the last dim (a stable running log-add-exp)."""
+    return _fn(lambda x: torch.logcumsumexp(x, dim=-1), "logcumsumexp"), (randn(g, p["b"], p["d"]),)
 
 
 # ============================================================================ losses

@@ -7,6 +7,11 @@ Scan and sort operators (``cumsum``, ``cumprod``, ``sort``, ``topk``) are not le
 ``LegalizeOps``; TVM lowers them in ``relax.backend.DispatchSortScan``, which needs a target
 context, so that pass runs first under the extraction target (the host CPU by default).
 
+Converters. ``steptp.zoo.converters`` supplies converters for ATen operators the TVM frontend
+lacks or converts into kernels the raise cannot read (``max.dim``/``min.dim``/``topk(k=1)`` as
+reductions with indices, ``amax``/``amin``, ``prod.dim_int``, ``conv_transpose3d``, ...); they
+take precedence over TVM's in both modes.
+
 Unsupported operators. With ``unsupported="opaque"`` (what extraction uses) an ATen operator that
 the TVM frontend has no converter for, or whose converter fails, is imported as an opaque
 ``relax.call_pure_packed("steptp.unsupported.<op>", ...)`` call with the operator's output
@@ -127,19 +132,22 @@ def import_module(module: Any, example_args: tuple, target: dict[str, Any] | Non
         raise ValueError(f"unsupported={unsupported!r}: use 'raise' or 'opaque'")
     with torch.no_grad():
         ep = torch.export.export(module.eval(), tuple(example_args))
-    from tvm.relax.frontend.torch import from_exported_program
 
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    from steptp.zoo import converters
+
+    ep = ep.run_decompositions()
+    importer = ExportedProgramImporter()
+    names = sorted({n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"})
     if unsupported == "raise":
-        mod = from_exported_program(ep, keep_params_as_input=True)
+        custom = {n: f for n in names if (f := converters.bind(n, importer)) is not None}
+        custom = {n: (lambda f: lambda node, _imp: f(node))(f) for n, f in custom.items()}
     else:
-        from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
-
         report = report if report is not None else ImportReport()
-        ep = ep.run_decompositions()
-        importer = ExportedProgramImporter()
-        names = sorted({n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"})
-        custom = {n: _opaque_converter(n, importer.convert_map.get(n), report) for n in names}
-        mod = importer.from_exported_program(ep, True, False, False, custom)
+        custom = {n: _opaque_converter(n, converters.bind(n, importer)
+                                       or importer.convert_map.get(n), report) for n in names}
+    mod = importer.from_exported_program(ep, True, False, False, custom)
     mod, params = relax.frontend.detach_params(mod)
     with tvm.target.Target(target or _host_target()):
         mod = relax.backend.DispatchSortScan()(mod)

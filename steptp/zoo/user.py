@@ -21,25 +21,50 @@ an optional value range ``@LO:HI``::
 
 DTYPE is one of f16 bf16 f32 f64 i8 i16 i32 i64 u8 bool (or the torch names float32, int64, ...).
 
-Scaling problems down (``scale < 1``) — what exactly happens:
+Inputs: a tensor ``get_inputs()`` builds on the ``meta`` device is materialized as seeded random
+data of its shape and dtype (standard normal; integers in [0, 100); booleans), and so are meta
+parameters (``to_empty`` + normal * 0.1). A Python ``float`` becomes a 0-d float32 tensor input
+(kept as a constant bound into the model when the forward pass only accepts a number); a Python
+``int`` or ``bool`` is a constant bound into the model (``torch.export`` would specialise it).
+What was done is in ``meta["scale_used"][size]`` (``meta_inputs``, ``scalar_inputs``,
+``constant_inputs``).
+
+Scaling problems (``--scale``; :func:`parse_scale`) -- what exactly happens:
   1. The problem file is executed afresh (its own module object) for every build.
-  2. Every *module-level global* of the file whose value is an ``int`` (not ``bool``) with
-     ``abs(value) >= min_dim`` (default 16), or a tuple/list of ints, is replaced by
-     ``max(1, round(value * scale))`` element by element; a value that was a multiple of 8 is
+  2. A *factor* ``s`` < 1: every module-level global of the file whose value is an ``int`` (not
+     ``bool``) with ``abs(value) >= min_dim`` (default 16), or a tuple/list of ints, is replaced
+     by ``max(1, round(value * s))`` element by element; a value that was a multiple of 8 is
      rounded to a multiple of 8 (at least 8) so that alignment and divisibility by small
      head/group counts survive. Smaller ints (kernel sizes, strides, padding, dilation, the
      ``dim`` to reduce over, groups and head counts below ``min_dim``), floats, bools and
      strings are left alone.
   3. ``get_init_inputs()``, ``Model(*init_inputs)`` and ``get_inputs()`` are then called; they
      read the scaled globals at call time.
-  4. The scaled model is run once on the scaled inputs. If construction or that forward pass
-     fails, the next larger scale in ``scale, sqrt(scale), 1`` is tried; the scale actually used
-     is recorded in ``workload.meta["applied_scale"][size]`` (1.0 means unscaled).
-  Where it does not apply: sizes written as literals inside ``get_inputs``/``get_init_inputs``
-  or ``Model`` (``torch.randn(16, 1024)``), sizes computed inside those functions from
-  unscaled values, sizes held in floats, strings or dicts, and constraints between a scaled and
-  an unscaled number (``hidden = 48`` with ``num_heads = 12``: 48 -> 12 is still divisible,
-  but e.g. 40 -> 10 with 4 heads is not) -- those fall back to a larger scale or run unscaled.
+  4. Sizes are decided before anything is allocated: the problem is first built on the ``meta``
+     device and its forward pass run there, recording the largest tensor (input, parameter,
+     buffer or intermediate). With a factor, if the scaled problem fails to build or run, the
+     factors ``sqrt(s)``, ``s/2``, ``s/4`` and ``1`` are tried in that order, a *larger* one only
+     when its largest tensor has at most ``max_elements`` (``DEFAULT_MAX_ELEMENTS``) elements:
+     a problem that only builds at 1024x8192x8192 is reported, never checked at that size.
+  5. ``elements=N``: the largest factor on a ladder (1, 1/sqrt(2), 1/2, ... down to
+     ``MIN_FACTOR``) whose largest tensor has at most N elements. When no factor gets there
+     (sizes written as literals, ``torch.randn(10, 3, 224, 224)`` in ``get_inputs``), the batch
+     (dim 0) and spatial (dims 2.. of 3-D and larger inputs) input dimensions are halved, the
+     largest first and jointly across inputs that share the size, each step kept only when the
+     meta forward pass accepts the new shapes; the factories in ``get_inputs`` (``randn``,
+     ``rand``, ``randint``, ``zeros``, ``ones``, ``empty``, ``full``) are then called with the
+     new sizes. A problem that cannot get under N is an error naming its largest tensor.
+  6. ``seconds=T``: as ``elements=`` with ``max_elements``, then the factor is halved until one
+     PyTorch forward pass (after a warm-up) takes at most T seconds (timing-dependent: use
+     ``elements=`` for reproducible sizes).
+  7. The scaled model is run once on its real inputs. The factor used is recorded in
+     ``workload.meta["applied_scale"][size]`` (1.0 means no global was changed), the whole
+     decision (form, factor, largest tensor, input shapes, shrunk inputs) in
+     ``meta["scale_used"][size]`` and, through extraction, in the summary per workload.
+  Where it does not apply: sizes computed inside ``Model`` from literals, sizes held in floats,
+  strings or dicts, and constraints between a scaled and an unscaled number (``hidden = 48``
+  with ``num_heads = 12``: 48 -> 12 is still divisible, but e.g. 40 -> 10 with 4 heads is not)
+  -- those fall back to another factor or are reported.
 """
 
 from __future__ import annotations
@@ -50,11 +75,14 @@ import importlib.util
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
 import torch
+import torch.utils._python_dispatch
+import torch.utils._pytree
 from torch import nn
 
 from steptp.zoo._base import ALL_FLOAT, Workload
@@ -273,7 +301,136 @@ def _problem_name(path: Path, prefix: str) -> str:
     return prefix + re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem)
 
 
-def _instantiate(path: Path, scale: float, min_dim: int) -> tuple[nn.Module, tuple, dict]:
+# ----------------------------------------------------------------------------- scale forms
+#: the factor form never falls back to a larger scale whose largest tensor exceeds this many
+#: elements (64 MiB of float32): a problem that only builds unscaled at 1024x8192x8192 is
+#: reported, not checked for tens of minutes.
+DEFAULT_MAX_ELEMENTS = 1 << 24
+#: the smallest factor the target forms try before they shrink input dimensions instead
+MIN_FACTOR = 1.0 / 4096
+
+_SUFFIX = {"": 1, "k": 10**3, "K": 1 << 10, "m": 10**6, "M": 1 << 20, "g": 10**9, "G": 1 << 30}
+_ELEM_RE = re.compile(r"^\s*(?:elements|elems)\s*[=:]\s*(\d+(?:\.\d*)?)\s*([kKmMgG]?)\s*$")
+_SEC_RE = re.compile(r"^\s*(seconds|s|ms)\s*[=:]\s*(\d+(?:\.\d*)?|\.\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How problem sizes are scaled: ``factor`` (every size global times ``value``),
+    ``elements`` (the largest tensor -- input, parameter or intermediate -- has at most
+    ``value`` elements) or ``seconds`` (the PyTorch forward pass takes at most ``value`` s)."""
+
+    kind: str
+    value: float
+
+    def __str__(self) -> str:
+        if self.kind == "factor":
+            return f"{self.value:g}"
+        if self.kind == "elements":
+            return f"elements={int(self.value)}"
+        return f"seconds={self.value:g}"
+
+
+class ScaleError(ValueError):
+    pass
+
+
+def parse_scale(value: "float | str | Scale") -> Scale:
+    """``0.25`` (a factor in (0, 1]), ``elements=1M`` / ``elements=262144`` (the largest tensor
+    fits; suffixes k=1e3, K=2^10, m=1e6, M=2^20, g, G) or ``seconds=0.05`` / ``ms=50`` (the
+    reference forward pass fits)."""
+    if isinstance(value, Scale):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        v = float(value)
+        if not 0 < v <= 1:
+            raise ScaleError(f"scale must be in (0, 1], got {value}")
+        return Scale("factor", v)
+    text = str(value).strip()
+    try:
+        return parse_scale(float(text))
+    except ValueError as e:
+        if isinstance(e, ScaleError):
+            raise
+    m = _ELEM_RE.match(text)
+    if m:
+        n = int(float(m.group(1)) * _SUFFIX[m.group(2)])
+        if n < 1:
+            raise ScaleError(f"scale {text!r}: the element count must be at least 1")
+        return Scale("elements", float(n))
+    m = _SEC_RE.match(text)
+    if m:
+        v = float(m.group(2)) / (1000.0 if m.group(1) == "ms" else 1.0)
+        if not v > 0:
+            raise ScaleError(f"scale {text!r}: the time must be positive")
+        return Scale("seconds", v)
+    raise ScaleError(f"bad scale {text!r}: expected a factor in (0, 1] (e.g. 0.25), "
+                     f"'elements=N' (the largest tensor has at most N elements, e.g. "
+                     f"elements=1M) or 'seconds=T' / 'ms=T' (the forward pass takes at most T)")
+
+
+# ----------------------------------------------------------------------------- building problems
+class _ShapeRewrite(torch.overrides.TorchFunctionMode):
+    """Gives the tensor factories in ``get_inputs`` new sizes: a call whose size is a key of
+    ``shapes`` is made with the mapped size instead (how literal input sizes shrink)."""
+
+    _SIZED = {"randn": 0, "rand": 0, "zeros": 0, "ones": 0, "empty": 0, "full": 0}
+
+    def __init__(self, shapes: dict[tuple, tuple]):
+        super().__init__()
+        self.shapes = shapes
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", "")
+        if name in self._SIZED or name == "randint":
+            args, kwargs = self._resize(name, list(args), kwargs)
+        return func(*args, **kwargs)
+
+    def _resize(self, name, args, kwargs):
+        if "size" in kwargs:
+            new = self.shapes.get(tuple(int(d) for d in kwargs["size"]))
+            if new is not None:
+                kwargs["size"] = new
+            return args, kwargs
+        if name == "randint":  # randint(high, size) / randint(low, high, size)
+            for i in (1, 2):
+                if len(args) > i and isinstance(args[i], (tuple, list, torch.Size)):
+                    new = self.shapes.get(tuple(int(d) for d in args[i]))
+                    if new is not None:
+                        args[i] = new
+            return args, kwargs
+        if args and isinstance(args[0], (tuple, list, torch.Size)):
+            new = self.shapes.get(tuple(int(d) for d in args[0]))
+            if new is not None:
+                args[0] = new
+        elif name != "full":
+            n = 0
+            while n < len(args) and isinstance(args[n], int) and not isinstance(args[n], bool):
+                n += 1
+            new = self.shapes.get(tuple(args[:n])) if n else None
+            if new is not None:
+                args = list(new) + args[n:]
+        return args, kwargs
+
+
+class _Largest(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the element count of the largest tensor any operator produces."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.n = max(self.n, t.numel())
+        return out
+
+
+def _instantiate(path: Path, scale: float, min_dim: int, shapes: dict | None = None
+                 ) -> tuple[nn.Module, tuple, dict]:
     module = _load_file_module(path)
     for attr in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(module, attr):
@@ -282,61 +439,306 @@ def _instantiate(path: Path, scale: float, min_dim: int) -> tuple[nn.Module, tup
     init = module.get_init_inputs()
     init = list(init) if isinstance(init, (list, tuple)) else [init]
     model = module.Model(*init)
-    inputs = module.get_inputs()
+    if shapes:
+        with _ShapeRewrite(shapes):
+            inputs = module.get_inputs()
+    else:
+        inputs = module.get_inputs()
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
-    inputs = tuple(x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs)
-    return model.cpu(), inputs, changed
+    inputs = tuple(x.detach() if isinstance(x, torch.Tensor) else x for x in inputs)
+    return model, inputs, changed
 
 
-def problem_workload(path: str | Path, scale: float = 1.0, tiny_scale: float | None = 0.25,
-                     min_dim: int = 16, prefix: str = "") -> Workload:
+@dataclass
+class _Probe:
+    scale: float
+    largest: int            # elements of the largest tensor (inputs, weights, intermediates)
+    shapes: list            # input shapes (None for a non-tensor input)
+    forward_ok: bool        # the meta forward pass ran (False: unknown or rejected)
+    error: str = ""
+
+
+def _probe(path: Path, scale: float, min_dim: int, shapes: dict | None = None,
+           device: str = "meta") -> _Probe:
+    """Build the problem on the ``meta`` device (shapes only, nothing allocated) and run its
+    forward pass there, recording the largest tensor. ``largest`` is -1 when the problem does
+    not even build at this scale. ``device="cpu"`` builds it for real (problems whose
+    construction needs data)."""
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        try:
+            model, inputs, _ = _instantiate(path, scale, min_dim, shapes)
+        except Exception as e:  # noqa: BLE001 - e.g. a divisibility check in __init__
+            return _Probe(scale, -1, [], False, f"{type(e).__name__}: {e}"[:200])
+        tensors = [t for t in (*model.parameters(), *model.buffers(), *inputs)
+                   if isinstance(t, torch.Tensor)]
+        largest = max((t.numel() for t in tensors), default=0)
+        shp = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs]
+        try:
+            mode = _Largest()
+            with torch.no_grad(), mode:
+                model.eval()(*[x.to(device) if isinstance(x, torch.Tensor) else x
+                               for x in inputs])
+            return _Probe(scale, max(largest, mode.n), shp, True)
+        except Exception as e:  # noqa: BLE001 - data-dependent or meta-less operators
+            return _Probe(scale, largest, shp, False, f"{type(e).__name__}: {e}"[:200])
+
+
+def _ladder() -> list[float]:
+    """1, 1/sqrt(2), 1/2, ... down to MIN_FACTOR (powers of two exact)."""
+    out, k = [], 0
+    while 2 ** (-k / 2) >= MIN_FACTOR:
+        out.append(0.5 ** (k // 2) * (math.sqrt(0.5) if k % 2 else 1.0))
+        k += 1
+    return out
+
+
+def _shrink_inputs(path: Path, base: _Probe, limit: int, min_dim: int
+                   ) -> tuple[dict[tuple, tuple], _Probe] | None:
+    """Halve batch (dim 0) and spatial (dims 2.. of 3-D and larger) input dimensions, one size
+    at a time and jointly across inputs that share it, keeping a step only if the meta forward
+    pass accepts it, until the largest tensor fits ``limit``. None: no such shapes found."""
+    shapes = {s: s for s in base.shapes if s is not None}
+    cur, dead = base, set()
+    while cur.largest > limit:
+        cands = []
+        for shp in {shapes[s] for s in shapes}:
+            for d, v in enumerate(shp):
+                if v > 1 and (d == 0 or (len(shp) >= 3 and d >= 2)) and (d, v) not in dead:
+                    cands.append((v, d))
+        if not cands:
+            return None
+        v, d = max(cands)
+        trial = {o: (n[:d] + ((v + 1) // 2,) + n[d + 1:] if len(n) > d and n[d] == v else n)
+                 for o, n in shapes.items()}
+        p = _probe(path, base.scale, min_dim, {o: n for o, n in trial.items() if o != n})
+        if p.forward_ok and p.largest < cur.largest:
+            shapes, cur = trial, p
+        else:
+            dead.add((d, v))
+    return {o: n for o, n in shapes.items() if o != n}, cur
+
+
+def _materialize(model: nn.Module, inputs: tuple, floats_as_constants: bool = False
+                 ) -> tuple[nn.Module, tuple, dict]:
+    """Meta-device inputs and parameters become seeded random data of the same shape and dtype;
+    Python numbers become inputs: a float is a 0-d float32 tensor input, an int or bool a
+    constant bound into the model (``torch.export`` would specialise it anyway)."""
+    notes: dict[str, Any] = {}
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        model = model.to_empty(device="cpu")
+        with torch.no_grad():
+            for t in (*model.parameters(), *model.buffers()):
+                t.copy_(torch.randn(t.shape).to(t.dtype) * 0.1 if t.is_floating_point()
+                        else torch.zeros(t.shape, dtype=t.dtype))
+        notes["meta_parameters"] = True
+    out: list[Any] = []
+    consts: dict[int, Any] = {}
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor):
+            if x.is_meta:
+                notes.setdefault("meta_inputs", []).append(i)
+                if x.dtype == torch.bool:
+                    x = torch.rand(x.shape) < 0.5
+                elif x.is_floating_point():
+                    x = torch.randn(x.shape).to(x.dtype)
+                else:
+                    x = torch.randint(0, 100, x.shape, dtype=torch.int64).to(x.dtype)
+            out.append(x.cpu())
+        elif isinstance(x, float) and not floats_as_constants:
+            notes.setdefault("scalar_inputs", []).append(i)
+            out.append(torch.tensor(x, dtype=torch.float32))
+        elif isinstance(x, (int, float, bool)):
+            consts[i] = x
+        else:
+            raise TypeError(f"get_inputs() returned a {type(x).__name__} at position {i}; "
+                            f"expected tensors and Python numbers")
+    if consts:
+        notes["constant_inputs"] = {str(i): v for i, v in consts.items()}
+        model = _BoundArgs(model, consts, len(inputs))
+    return model.cpu(), tuple(out), notes
+
+
+class _BoundArgs(nn.Module):
+    """A model with some positional inputs fixed to Python constants."""
+
+    def __init__(self, model: nn.Module, consts: dict[int, Any], n: int):
+        super().__init__()
+        self.model, self.consts, self.n = model, dict(consts), n
+
+    def forward(self, *tensors):
+        it = iter(tensors)
+        return self.model(*[self.consts[i] if i in self.consts else next(it)
+                            for i in range(self.n)])
+
+
+def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes: dict
+                ) -> list[tuple[float, dict]]:
+    """The (factor, input-shape rewrites) to build a problem at, in order of preference,
+    decided on the meta device before anything is allocated."""
+    if scale.kind == "factor":
+        s = scale.value
+        out = [(s, {})]
+        if s < 1:
+            for c in (math.sqrt(s), s / 2, s / 4, 1.0):
+                if c > s:  # a larger size only while its largest tensor stays under the cap
+                    p = _probe(path, c, min_dim)
+                    if not 0 <= p.largest <= max_elements:
+                        notes.setdefault("not_tried", []).append(
+                            f"scale {c:g}: largest tensor "
+                            f"{'unknown' if p.largest < 0 else p.largest} elements, over the "
+                            f"cap of {max_elements}")
+                        continue
+                out.append((c, {}))
+        p = _probe(path, s, min_dim)
+        if p.largest >= 0:
+            notes["largest_elements"] = p.largest
+        return out
+    limit = int(scale.value) if scale.kind == "elements" else max_elements
+    ladder = _ladder()
+    base, same = None, 0
+    for i, c in enumerate(ladder):
+        p = _probe(path, c, min_dim)
+        if p.largest < 0:
+            continue
+        if p.largest <= limit:
+            notes["largest_elements"] = p.largest
+            return [(c, {})] + [(x, {}) for x in ladder[i + 1:i + 3]]
+        same = same + 1 if base is not None and p.largest == base.largest else 0
+        if base is None or p.largest <= base.largest:
+            base = p
+        if same >= 3:  # the size globals do not move the largest tensor: literal sizes
+            break
+    if base is None:
+        # nothing builds on the meta device (construction needs data): build for real from the
+        # smallest factor up, keeping the largest that fits
+        best = None
+        for c in reversed(ladder):
+            p = _probe(path, c, min_dim, device="cpu")
+            if p.largest < 0:
+                continue
+            if p.largest > limit:
+                break
+            best = p
+        if best is None:
+            raise RuntimeError(f"{path.name}: does not build at any factor from 1 down to "
+                               f"{MIN_FACTOR:g} within {limit} elements (on the meta device: "
+                               f"{_probe(path, 1.0, min_dim).error})")
+        notes["largest_elements"] = best.largest
+        notes["probed_on"] = "cpu"
+        return [(best.scale, {})]
+    shrunk = _shrink_inputs(path, base, limit, min_dim)
+    if shrunk is None:
+        raise RuntimeError(
+            f"{path.name}: cannot fit the largest tensor into {limit} elements: {base.largest} "
+            f"at factor {base.scale:g} (sizes written as literals that neither scaling the size "
+            f"globals nor halving batch and spatial input dimensions reaches"
+            + (f"; the meta forward pass failed: {base.error}" if base.error else "") + ")")
+    shapes, p = shrunk
+    notes["shrunk_inputs"] = [[list(o), list(n)] for o, n in sorted(shapes.items())]
+    notes["largest_elements"] = p.largest
+    return [(base.scale, shapes)]
+
+
+def problem_workload(path: str | Path, scale: "float | str | Scale" = 1.0,
+                     tiny_scale: float | None = 0.25, min_dim: int = 16, prefix: str = "",
+                     max_elements: int = DEFAULT_MAX_ELEMENTS) -> Workload:
     """One workload for one KernelBench-style problem file.
 
-    Sizes: ``default`` uses ``scale``; ``tiny`` uses ``min(scale, tiny_scale)`` (``tiny_scale``
-    None: same as ``default``). Scaling and its limits are described in the module docstring.
+    ``scale``: a factor, ``elements=N`` or ``seconds=T`` (:func:`parse_scale`). Sizes:
+    ``default`` uses ``scale``; ``tiny`` uses ``min(scale, tiny_scale)`` for a factor
+    (``tiny_scale`` None, or a target form: same as ``default``). The rules are in the module
+    docstring; what was used is in ``meta["applied_scale"]`` and ``meta["scale_used"]``.
     """
     path = Path(path)
-    if not 0 < scale <= 1:
-        raise ValueError(f"scale must be in (0, 1], got {scale}")
-    tiny = scale if tiny_scale is None else min(scale, tiny_scale)
-    meta: dict[str, Any] = {"source": str(path), "applied_scale": {}, "scaled_globals": {}}
+    sc = parse_scale(scale)
+    tiny = sc if (tiny_scale is None or sc.kind != "factor") else \
+        Scale("factor", min(sc.value, tiny_scale))
+    meta: dict[str, Any] = {"source": str(path), "applied_scale": {}, "scaled_globals": {},
+                            "scale_used": {}}
+
+    def attempt(s: float, shapes: dict, validate: bool):
+        model, inputs, changed = _instantiate(path, s, min_dim, shapes)
+        model, inputs, notes = _materialize(model, inputs)
+        if validate or notes:
+            try:
+                with torch.no_grad():
+                    model.eval()(*inputs)
+                    if "scalar_inputs" in notes:  # int(s), range(s): eager runs, export fails
+                        torch.export.export(model, inputs)
+            except Exception:
+                if "scalar_inputs" not in notes:
+                    raise
+                # the float is used as a Python number (a size, a branch): bind it instead
+                model, inputs, changed = _instantiate(path, s, min_dim, shapes)
+                model, inputs, notes = _materialize(model, inputs, floats_as_constants=True)
+                with torch.no_grad():
+                    model.eval()(*inputs)
+        return model, inputs, changed, notes
 
     def build(p: dict[str, Any], g: torch.Generator):
-        requested = float(p["scale"])
-        candidates = [requested] if requested >= 1 else \
-            sorted({requested, math.sqrt(requested), 1.0})
-        errors = []
+        want: Scale = p["scale"]
+        size = p.get("_size", "?")
         rng_state = torch.random.get_rng_state()  # Workload.build seeded it: same per attempt
-        for s in candidates:
+        notes: dict[str, Any] = {"form": str(want)}
+        cands = _candidates(path, want, min_dim, max_elements, notes)
+        if want.kind == "seconds":
+            s0, sh0 = cands[0]
+            cands = [_fit_time(path, want.value, s0, sh0, min_dim, rng_state, notes)] + cands[1:]
+        errors = []
+        for s, shapes in cands:
             torch.random.set_rng_state(rng_state)
             try:
-                model, inputs, changed = _instantiate(path, s, min_dim)
-                if s < 1:  # validate the scaled model with one forward pass
-                    with torch.no_grad():
-                        model.eval()(*inputs)
-            except Exception as e:  # noqa: BLE001 - try a larger scale
-                if s >= 1:
+                model, inputs, changed, mnotes = attempt(s, shapes, s < 1 or bool(shapes))
+                break
+            except Exception as e:  # noqa: BLE001 - try the next candidate
+                if s >= 1 and want.kind == "factor" and want.value >= 1:
                     raise
-                errors.append(f"scale {s:g}: {type(e).__name__}: {e}")
-                continue
-            meta["applied_scale"][p.get("_size", "?")] = s if changed else 1.0
-            meta["scaled_globals"][p.get("_size", "?")] = {k: v[1] for k, v in changed.items()}
-            if errors:
-                meta.setdefault("scale_fallbacks", []).extend(errors)
-            return model, inputs
-        raise RuntimeError(f"{path}: could not build at any scale: {errors}")
+                errors.append(f"scale {s:g}: {type(e).__name__}: {e}"[:300])
+        else:
+            raise RuntimeError(f"{path}: could not build at any scale tried: {errors}"
+                               + (f"; {notes['not_tried']}" if notes.get("not_tried") else ""))
+        meta["applied_scale"][size] = s if changed else 1.0
+        meta["scaled_globals"][size] = {k: v[1] for k, v in changed.items()}
+        notes.update(mnotes)
+        notes["factor"] = meta["applied_scale"][size]
+        notes["input_shapes"] = [list(x.shape) for x in inputs]
+        meta["scale_used"][size] = notes
+        if errors:
+            meta.setdefault("scale_fallbacks", []).extend(errors)
+        return model, inputs
 
     return Workload(name=_problem_name(path, prefix), suite="user", family="problem",
                     factory=build,
-                    sizes={"default": {"scale": scale, "_size": "default"},
+                    sizes={"default": {"scale": sc, "_size": "default"},
                            "tiny": {"scale": tiny, "_size": "tiny"}},
                     dtypes=ALL_FLOAT, description=f"KernelBench-style problem {path.name}",
                     meta=meta)
 
 
-def load_problems(directory: str | Path, scale: float = 1.0, tiny_scale: float | None = 0.25,
-                  min_dim: int = 16, pattern: str = "*.py", prefix: str = "",
-                  register: bool = False) -> list[Workload]:
+def _fit_time(path: Path, seconds: float, s: float, shapes: dict, min_dim: int, rng_state,
+              notes: dict) -> tuple[float, dict]:
+    """Halve the factor until one PyTorch forward pass (after a warm-up) takes ``seconds``."""
+    import time
+
+    while True:
+        torch.random.set_rng_state(rng_state)
+        model, inputs, _ = _instantiate(path, s, min_dim, shapes)
+        model, inputs, _ = _materialize(model, inputs)
+        with torch.no_grad():
+            model.eval()(*inputs)
+            t0 = time.perf_counter()
+            model(*inputs)
+            took = time.perf_counter() - t0
+        notes["forward_seconds"] = round(took, 6)
+        if took <= seconds or s / 2 < MIN_FACTOR:
+            return s, shapes
+        s /= 2
+
+
+def load_problems(directory: str | Path, scale: "float | str | Scale" = 1.0,
+                  tiny_scale: float | None = 0.25, min_dim: int = 16, pattern: str = "*.py",
+                  prefix: str = "", register: bool = False,
+                  max_elements: int = DEFAULT_MAX_ELEMENTS) -> list[Workload]:
     """One workload per problem file in ``directory`` (sorted by file name; files that do not
     define ``class Model``, ``get_inputs`` and ``get_init_inputs`` are skipped)."""
     d = Path(directory)
@@ -346,8 +748,9 @@ def load_problems(directory: str | Path, scale: float = 1.0, tiny_scale: float |
     if not files:
         raise FileNotFoundError(f"no problem files (class Model, get_inputs, get_init_inputs) "
                                 f"in {directory!r}")
-    out = [problem_workload(p, scale=scale, tiny_scale=tiny_scale, min_dim=min_dim,
-                            prefix=prefix) for p in files]
+    sc = parse_scale(scale)
+    out = [problem_workload(p, scale=sc, tiny_scale=tiny_scale, min_dim=min_dim,
+                            prefix=prefix, max_elements=max_elements) for p in files]
     if register:
         from steptp.zoo import workloads
 

@@ -1,0 +1,18 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: F401
+
+
+class Model(nn.Module):
+    """cumprod"""
+
+    def forward(self, x):
+        return torch.cumprod(x, dim=1)
+
+
+def get_inputs():
+    return [torch.rand(4, 8) + 0.5]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,18 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: F401
+
+
+class Model(nn.Module):
+    """gather"""
+
+    def forward(self, x, i):
+        return torch.gather(x, 1, i)
+
+
+def get_inputs():
+    return [torch.randn(4, 8), torch.randint(0, 8, (4, 3))]
+
+
+def get_init_inputs():
+    return []

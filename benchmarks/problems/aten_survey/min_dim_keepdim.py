@@ -1,0 +1,18 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: F401
+
+
+class Model(nn.Module):
+    """torch.min(x, dim, keepdim)"""
+
+    def forward(self, x):
+        return torch.min(x, 1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,18 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: F401
+
+
+class Model(nn.Module):
+    """mse_loss"""
+
+    def forward(self, a, b):
+        return F.mse_loss(a, b)
+
+
+def get_inputs():
+    return [torch.randn(4, 8), torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return []

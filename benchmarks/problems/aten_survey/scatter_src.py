@@ -1,0 +1,18 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: F401
+
+
+class Model(nn.Module):
+    """scatter with a source"""
+
+    def forward(self, x, i, s):
+        return torch.scatter(x, 1, i, s)
+
+
+def get_inputs():
+    return [torch.randn(4, 8), torch.randint(0, 8, (4, 3)), torch.randn(4, 3)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,18 @@
+import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 16384
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

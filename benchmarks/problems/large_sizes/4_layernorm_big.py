@@ -1,0 +1,24 @@
+import torch
+import torch.nn as nn
+
+batch_size = 16
+features = 64
+dim1 = 256
+dim2 = 256
+
+
+class Model(nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(shape)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features, dim1, dim2)]
+
+
+def get_init_inputs():
+    return [(features, dim1, dim2)]
