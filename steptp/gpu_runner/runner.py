@@ -2,6 +2,7 @@
 
     python runner.py JOB_DIR --out results.json            # on a GPU (CuPy; PyTorch optional)
     python runner.py JOB_DIR --out results.json --mode reference   # anywhere (NumPy only)
+    python runner.py JOB_DIR --mode compile                 # nvcc compiles each .cu, no GPU
     python runner.py --serve 127.0.0.1:9300                 # answer jobs sent over TCP
 
 Needs only the standard library and NumPy, plus CuPy for the GPU mode (PyTorch, if present,
@@ -153,7 +154,42 @@ class ReferenceExecutor:
     def time(self, prepared, meta, inputs, timing) -> dict | None:
         return None
 
-    def torch_time(self, task, inputs, timing) -> dict | None:
+    def torch_time(self, task, inputs, want, timing) -> dict | None:
+        return None
+
+
+class CompileExecutor:
+    """No GPU, but nvcc: compile every artifact to a cubin for its arch (nothing runs)."""
+
+    mode = "compile"
+
+    def __init__(self, root: Path, nvcc: str = "nvcc"):
+        self.root, self.nvcc = root, nvcc
+
+    def fingerprint(self) -> dict:
+        try:
+            ver = subprocess.run([self.nvcc, "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout.strip().splitlines()[-1]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            ver = "unknown"
+        return {"mode": "compile", "nvcc": ver, "machine": platform.machine()}
+
+    def prepare(self, meta: dict, source: str):
+        with tempfile.TemporaryDirectory(prefix="steptp-nvcc-") as d:
+            cu = Path(d) / "k.cu"
+            cu.write_text(source, encoding="utf-8")
+            r = subprocess.run([self.nvcc, f"-arch={meta.get('arch') or 'sm_90'}", "-cubin",
+                                "-o", str(Path(d) / "k.cubin"), str(cu)],
+                               capture_output=True, text=True, timeout=300)
+            if r.returncode != 0:
+                raise RuntimeError(f"nvcc failed: {(r.stderr or r.stdout).strip()[-1500:]}")
+            cubin = (Path(d) / "k.cubin").read_bytes()
+        missing = [ln["name"] for ln in meta["launches"] if ln["name"].encode() not in cubin]
+        if missing:
+            raise RuntimeError(f"the cubin has no kernel {missing[0]}")
+        return len(cubin)
+
+    def torch_time(self, task, inputs, want, timing) -> None:
         return None
 
 
@@ -253,7 +289,9 @@ class CupyExecutor:
         bufs = self._buffers(meta, inputs, fills)
         return self._events(lambda: self._launch(funcs, meta, bufs), timing)
 
-    def torch_time(self, task, inputs, timing) -> dict | None:
+    def torch_time(self, task, inputs, want, timing) -> dict | None:
+        """PyTorch's time for the task (cuBLAS/cuDNN), and how far its answer is from the
+        reference (it is a yardstick, not a candidate: it is not judged)."""
         spec = task.get("torch")
         if not spec:
             return None
@@ -268,7 +306,14 @@ class CupyExecutor:
         xs = [torch.as_tensor(inputs[n]).cuda() for n in names]
         args = spec.get("args", {})
         with torch.no_grad():
-            return self._events(lambda: fn(*xs, **args), timing)
+            got = fn(*xs, **args)
+            got = got if isinstance(got, tuple) else (got,)
+            outs = [b["name"] for b in task["buffers"] if b["role"] == "output"]
+            err = max(float(np.max(np.abs(g.double().cpu().numpy().reshape(want[n].shape)
+                                          - want[n].astype(np.float64))))
+                      for g, n in zip(got, outs))
+            t = self._events(lambda: fn(*xs, **args), timing)
+        return {**t, "max_abs_err_vs_reference": err, "torch": torch.__version__}
 
 
 def _torch_ops():
@@ -346,6 +391,37 @@ def _check_artifact(meta: dict, where: str) -> None:
             raise JobError(f"{where}: kernel {ln['name']} has {threads} threads per block")
 
 
+def _verify_and_time(ex, prepared, meta, cand, seeds, timing, r) -> None:
+    """Run on every seed, compare, check the inputs; time a verified candidate."""
+    tol = cand["tolerances"]
+    verdict = {"passed": True, "max_abs_err": 0.0}
+    for seed, ins, want in seeds:
+        fills = {b["name"]: _fill(b) for b in meta["buffers"] if b["role"] == "output"}
+        outs, ins_after = ex.run(prepared, meta, cand, seed, ins, fills)
+        for n, x in ins.items():
+            if not np.array_equal(ins_after[n], x, equal_nan=True):
+                verdict = {"passed": False, "reason": f"seed {seed}: the candidate "
+                                                      f"writes to its input {n}"}
+                break
+        if not verdict["passed"]:
+            break
+        for n, w in want.items():
+            c = compare(outs[n], w, tol.get(w.dtype.name, (0.0, 0.0)),
+                        cand.get("exactness", "exact"), n)
+            verdict["max_abs_err"] = max(verdict["max_abs_err"], c.get("max_abs_err", 0))
+            if not c["passed"]:
+                verdict = {**c, "reason": f"seed {seed}: {c['reason']}"}
+                break
+        if not verdict["passed"]:
+            break
+    r["verified"] = bool(verdict["passed"])
+    r["max_abs_err"] = verdict.get("max_abs_err", 0.0)
+    r["reason"] = verdict.get("reason")
+    r["status"] = "ok" if r["verified"] else "failed"
+    if r["verified"]:
+        r["timing"] = ex.time(prepared, meta, seeds[0][1], timing)
+
+
 def run_job(job_dir: str | os.PathLike, mode: str = "auto", log=None) -> dict:
     """Verify and time every candidate of the job folder; return the results object."""
     root = Path(job_dir)
@@ -359,7 +435,8 @@ def run_job(job_dir: str | os.PathLike, mode: str = "auto", log=None) -> dict:
             mode = "cupy" if cupy.cuda.runtime.getDeviceCount() > 0 else "reference"
         except Exception:  # noqa: BLE001 - no CuPy or no device
             mode = "reference"
-    ex = CupyExecutor(root) if mode == "cupy" else ReferenceExecutor(root)
+    ex = (CupyExecutor(root) if mode == "cupy" else CompileExecutor(root) if mode == "compile"
+          else ReferenceExecutor(root))
     timing = job.get("timing", {})
     tasks = job["tasks"]
     data: dict[str, list[tuple[int, dict, dict]]] = {}
@@ -383,34 +460,10 @@ def run_job(job_dir: str | os.PathLike, mode: str = "auto", log=None) -> dict:
             if hashlib.sha256(src.encode()).hexdigest() != meta.get("source_sha256", ""):
                 raise JobError(f"artifacts/{meta['source']}: content does not match its hash")
             prepared = ex.prepare(meta, src)
-            task = tasks[cand["task"]]
-            tol = cand["tolerances"]
-            verdict = {"passed": True, "max_abs_err": 0.0}
-            for seed, ins, want in data[cand["task"]]:
-                fills = {b["name"]: _fill(b) for b in meta["buffers"] if b["role"] == "output"}
-                outs, ins_after = ex.run(prepared, meta, cand, seed, ins, fills)
-                for n, x in ins.items():
-                    if not np.array_equal(ins_after[n], x, equal_nan=True):
-                        verdict = {"passed": False, "reason": f"seed {seed}: the candidate "
-                                                              f"writes to its input {n}"}
-                        break
-                if not verdict["passed"]:
-                    break
-                for n, w in want.items():
-                    c = compare(outs[n], w, tol.get(w.dtype.name, (0.0, 0.0)),
-                                cand.get("exactness", "exact"), n)
-                    verdict["max_abs_err"] = max(verdict["max_abs_err"], c.get("max_abs_err", 0))
-                    if not c["passed"]:
-                        verdict = {**c, "reason": f"seed {seed}: {c['reason']}"}
-                        break
-                if not verdict["passed"]:
-                    break
-            r["verified"] = bool(verdict["passed"])
-            r["max_abs_err"] = verdict.get("max_abs_err", 0.0)
-            r["reason"] = verdict.get("reason")
-            r["status"] = "ok" if r["verified"] else "failed"
-            if r["verified"]:
-                r["timing"] = ex.time(prepared, meta, data[cand["task"]][0][1], timing)
+            if ex.mode == "compile":
+                r.update(status="compiled", cubin_bytes=prepared, reason=None)
+            else:
+                _verify_and_time(ex, prepared, meta, cand, data[cand["task"]], timing, r)
         except Exception as e:  # noqa: BLE001 - one candidate's failure is its own result
             r["reason"] = f"{type(e).__name__}: {str(e).strip()[:1500]}"
             if not isinstance(e, JobError):
@@ -425,7 +478,7 @@ def run_job(job_dir: str | os.PathLike, mode: str = "auto", log=None) -> dict:
     torch_timings = {}
     for tid, task in sorted(tasks.items()):
         try:
-            t = ex.torch_time(task, data[tid][0][1], timing)
+            t = ex.torch_time(task, data[tid][0][1], data[tid][0][2], timing)
         except Exception as e:  # noqa: BLE001
             t = {"error": f"{type(e).__name__}: {e}"}
         if t is not None:
@@ -494,9 +547,9 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("job", nargs="?", help="job folder (job.json, artifacts/, data/)")
     ap.add_argument("--out", help="results JSON path (default: JOB/results.json)")
-    ap.add_argument("--mode", choices=("auto", "cupy", "reference"), default="auto",
+    ap.add_argument("--mode", choices=("auto", "cupy", "reference", "compile"), default="auto",
                     help="cupy: a CUDA GPU; reference: no GPU, CPU outputs from the build side; "
-                         "auto: cupy when a device is visible")
+                         "compile: nvcc only, nothing runs; auto: cupy when a device is visible")
     ap.add_argument("--serve", metavar="HOST:PORT", help="serve jobs over TCP instead")
     ap.add_argument("--once", action="store_true", help="with --serve: answer one job, exit")
     ap.add_argument("--quiet", action="store_true")

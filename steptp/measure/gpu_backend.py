@@ -91,11 +91,13 @@ class GpuJob:
     """A batch of tasks (reference kernels) and CUDA candidates for one runner call."""
 
     def __init__(self, target: Target | None = None, seeds: Sequence[int] = (0, 1),
-                 limits: CudaLimits | None = None, timing: dict | None = None):
+                 limits: CudaLimits | None = None, timing: dict | None = None,
+                 cpu_outputs: bool = True):
         self.target = target or Target.cuda()
         self.seeds = tuple(int(s) for s in seeds)
         self.limits = limits or CudaLimits()
         self.timing = {**DEFAULT_TIMING, **(timing or {})}
+        self.cpu_outputs = cpu_outputs  # for the runner's reference mode; a GPU run needs none
         self._cpu = Target.host_cpu(num_cores=1)
         self.tasks: dict[str, dict[str, Any]] = {}
         self._data: dict[str, np.ndarray] = {}
@@ -140,21 +142,22 @@ class GpuJob:
         prog = parse(program) if isinstance(program, str) else program
         try:
             art = build_artifact(prog, self.target, self.limits)
-            twin = B.build(cpu_twin(prog), self._cpu)
+            twin = B.build(cpu_twin(prog), self._cpu) if self.cpu_outputs else None
         except Exception as e:  # noqa: BLE001 - a candidate that does not build is reported
             self.failures.append({"task": task_id, "label": label or "", "reason":
                                   f"{type(e).__name__}: {str(e)[:500]}"})
             return None
         self.artifacts[art.id] = art
         cpu_out = {}
-        for s, ins in self._inputs[task_id].items():
+        for s, ins in (self._inputs[task_id].items() if twin is not None else ()):
             outs = B.run(twin, ins)
             cpu_out[str(s)] = {p.name: self._keep(f"data/{task_id}/{s}/cpu_{art.id}_{p.name}.npy",
                                                   x) for p, x in zip(twin.outputs, outs)}
         self.candidates.append({"artifact": art.id, "task": task_id, "role": role,
                                 "label": label or role, "exactness": exactness,
                                 "tolerances": tolerance_table(exactness),
-                                "program_hash": program_hash(prog), "cpu_outputs": cpu_out})
+                                "program_hash": program_hash(prog),
+                                **({"cpu_outputs": cpu_out} if twin is not None else {})})
         return art.id
 
     # ------------------------------------------------------------------ writing
