@@ -4,7 +4,7 @@
 #
 #   benchmarks/gpu_check.sh build [JOB_DIR]   # here: writes JOB_DIR (default build/gpu_job)
 #   benchmarks/gpu_check.sh run   [JOB_DIR]   # on the GPU machine: runner + report, < 8 min
-#   benchmarks/gpu_check.sh reference [JOB_DIR]   # here: the runner's file protocol, no GPU
+#   benchmarks/gpu_check.sh compile [JOB_DIR] # here, with nvcc: every .cu compiles for sm_90
 #
 # `run` writes JOB_DIR/results.json (and $OUT/results.json when $OUT is set) and prints the
 # per-kernel report (benchmarks/gpu_report.py).
@@ -18,8 +18,11 @@ case "$cmd" in
     if [ -x .venv/bin/python ]; then py=.venv/bin/python; fi
     PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/gpu_check.py "$job"
     ;;
-  run|reference)
-    mode=cupy; [ "$cmd" = reference ] && mode=reference
+  compile)
+    "$py" steptp/gpu_runner/runner.py "$job" --mode compile --out "$job/compile.json" --quiet
+    ;;
+  run)
+    mode=cupy
     if [ "$mode" = cupy ]; then nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv || true; fi
     timeout 470 "$py" steptp/gpu_runner/runner.py "$job" --mode "$mode" --out "$job/results.json"
     if [ -n "${OUT:-}" ]; then cp "$job/results.json" "$OUT/results.json"; fi

@@ -176,6 +176,8 @@ def test_runner_comparison_matches_the_verifier_rule():
     off = want.copy()
     off[2] = 100.0 * (1 + 3 * rtol)
     assert not run.compare(off, want, (atol, rtol), "exact", "D")["passed"]
+    slack = np.array([0.0, 0.0, 100.0 * 3 * rtol], dtype=np.float32)  # 2 x the error bound
+    assert run.compare(off, want, (atol, rtol), "exact", "D", slack)["passed"]
     nan = want.copy()
     nan[1] = np.nan
     assert "never written" in run.compare(nan, want, (atol, rtol), "exact", "D")["reason"]
@@ -238,3 +240,21 @@ def test_directory_backend_and_gpu_timings_enter_the_cache(tmp_path):
     chash = timing_config_hash(res["timing"])
     assert cache.get_timing(ph, TARGET.key, "gpu:feedc0ffee123456", chash)["median_s"] == 1e-5
     assert cache.get_timing(ph, TARGET.key, "gpu:another", chash) is None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit, no GPU)")
+def test_runner_compile_mode_compiles_cuda_source_with_nvcc(tmp_path):
+    prog = parse(SHARED)
+    job = GpuJob(TARGET, seeds=(0,), cpu_outputs=False)
+    job.add_task("shared", cpu_twin(prog))
+    job.add_candidate("shared", prog, label="shared staging")
+    unrolled = next(c for c in cuda_candidates(parse(examples.text("softmax")))
+                    if c.strategy == "loop_split")
+    job.add_task("softmax", examples.text("softmax"))
+    job.add_candidate("softmax", unrolled.program, label=unrolled.label)
+    d = job.write(tmp_path / "job")
+    r = _run_runner(tmp_path, str(d), "--mode", "compile", "--quiet")
+    assert r.returncode == 0, r.stderr
+    res = json.loads((d / "results.json").read_text())
+    assert [x["status"] for x in res["results"]] == ["compiled", "compiled"], res["results"]
+    assert all(x["cubin_bytes"] > 1000 for x in res["results"])

@@ -47,7 +47,8 @@ from ..tir import build as B
 from ..tir.cuda_artifact import CudaLimits, build_artifact
 from ..tir.target import Target
 from .cache import Cache, program_hash
-from .verify import RULE_VERSION, TOLERANCES, random_inputs
+from .error_bound import error_bounds
+from .verify import ERROR_BOUND_FACTOR, RULE_VERSION, TOLERANCES, random_inputs
 
 PROTOCOL = 1
 #: What the runner's timing protocol defaults to (warm-up calls, CUDA-event repeats).
@@ -121,13 +122,28 @@ class GpuJob:
                         for p, x in zip(built.inputs, ins)}
             out_files = {p.name: self._keep(f"data/{task_id}/{s}/ref_{p.name}.npy", x)
                          for p, x in zip(built.outputs, outs)}
-            seeds.append({"seed": s, "inputs": in_files, "outputs": out_files})
+            seeds.append({"seed": s, "inputs": in_files, "outputs": out_files,
+                          "bounds": self._bounds(task_id, s, prog, ins)})
         buffers = [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype,
                     "role": "output" if p.is_output else "input"} for p in built.params]
         self.tasks[task_id] = {"kernel": prog.name, "leir": canonical_text(prog),
                                "buffers": buffers, "seeds": seeds,
                                **({"torch": torch} if torch else {})}
         self._inputs[task_id] = per_seed
+
+    def _bounds(self, task_id: str, seed: int, prog: A.Program, ins) -> dict[str, dict]:
+        """The reference's per-element rounding-error bound (``error_bound``), in the same
+        order (``exact``) and in any order (the other classes): the runner's slack is
+        ``2 * bound`` on top of the fixed tolerances, as in the CPU verifier."""
+        out: dict[str, dict] = {}
+        for key, reorders in (("exact", False), ("reorders", True)):
+            bs = error_bounds(prog, ins, reorders, self._cpu)
+            if bs is None:
+                continue
+            out[key] = {t.name: self._keep(f"data/{task_id}/{seed}/bound_{key}_{t.name}.npy",
+                                           b.astype(np.float32))
+                        for t, b in zip(prog.outputs, bs) if b is not None}
+        return out
 
     def _keep(self, rel: str, x: np.ndarray) -> str:
         self._data[rel] = x
@@ -170,7 +186,8 @@ class GpuJob:
 
     def manifest(self) -> dict[str, Any]:
         return {"protocol": PROTOCOL, "id": self.id, "target": self.target.to_dict(),
-                "rule_version": RULE_VERSION, "timing": self.timing, "tasks": self.tasks,
+                "rule_version": RULE_VERSION, "error_bound_factor": ERROR_BOUND_FACTOR,
+                "timing": self.timing, "tasks": self.tasks,
                 "candidates": self.candidates}
 
     def write(self, directory: str | os.PathLike) -> Path:
