@@ -24,7 +24,8 @@ case "$cmd" in
   run)
     mode=cupy
     if [ "$mode" = cupy ]; then nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv || true; fi
-    timeout 470 "$py" steptp/gpu_runner/runner.py "$job" --mode "$mode" --out "$job/results.json"
+    timeout 470 "$py" steptp/gpu_runner/runner.py "$job" --mode "$mode" --budget-s 400 \
+      --out "$job/results.json"
     if [ -n "${OUT:-}" ]; then cp "$job/results.json" "$OUT/results.json"; fi
     "$py" benchmarks/gpu_report.py "$job/results.json"
     ;;

@@ -18,7 +18,8 @@ from steptp import examples
 from steptp.leir import parse
 from steptp.measure.cache import Cache
 from steptp.measure.gpu_backend import (DirectoryBackend, GpuJob, TcpBackend, cpu_twin,
-                                        fingerprint_id, record, timing_config_hash,
+                                        fingerprint_id, measure, record,
+                                        timing_config_hash,
                                         tolerance_table, verify_config_hash)
 from steptp.measure.verify import TOLERANCES
 from steptp.search.cuda_space import bind_all, cuda_candidates, is_bound
@@ -202,14 +203,15 @@ def test_tcp_backend_on_loopback_fills_the_cache(tmp_path):
         line = srv.stdout.readline()
         assert line.startswith("serving on 127.0.0.1:"), line
         port = int(line.rsplit(":", 1)[1])
-        res = TcpBackend("127.0.0.1", port, timeout_s=120).run(d)
+        cache = Cache(tmp_path / "cache.sqlite")
+        res, stored = measure(job, TcpBackend("127.0.0.1", port, timeout_s=120), cache,
+                              tmp_path / "work")
         assert srv.wait(timeout=60) == 0
     finally:
         if srv.poll() is None:
             srv.kill()
     assert sum(x["verified"] for x in res["results"]) == 4
-    cache = Cache(tmp_path / "cache.sqlite")
-    assert record(res, job.manifest(), cache) == {"verifications": 5, "timings": 0}
+    assert stored == {"verifications": 5, "timings": 0}
     cand = next(c for c in job.candidates if c["artifact"] == wrong_id)
     hit = cache.get_verification(
         "leir:" + __import__("steptp.leir.canon", fromlist=["x"]).canonical_hash(

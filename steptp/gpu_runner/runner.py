@@ -458,8 +458,10 @@ def _verify_and_time(ex, prepared, meta, cand, seeds, timing, r, bounds, factor)
         r["timing"] = ex.time(prepared, meta, seeds[0][1], timing)
 
 
-def run_job(job_dir: str | os.PathLike, mode: str = "auto", log=None) -> dict:
-    """Verify and time every candidate of the job folder; return the results object."""
+def run_job(job_dir: str | os.PathLike, mode: str = "auto", log=None,
+            budget_s: float | None = None) -> dict:
+    """Verify and time every candidate of the job folder; return the results object. Past
+    ``budget_s`` seconds the remaining candidates are reported as not run (status ``error``)."""
     root = Path(job_dir)
     job = _read_json(root / "job.json")
     if job.get("protocol") != PROTOCOL:
@@ -495,6 +497,10 @@ def run_job(job_dir: str | os.PathLike, mode: str = "auto", log=None) -> dict:
         t0 = time.perf_counter()
         r = {"artifact": cand["artifact"], "task": cand["task"], "role": cand.get("role"),
              "label": cand.get("label"), "verified": False, "status": "error", "timing": None}
+        if budget_s is not None and time.perf_counter() - t_job > budget_s:
+            r["reason"] = f"not run: the job's budget of {budget_s:g} s was spent"
+            results.append(r)
+            continue
         try:
             meta = _read_json(root / "artifacts" / f"{cand['artifact']}.json")
             _check_artifact(meta, f"artifacts/{cand['artifact']}.json")
@@ -598,6 +604,9 @@ def main(argv=None) -> int:
                          "compile: nvcc only, nothing runs; auto: cupy when a device is visible")
     ap.add_argument("--serve", metavar="HOST:PORT", help="serve jobs over TCP instead")
     ap.add_argument("--once", action="store_true", help="with --serve: answer one job, exit")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="stop starting candidates after this many seconds (the rest are "
+                         "reported as not run); results are written either way")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     if a.serve:
@@ -612,7 +621,7 @@ def main(argv=None) -> int:
         ap.error("give a job folder or --serve")
     log = None if a.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     try:
-        res = run_job(a.job, a.mode, log)
+        res = run_job(a.job, a.mode, log, a.budget_s)
     except JobError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

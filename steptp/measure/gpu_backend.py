@@ -228,6 +228,10 @@ class DirectoryBackend:
         shutil.copytree(job_dir, dest)
         return dest
 
+    def run(self, job_dir: str | os.PathLike) -> dict:
+        """Submit, then wait for the runner's results."""
+        return self.collect(self.submit(job_dir))
+
     def collect(self, shipped: Path) -> dict:
         path = Path(shipped) / "results.json"
         deadline = time.monotonic() + self.timeout_s
@@ -323,5 +327,17 @@ def record(results: dict, manifest: dict, cache: Cache) -> dict[str, int]:
     return {"verifications": n_v, "timings": n_t}
 
 
-__all__ = ["DirectoryBackend", "GpuJob", "TcpBackend", "cpu_twin", "fingerprint_id", "record",
+def measure(job: GpuJob, backend, cache: Cache | None, workdir: str | os.PathLike
+            ) -> tuple[dict, dict[str, int]]:
+    """Write ``job`` under ``workdir``, run it through ``backend`` (``DirectoryBackend`` or
+    ``TcpBackend``), record the results in ``cache``; return (results, stored counts)."""
+    folder = job.write(Path(workdir) / f"job-{job.id}")
+    results = backend.run(folder)
+    if results.get("job") != job.id:
+        raise RuntimeError(f"the runner answered job {results.get('job')!r}, not {job.id!r}")
+    stored = record(results, job.manifest(), cache) if cache is not None else {}
+    return results, stored
+
+
+__all__ = ["measure", "DirectoryBackend", "GpuJob", "TcpBackend", "cpu_twin", "fingerprint_id", "record",
            "tolerance_table", "timing_config_hash", "verify_config_hash"]
