@@ -259,3 +259,47 @@ def test_runner_compile_mode_compiles_cuda_source_with_nvcc(tmp_path):
     res = json.loads((d / "results.json").read_text())
     assert [x["status"] for x in res["results"]] == ["compiled", "compiled"], res["results"]
     assert all(x["cubin_bytes"] > 1000 for x in res["results"])
+
+
+def test_job_folder_is_deterministic(tmp_path):
+    def make(where):
+        job = GpuJob(TARGET, seeds=(1,))
+        job.add_task("layer_norm", examples.text("layer_norm"), torch={"op": "layer_norm"})
+        job.add_candidate("layer_norm", bind_all(parse(examples.text("layer_norm"))),
+                          role="baseline")
+        return job.write(where)
+
+    a, b = make(tmp_path / "a"), make(tmp_path / "b")
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    manifest = json.loads((a / "job.json").read_text())
+    assert manifest["tasks"]["layer_norm"]["seeds"][0]["bounds"]["exact"]  # the slack travels
+
+
+def test_tcp_runner_refuses_an_archive_that_leaves_its_folder(tmp_path):
+    import io
+    import socket
+    import struct
+    import tarfile
+    import threading
+
+    run = _runner_module()
+    ports = []
+    ready = threading.Event()
+    t = threading.Thread(target=run.serve, args=("127.0.0.1", 0, "reference", True,
+                                                 lambda p: (ports.append(p), ready.set())))
+    t.start()
+    assert ready.wait(30)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo("../evil.json")
+        info.size = 2
+        tf.addfile(info, io.BytesIO(b"{}"))
+    with socket.create_connection(("127.0.0.1", ports[0]), timeout=30) as s:
+        data = buf.getvalue()
+        s.sendall(struct.pack("!Q", len(data)) + data)
+        reply = json.loads(run._recv(s))
+    t.join(30)
+    assert "not a plain relative path" in reply["error"]
+    assert not (tmp_path.parent / "evil.json").exists()
