@@ -240,7 +240,7 @@ class CupyExecutor:
     def _module(self, meta: dict, source: str):
         """NVRTC first; when it refuses TVM's source (a missing header), nvcc to a cubin."""
         cp = self.cp
-        opts = ["--std=c++17"]
+        opts = []  # NVRTC (CUDA >= 12) compiles C++17 by default
         cuda = os.environ.get("CUDA_PATH") or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
         if os.path.isdir(os.path.join(cuda, "include")):
             opts.append(f"-I{os.path.join(cuda, 'include')}")
