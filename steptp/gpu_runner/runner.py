@@ -12,8 +12,9 @@ The job folder (written by ``steptp.measure.gpu_backend``): ``job.json`` names t
 kernel's buffers, its seeded inputs and reference outputs as ``.npy`` under ``data/``, computed on
 the build machine with TVM), the candidates (an artifact under ``artifacts/``: ``<id>.json`` +
 ``<id>.cu``, the task it answers, and its tolerance table ``{dtype: [atol, rtol]}`` copied from
-the CPU verifier), and the timing protocol. Each candidate is compiled with NVRTC
-(``cupy.RawModule``), launched on every seed with outputs pre-filled with NaN (so an unwritten
+the CPU verifier), and the timing protocol. Each candidate is compiled with NVRTC (nvcc when
+NVRTC refuses), loaded as a ``cupy.RawModule``, launched on every seed with outputs pre-filled
+with NaN (so an unwritten
 element fails), compared element by element with ``|got - want| <= atol + rtol * |want|``
 (a non-finite result where the reference is finite fails; integers must be equal), its inputs
 checked unchanged, and timed with CUDA events: ``warmup`` calls, then ``repeats`` measurements,
