@@ -1,0 +1,1 @@
+"""The standalone GPU runner (``runner.py`` imports nothing from steptp; it travels alone)."""
