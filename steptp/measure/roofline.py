@@ -120,7 +120,9 @@ def load_or_calibrate(measurer, directory: Path | None = None, fresh: bool = Fal
             pass
     kernels = _calibration_kernels(measurer.config.num_threads)
     stats = dict(measurer.stats)  # calibration is not part of the caller's measurements
-    outs = measurer.time_many(list(kernels.values()), check_speed_of_light=False)
+    # not through the measurement cache: calibration kernels are not programs a cost model
+    # should learn from, and a calibration is always measured anew
+    outs = measurer.time_many(list(kernels.values()), check_speed_of_light=False, use_cache=False)
     measurer.stats.update(stats)
     if not all(o.ok for o in outs):
         return None

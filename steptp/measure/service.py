@@ -309,19 +309,20 @@ class Measurer:
         return oc.model_copy(update={"timing": oc.timing.model_copy(update={"suspect": True}),
                                      "status": "suspect", "reason": why})
 
-    def time_many(self, programs: Sequence[str], check_speed_of_light: bool | None = None
-                  ) -> list[TimingOutcome]:
+    def time_many(self, programs: Sequence[str], check_speed_of_light: bool | None = None,
+                  use_cache: bool = True) -> list[TimingOutcome]:
         """Time each program (LEIR or TVMScript text), one at a time on the device. Results in
         input order; a failure is a ``TimingOutcome`` with ``timing=None`` and a ``reason``; a
         timing below the machine's speed of light has ``status="suspect"`` and
         ``timing.suspect``."""
         check = self.speed_of_light if check_speed_of_light is None else check_speed_of_light
-        out = self._time_many(programs)
+        out = self._time_many(programs, use_cache)
         if check and any(o.ok for o in out):
             out = [self._judge_speed(p, o) if o.ok else o for p, o in zip(programs, out)]
         return out
 
-    def _time_many(self, programs: Sequence[str]) -> list[TimingOutcome]:
+    def _time_many(self, programs: Sequence[str], use_cache: bool = True) -> list[TimingOutcome]:
+        cache = self.cache if use_cache else None
         fp = self.fingerprint.id
         chash = self.config.hash
         out: list[TimingOutcome | None] = [None] * len(programs)
@@ -333,8 +334,8 @@ class Measurer:
                 out[i] = TimingOutcome(status="error", reason=f"{type(e).__name__}: {e}",
                                        fingerprint=fp)
                 continue
-            hit = (self.cache.get_timing(ph, self.target.key, fp, chash)
-                   if self.cache is not None else None)
+            hit = (cache.get_timing(ph, self.target.key, fp, chash)
+                   if cache is not None else None)
             if hit is not None:
                 self.stats["time_hits"] += 1
                 out[i] = TimingOutcome(program_hash=ph, timing=Timing(**hit), cached=True,
@@ -346,8 +347,8 @@ class Measurer:
             self.stats["time_runs"] += 1
             if r.ok:
                 timing = Timing(**r.value["timing"])
-                if self.cache is not None:
-                    self.cache.put_timing(ph, self.target.key, fp, chash, timing.model_dump(),
+                if cache is not None:
+                    cache.put_timing(ph, self.target.key, fp, chash, timing.model_dump(),
                                           leir=_canonical_leir(programs[idx[0]], ph))
                 oc = TimingOutcome(program_hash=ph, timing=timing, fingerprint=fp,
                                    wall_s=r.wall_s)
