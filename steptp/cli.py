@@ -363,7 +363,11 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
                                                           "Batches API (anthropic writer)"),
         config: Optional[Path] = typer.Option(None, "--config", help="a JSON/YAML CoT config"),
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir",
-                                                 help="LLM response cache (default out/cot-cache)")):
+                                                 help="LLM response cache (default out/cot-cache)"),
+        hardware: str = typer.Option("host", "--hardware",
+                                     help="the CPU the reasoning describes (caches, vector width, "
+                                          "cores): host (this machine's fingerprint, where the "
+                                          "steps were timed) or generic (the cost model's core)")):
     """Write each step's reasoning (the CoT column), validated against the step's facts.
 
     A step whose LLM answer still fails validation after the retries falls back to the template
@@ -377,6 +381,11 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
 
     if writer not in ("template", "anthropic"):
         raise typer.BadParameter(f"--writer must be template or anthropic, got {writer!r}")
+    if hardware not in ("host", "generic"):
+        raise typer.BadParameter(f"--hardware must be host or generic, got {hardware!r}")
+    from .cot.facts import GENERIC, Hardware
+
+    hw = Hardware.current() if hardware == "host" else GENERIC
     cfg = CotConfig.load(config, seed=seed, max_retries=max_retries, model=model,
                          cache_dir=str(cache_dir) if cache_dir else None, batch=batch or None)
     try:
@@ -393,9 +402,10 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
             _err(str(e))
             raise typer.Exit(2) from None
     else:
-        w = TemplateWriter(seed=cfg.seed)
+        w = TemplateWriter(seed=cfg.seed, hardware=hw)
     done, summary = write_cot(recs, w, max_retries=cfg.max_retries, seed=cfg.seed, batch=cfg.batch,
-                              concurrency=getattr(getattr(w, "config", None), "concurrency", 1))
+                              concurrency=getattr(getattr(w, "config", None), "concurrency", 1),
+                              hardware=hw)
     write_table(table(done, StepRecord), out)
     summary_path = out.with_name(out.stem + ".cot-summary.json")
     write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")

@@ -155,7 +155,7 @@ def check_claim(c: Claim, f: Facts) -> list[str]:
     elif k == "staged_in_cache":
         bad += [f"claim {k}: {m}" for m in _staged(c, f)]
     elif k == "loop_extent":
-        lps = [lp for lp in (pf.loops if pf is not None else ()) if lp.var == c.loop]
+        lps = _loops_named(pf, main, c.loop)
         if not lps:
             fail(f"`{c.loop}` is not a loop {c.side} the step")
         else:
@@ -165,7 +165,7 @@ def check_claim(c: Claim, f: Facts) -> list[str]:
             if c.short and ext > SHORT_LOOP:
                 fail(f"`{c.loop}` runs {ext} iterations: not a short loop (at most {SHORT_LOOP})")
     elif k == "parallel_safe":
-        lps = [lp for lp in f.before.loops if lp.var == c.loop]
+        lps = _loops_named(f.before, sf.main, c.loop)
         if not lps:
             fail(f"`{c.loop}` is not a loop before the step")
         elif any(lp.carries_dependence for lp in lps):
@@ -199,6 +199,18 @@ def check_claim(c: Claim, f: Facts) -> list[str]:
             fail(f"the cost model ranks `{c.strategy}` ({sa:.3f}) ahead of `{c.other}` ({so:.3f}), "
                  f"not below it")
     return bad
+
+
+def _loops_named(pf, stmt: Optional[StmtFact], var: Optional[str]) -> list:
+    """The loop ``var`` of ``stmt``'s own nest; if the statement has none of that name, every
+    loop of the program with that name."""
+    if pf is None:
+        return []
+    if stmt is not None:
+        own = [lp for lp in pf.loops if lp.var == var and stmt.path[:len(lp.path)] == lp.path]
+        if own:
+            return own
+    return [lp for lp in pf.loops if lp.var == var]
 
 
 def _staged(c: Claim, f: Facts) -> list[str]:

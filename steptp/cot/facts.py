@@ -204,12 +204,37 @@ class Facts:
         if self.after is not None:
             out["after_loops"] = [{"var": lp.var, "extent": lp.extent, "kind": lp.kind}
                                   for lp in self.after.loops]
-        out["measured"] = {k: v for k, v in {
-            "before_median_s": self.before_s, "after_median_s": self.after_s,
-            "before_min_s": self.before_min_s, "after_min_s": self.after_min_s,
-            "relative_noise": self.noise, "step_speedup": self.step_speedup,
-            "cumulative_speedup": self.cumulative_speedup, "max_abs_err": self.max_abs_err,
-        }.items() if v is not None}
+        if self.hardware is not None:
+            out["hardware"] = self.hardware.to_dict()
+        sf = self.at_site
+        if sf is not None:
+            out["site"] = {
+                "statement": sf.main.text, "path": list(sf.main.path),
+                "nest": [{"var": v, "extent": e} for v, e in sf.main.nest],
+                "innermost_before": sf.main.innermost, "innermost_after": sf.innermost_after,
+                "accesses": [{"access": a.text, "write": a.write, "stride_before": a.stride,
+                              "stride_after": a.stride_after, "reuse_loop": a.reuse_loop,
+                              "reuse_bytes": a.reuse_bytes} for a in sf.accesses],
+                "working_sets": [{"loop": w.loop, "bytes": w.bytes, "level": w.level}
+                                 for w in sf.working_sets],
+            }
+        if self.diagnosis is not None:
+            d = self.diagnosis
+            out["diagnosis"] = {"kind": d.kind, "loop": d.loop, "tensor": d.tensor,
+                                "statement_path": list(d.stmt_path), **d.detail}
+        if self.predicted is not None:
+            p = self.predicted
+            out["predicted"] = {"before_s": p.before_s, "after_s": p.after_s,
+                                "direction": self.predicted_direction,
+                                "prepares": self.follow_up.strategy if self.prepares else None,
+                                "follow_up": None if self.follow_up is None else {
+                                    "strategy": self.follow_up.strategy, "site": self.follow_up.site,
+                                    "predicted_s": self.follow_up.predicted_s}}
+        out["alternatives"] = [{"strategy": a.strategy, "site": a.site, "params": a.params,
+                                "predicted_s": a.predicted_s} for a in self.alternatives[:6]]
+        out["refusals"] = [{"strategy": r.strategy, "site": r.site, "params": r.params,
+                            "reason": r.reason} for r in self.refusals[:3]]
+        # No measurement of the step: the reasoning must not know the outcome.
         return out
 
 
@@ -748,22 +773,10 @@ def _numbers(f: "Facts") -> dict[str, float]:
         put(f"{side}.arithmetic_intensity", pf.arithmetic_intensity)
         put(f"{side}.statements", len(pf.statements))
         put(f"{side}.loops", len(pf.loops))
+    # The before-program's own timing was known before the step; the step's measurement (after
+    # time, speedup, error) was not, so it is not citable (see ``measured_numbers``).
     put("before.median_s", f.before_s)
-    put("after.median_s", f.after_s)
     put("before.min_s", f.before_min_s)
-    put("after.min_s", f.after_min_s)
-    if f.before_s is not None and f.after_s is not None:
-        put("saved_s", f.before_s - f.after_s)
-    put("noise", f.noise)
-    put("noise.pct", f.noise * 100)
-    sp = f.step_speedup
-    if sp is not None:
-        put("step_speedup", sp)
-        put("step_speedup.change_pct", (sp - 1) * 100)
-        put("step_speedup.time_change_pct", (1 / sp - 1) * 100 if sp else None)
-        put("step_speedup.inverse", 1 / sp if sp else None)
-    put("cumulative_speedup", f.cumulative_speedup)
-    put("max_abs_err", f.max_abs_err)
 
     def walk(prefix: str, v: Any) -> None:
         if isinstance(v, dict):
@@ -831,6 +844,21 @@ def _numbers(f: "Facts") -> dict[str, float]:
     return n
 
 
+def measured_numbers(f: "Facts") -> dict[str, float]:
+    """What the step's measurement found: stored beside the reasoning, never cited in it."""
+    n: dict[str, float] = {}
+    for k, v in (("after.median_s", f.after_s), ("after.min_s", f.after_min_s),
+                 ("noise", f.noise), ("step_speedup", f.step_speedup),
+                 ("cumulative_speedup", f.cumulative_speedup), ("max_abs_err", f.max_abs_err)):
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            n[k] = float(v)
+    sp = f.step_speedup
+    if sp:
+        n["step_speedup.change_pct"] = (sp - 1) * 100
+        n["step_speedup.inverse"] = 1 / sp
+    return n
+
+
 def step_key(step: StepRecord) -> str:
     """A stable identity of a step (seeds, cache keys): never Python's salted ``hash``."""
     return canonical_json([step.trajectory_id, step.step_index, step.kernel_id, step.strategy,
@@ -886,4 +914,4 @@ def facts(step: StepRecord, hardware: Optional[Hardware] = None) -> Facts:
 
 __all__ = ["Facts", "Hardware", "GENERIC", "SiteFacts", "SiteAccess", "WorkingSet", "Prediction",
            "Diagnosis", "diagnose", "distinct_bytes", "site_facts", "prediction", "ProgramFacts", "TensorFact", "LoopFact", "StmtFact", "AccessFact", "facts",
-           "program_facts", "step_key"]
+           "program_facts", "step_key", "measured_numbers"]

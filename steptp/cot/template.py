@@ -232,8 +232,8 @@ class TemplateWriter:
                         f"Serial code on a {hw.cores}-core machine: the outer loop `{d.loop}` has "
                         f"{det['extent']} independent iterations (parallel: predicted "
                         f"{_fmt_time(det['predicted_s'])}).")
-            claims.append(Claim(kind="parallel_safe", loop=d.loop))
-            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"]))
+            claims.append(Claim(kind="parallel_safe", loop=d.loop, path=path))
+            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
         elif d.kind == "vectorization":
             text = pick(f"The innermost loop `{d.loop}` ({det['extent']} iterations) is scalar with "
                         f"unit or zero strides; {hw.vector_bits}-bit registers hold {det['lanes']} "
@@ -241,7 +241,7 @@ class TemplateWriter:
                         f"Scalar code: `{d.loop}` is innermost, contiguous and {det['extent']} long, "
                         f"while the CPU could do {det['lanes']} lanes per instruction.")
             claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
-            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"]))
+            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
         elif d.kind == "dependence":
             text = pick(f"The innermost loop `{d.loop}` is the reduction axis of `{m.text}`: its "
                         f"{det['extent']} iterations accumulate into one element of `{d.tensor}`, a "
@@ -259,7 +259,8 @@ class TemplateWriter:
             text = pick(f"The innermost loop `{d.loop}` is short ({det['extent']} iterations): its "
                         f"increment and branch are a visible share of each iteration.",
                         f"Loop control: `{d.loop}` runs only {det['extent']} iterations per entry.")
-            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], short=True))
+            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], short=True,
+                                path=path))
         else:
             text = pick(f"Nothing is strided, serial-parallel or out of cache; at "
                         f"{f.before.arithmetic_intensity:.2f} FLOP/B the arithmetic itself dominates.",
@@ -273,8 +274,11 @@ class TemplateWriter:
         s, prm = f.strategy, f.params
         loops = f.site.get("loops") or []
         v = loops[0] if loops else sf.loop
-        lp = f.before.loop(v) if v else None
         m = sf.main
+        lp = None
+        if v:   # the loop of that name in the site's own nest (names repeat across nests)
+            own = [x for x in f.before.loops if x.var == v and m.path[:len(x.path)] == x.path]
+            lp = own[0] if own else f.before.loop(v)
         if s == "loop_reorder":
             new = sf.innermost_after
             if new is not None and new != m.innermost:

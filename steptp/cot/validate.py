@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from .. import strategies as S
 from ..leir import ast as A
 from ..records import StepRecord
-from .facts import Facts, facts as compute_facts
+from .facts import Facts, facts as compute_facts, measured_numbers
 from .claims import check_claims
 from .schema import SIDE_FIELDS, Cot
 
@@ -244,9 +244,11 @@ def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
     if cot.bottleneck.tensor is not None and cot.bottleneck.tensor not in tensors_b:
         probs.append(f"bottleneck.tensor {cot.bottleneck.tensor!r} is not a tensor of the program "
                      f"before the step (tensors: {', '.join(tensors_b)})")
+    chosen_fields = {f"candidates[{n}].reason" for n, c in enumerate(cot.candidates)
+                     if c.verdict == "chosen"}
     for field_, text in _texts(cot):
         allowed = set(f.names_before) | vocab
-        if field_ in AFTER_FIELDS:
+        if field_ in AFTER_FIELDS or field_ in chosen_fields:
             allowed |= f.names_after
         bad = [n for n in dict.fromkeys(named_identifiers(text)) if n not in allowed]
         for n in bad:
@@ -256,6 +258,7 @@ def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
                          f"{', '.join(tensors_b)})")
     # ---------------------------------------------------------------- numbers
     values = list(f.numbers.values())
+    measured = list(measured_numbers(f).values())
     quotes = [step.before_leir, step.after_leir]
     for field_, text in _texts(cot):
         for num, unit, ctx in cited_numbers(text, quotes):
@@ -263,6 +266,11 @@ def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
             if not unit and v in SMALL_COUNTS:
                 continue
             if not number_matches(num, unit, values):
+                if number_matches(num, unit, measured):
+                    probs.append(f"{field_} cites {num}{(' ' + unit) if unit else ''} (\"…{ctx}…\"): "
+                                 f"claim hindsight: that is the step's measured outcome, which the "
+                                 f"reasoning cannot know; cite the cost model's prediction instead")
+                    continue
                 probs.append(f"{field_} cites {num}{(' ' + unit) if unit else ''} (\"…{ctx}…\"), which "
                              f"matches no fact of this step within rounding; cite only the given facts")
     # ---------------------------------------------------------------- effect
