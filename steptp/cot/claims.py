@@ -412,9 +412,31 @@ def check_claims(cot: Cot, f: Facts, fields: list[tuple[str, str]]) -> list[str]
     out: list[str] = []
     for n, c in enumerate(cot.claims):
         out += [f"claims[{n}]: {p}" for p in check_claim(c, f)]
+    out += _coverage(cot, f)
     for name, text in fields:
         out += [f"{name}: {p}" for p in prose_claims(text, name, f)]
     out += hindsight_problems(cot, f)
+    return out
+
+
+def _coverage(cot: Cot, f: Facts) -> list[str]:
+    """A list of strides is complete: when the reasoning gives the stride of some access of the
+    site's main statement (on one side of the step), it gives every access's, writes included."""
+    sf = f.at_site
+    if sf is None:
+        return []
+    out = []
+    for side in ("before", "after"):
+        named = {c.access for c in cot.claims if c.kind == "stride" and c.side == side
+                 and (c.path is None or list(c.path) == list(sf.main.path))}
+        if not named:
+            continue
+        want = [a for a in sf.accesses if (a.stride if side == "before" else a.stride_after) is not None]
+        missing = [a for a in want if a.text not in named and (a.text_after or a.text) not in named]
+        if missing:
+            out.append("claim stride: the strides listed " + side + " the step leave out "
+                       + ", ".join(f"`{a.text}`{' (written)' if a.write else ''}" for a in missing)
+                       + f"; every access of `{sf.main.text}` counts, reads and writes")
     return out
 
 
