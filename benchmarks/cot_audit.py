@@ -144,6 +144,20 @@ def stride(prog, t, idx, var, loops):
         return None
 
 
+def invariant(prog, t, idx, var, loops):
+    """Whether ``t[idx]`` is the same element for every value of ``var`` (the other loops at
+    their first and second values); False for gathers."""
+    ext = {lp.var: lp.extent for lp, _ in loops}
+    try:
+        for b in (0, 1):
+            base = {v: min(b, e - 1) for v, e in ext.items() if v != var}
+            if len({addr(prog, t, idx, {**base, var: k}) for k in range(ext.get(var, 1))}) > 1:
+                return False
+        return True
+    except Unknown:
+        return False
+
+
 def points(loops, fixed=None, cap=300_000):
     vs = [(lp.var, lp.extent) for lp in loops]
     n = math.prod(e for _, e in vs) if vs else 1
@@ -324,7 +338,7 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
                 t, i = hit[0]
                 inv = None
                 for d in range(len(m[2]) - 1, -1, -1):
-                    if stride(st.before, t, i, m[2][d][0].var, m[2]) == 0:
+                    if m[2][d][0].extent > 1 and invariant(st.before, t, i, m[2][d][0].var, m[2]):
                         inv = d
                         break
                 if k == "no_reuse":

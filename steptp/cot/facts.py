@@ -519,6 +519,35 @@ class SiteFacts:
         return self.innermost_origin
 
 
+def _moves(prog: A.Program, tensor: str, index: tuple[A.Expr, ...], var: str,
+           nest: list[tuple[str, int]]) -> bool:
+    """Whether the element ``tensor[index]`` changes as ``var`` runs (the other loops at their
+    first and second values): by the affine form when there is one, else by evaluation (so
+    ``A[j%1]`` does not move with ``j``)."""
+    import numpy as np
+
+    if var not in A_free(index):
+        return False
+    t = prog.tensors.get(tensor)
+    forms = [affine(e) for e in index]
+    if t is not None and all(fm is not None for fm in forms):
+        return sum(fm[0].get(var, 0) * st for fm, st in zip(forms, _row_major_strides(tuple(t.shape)))) != 0
+    ext = dict(nest)
+    if t is None:
+        return True
+    for base in (0, 1):
+        env = {v: np.asarray(min(base, e - 1), dtype=np.int64) for v, e in nest if v != var}
+        env[var] = np.arange(ext.get(var, 1), dtype=np.int64)
+        for v in A_free(index):
+            env.setdefault(v, np.asarray(0, dtype=np.int64))
+        fl = _flat_index(t, index, env)
+        if fl is None:
+            return True
+        if np.unique(np.asarray(fl).reshape(-1)).size > 1:
+            return True
+    return False
+
+
 def _matching(after: "ProgramFacts", s: StmtFact, before: "ProgramFacts") -> Optional[StmtFact]:
     """The statement of the after-program that plays ``s``'s role: the same written tensor and
     the same rank among the statements writing it."""
@@ -605,10 +634,10 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
                 m = same[mine.index(a)]
                 ta = _access_text(m.tensor, m.index)
                 sa = _stride(parse(after_text).tensors.get(m.tensor), m.index, main_after.innermost)
-        used = set(A_free(a.index))
         reuse_loop, reuse_bytes = None, None
         for d in range(len(nest) - 1, -1, -1):
-            if nest[d][0] not in used:
+            # a one-iteration loop has nothing to reuse across
+            if nest[d][1] > 1 and not _moves(bp, a.tensor, a.index, nest[d][0], nest):
                 reuse_loop = nest[d][0]
                 reuse_bytes = wsets[d + 1].bytes if d + 1 < len(wsets) else 0
                 break
