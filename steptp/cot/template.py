@@ -359,6 +359,42 @@ class TemplateWriter:
                         f"{prm.get('factor', 'several')} independent ones.",
                         f"rfactor: independent partial sums instead of one serial chain into "
                         f"`{m.tensor}`.")
+        t = f.site.get("tensor") or prm.get("tensor")
+        at = _ticks(loops) or "the site"
+        if s == "cache_read_write" and t:
+            mode = f.site.get("mode", "write")
+            scope = prm.get("scope", "local")
+            if mode == "write":
+                return pick(f"each iteration of {at} accumulates `{t}` in a {scope} staging buffer and "
+                            f"writes it back once, instead of updating `{t}` in place.",
+                            f"redirects the updates of `{t}` inside {at} to a {scope} buffer, copied "
+                            f"back at the end of each iteration.")
+            return pick(f"copies the part of `{t}` each iteration of {at} reads into a {scope} buffer "
+                        f"first.", f"stages the reads of `{t}` inside {at} in a {scope} buffer.")
+        if s == "expression_reorder" and prm.get("expr"):
+            how = {"swap": "swaps its operands", "rotate_left": "regroups it to the left",
+                   "rotate_right": "regroups it to the right"}.get(prm.get("rewrite"), "reorders it")
+            return pick(f"rewrites `{prm['expr']}`: {how}; the loop structure is unchanged.",
+                        f"`{prm['expr']}` {how}, which changes only the order of the arithmetic.")
+        if s in ("layout_transformation",) and t:
+            return pick(f"stores `{t}` with its dimensions permuted, so the accesses walk it in a "
+                        f"different order.", f"permutes the layout of `{t}`.")
+        if s == "set_storage_layout" and t:
+            return pick(f"pads the innermost dimension of `{t}` without changing any access.",
+                        f"changes only the storage of `{t}` (padding).")
+        if s == "online_softmax":
+            return pick("merges the max pass and the sum pass into one online pass with a running "
+                        "max and a rescaled sum: one read of the row fewer.",
+                        "one pass computes the running max and the rescaled sum together.")
+        if s == "common_subexpression_elimination":
+            return pick("computes the repeated subexpression once per iteration into a scalar.",
+                        "a repeated subexpression is evaluated once and reused.")
+        if s == "compute_inline" and t:
+            return pick(f"substitutes the producer of `{t}` into its reads and removes `{t}`.",
+                        f"inlines `{t}`: recomputed at each read instead of stored.")
+        if s == "operator_fusion":
+            return pick("merges the producer nest and its consumer into one nest.",
+                        "one nest instead of two over the common iteration space.")
         desc = self._description(f, s)
         if desc:
             return pick(f"{desc}.", f"`{s}`: {desc}.")
@@ -385,6 +421,11 @@ class TemplateWriter:
             if a.strategy != f.strategy:
                 best.setdefault(a.strategy, a)
         ranked = sorted(best.values(), key=lambda a: (a.score, a.strategy))
+        # the move that answers the diagnosis comes first, so the reasoning weighs it
+        remedy = {"parallelism": "loop_parallelization", "vectorization": "loop_vectorization",
+                  "dependence": "reduction_factorization", "locality": "loop_reorder",
+                  "loop_overhead": "loop_unrolling"}.get(f.diagnosis.kind if f.diagnosis else "")
+        ranked = [a for a in ranked if a.strategy == remedy] + [a for a in ranked if a.strategy != remedy]
         p = f.predicted
         chosen_score = None
         if p is not None and p.after_s:
@@ -405,8 +446,8 @@ class TemplateWriter:
                 claims.append(Claim(kind="ranks_below", strategy=f.strategy, other=a.strategy))
                 reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}: the cost model ranks "
                               f"it ahead of this step; a candidate for the next one.",
-                              f"predicted {_fmt_time(a.predicted_s)} at {where}, ranked higher; the "
-                              f"search keeps it as a sibling.")
+                              f"predicted {_fmt_time(a.predicted_s)} at {where}, ranked higher by the "
+                              f"cost model; it stays open for a later step.")
             else:
                 claims.append(Claim(kind="ranks_below", strategy=a.strategy, other=f.strategy))
                 reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)} (potential "
