@@ -136,7 +136,11 @@ def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 
 
     # a search's rows form a tree: many rows share (trajectory_id, step_index); key by step_key
     todo = [s for s in steps if s.verified]
-    done, _summary = write_cot(todo, _writer(writer, cache_dir), max_retries=max_retries, seed=seed)
+    from steptp.cot.facts import Hardware
+
+    # the reasoning describes the CPU the steps were timed on, as `steptp cot --hardware host` does
+    done, _summary = write_cot(todo, _writer(writer, cache_dir), max_retries=max_retries, seed=seed,
+                               hardware=Hardware.current())
     by_key = {step_key(s): s for s in done}
     return [by_key.get(step_key(s), s) for s in steps]
 

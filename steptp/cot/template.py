@@ -302,6 +302,16 @@ class TemplateWriter:
         if s == "loop_vectorization" and lp is not None:
             lanes = hw.lanes(f.before.tensors[m.tensor].dtype) if m.tensor in f.before.tensors else 1
             claims.append(Claim(kind="loop_extent", loop=v, value=lp.extent))
+            strided = [a for a in sf.accesses if m.innermost == v and a.stride is not None
+                       and abs(a.stride) > 1]
+            if strided:
+                a = strided[0]
+                claims.append(Claim(kind="stride", access=a.text, value=a.stride))
+                return pick(f"SIMD over `{v}` ({lp.extent} iterations), although `{a.text}` moves with "
+                            f"stride {abs(a.stride)} along it: those lanes become a "
+                            f"{'scatter' if a.write else 'gather'}.",
+                            f"vector code for `{v}`; `{a.text}` (stride {abs(a.stride)}) needs a "
+                            f"{'scatter' if a.write else 'gather'} per vector.")
             if lp.extent < lanes:
                 return pick(f"`{v}` has {lp.extent} iterations: one vector of {lp.extent} of the "
                             f"{lanes} lanes a {hw.vector_bits}-bit register holds.",
