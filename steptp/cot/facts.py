@@ -1,14 +1,26 @@
-"""The ground truth a step's reasoning may cite: ``facts(step)``.
+"""The ground truth a step's reasoning may cite: ``facts(step, hardware)``.
 
-Every writer (template, LLM) and the validator use this one function, so a number in the
-reasoning is either one of these facts (within rounding) or an error. Facts come from the
-program analyses of the before- and after-programs (loop extents, reduction axes, footprints,
-FLOPs, bytes moved, arithmetic intensity, the innermost stride of each access) and from the
-measurements (runtimes, speedups, error).
+Every writer (template, LLM), the validator and the claim checker use this one function, so a
+number or claim in the reasoning is either one of these facts (within rounding) or an error.
+What it holds is what could be known *before* the step was measured:
 
-``Facts.numbers`` maps a label (``"loop.k.extent"``, ``"before.median_s"``...) to a value in base
-units (seconds, bytes, operations, elements); ``Facts.prompt()`` is the JSON-able view an LLM is
-shown.
+* program analyses of the before- and after-programs (loop extents, reduction axes, FLOPs, bytes
+  moved, arithmetic intensity, the innermost stride of each access);
+* for the step's *site* (:class:`SiteFacts`): the main statement's own loop nest, every access
+  (reads and writes) with its stride along the innermost loop before and after the step (the
+  after-innermost loop named by the before-loop it walks), each access's reuse loop and reuse
+  distance, and the working set of every loop of the nest with the cache level of the
+  fingerprinted CPU (:class:`Hardware`) that holds it — distinct elements, counted;
+* the analytic cost model's estimates before and after (:class:`Prediction`), the other legal
+  actions of the state ranked by it and the refusals that teach something
+  (:mod:`steptp.cot.alternatives`), and the best finishing move after the step;
+* the diagnosis of the before-program on that hardware (:func:`diagnose`), independent of the
+  step that was applied.
+
+The step's own measurement (after-time, speedup, error) is *not* citable: ``measured_numbers``
+keeps it apart, for the fields stored beside the reasoning. ``Facts.numbers`` maps a label to a
+value in base units (seconds, bytes, operations, elements); ``Facts.prompt()`` is the JSON-able
+view an LLM is shown (no measurement of the step).
 """
 
 from __future__ import annotations
