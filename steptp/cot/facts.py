@@ -144,6 +144,7 @@ class Facts:
     alternatives: tuple = ()          # steptp.cot.alternatives.Alternative, best first
     refusals: tuple = ()              # steptp.cot.alternatives.Refusal that teach something
     follow_up: Any = None             # the best finishing move after the step (Alternative)
+    staging: Optional[tuple] = None   # (intermediate, loop, extent, bytes per iteration) after
     numbers: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -659,6 +660,36 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
     return SiteFacts(path, loop, tuple(under), main, main_after, tuple(accs), tuple(wsets), origin)
 
 
+def staging(after_text: str) -> Optional[tuple[str, str, int, int]]:
+    """(intermediate, loop, extent, bytes per iteration) of the innermost loop of the
+    after-program that both produces and consumes an intermediate (compute_at, fusion), if any."""
+    if not after_text.strip():
+        return None
+    prog = parse(after_text)
+    an = Analysis(prog)
+    mids = [t.name for t in prog.intermediates]
+    best = None
+    for li in an.loops:
+        under = an.statements_under(li.path)
+        for t in mids:
+            w = [s for s in under if s.stmt.tensor == t]
+            r = [s for s in under if any(ld.tensor == t for ld in A.loads(s.stmt.value))]
+            if w and r and (best is None or li.depth > best[0].depth):
+                best = (li, t, w, r)
+    if best is None:
+        return None
+    li, t, w, r = best
+    depth = li.depth + 1
+    idx = [(t, s.stmt.index) for s in w] + [(t, ld.index) for s in r for ld in A.loads(s.stmt.value)
+                                           if ld.tensor == t]
+    inner: dict[str, int] = {}
+    for s in w + r:
+        for lp in s.loops[depth:]:
+            inner.setdefault(lp.var, lp.extent)
+    b, _ = distinct_bytes(prog, idx, list(inner.items()))
+    return t, li.loop.var, li.loop.extent, b
+
+
 # ============================================================================ cost model
 @dataclass(frozen=True)
 class Prediction:
@@ -674,7 +705,8 @@ class Prediction:
         return self.before_s / self.after_s if self.after_s else None
 
 
-PREDICT_TOL = 0.05   # relative change the cost model must predict to call a step faster/slower
+PREDICT_TOL = 0.05
+LOW_INTENSITY = 1.0   # operations per byte below which the accesses, not the arithmetic, bound it   # relative change the cost model must predict to call a step faster/slower
 
 
 @functools.lru_cache(maxsize=512)
@@ -728,8 +760,9 @@ def diagnose(pf: ProgramFacts, text: str, hw: Hardware, alts: tuple = (),
     3. a scalar innermost loop with unit/zero strides, not a reduction axis, at least one vector
        wide, and the cost model predicts vector code faster — vectorization;
     4. the innermost loop is the reduction axis: one serial chain of adds — dependence;
-    5. a working set larger than L2 — memory; else a short innermost loop (< 8) — loop
-       overhead; else compute.
+    5. a working set larger than L2, or under one operation per byte (loads and stores set the
+       pace even from cache) — memory; else a short innermost loop (< 8) — loop overhead; else
+       compute.
     """
     hot = pf.hot_statement
     an = Analysis(parse(text))
@@ -766,8 +799,10 @@ def diagnose(pf: ProgramFacts, text: str, hw: Hardware, alts: tuple = (),
         return Diagnosis("dependence", inner.var, hot.tensor, hot.path,
                          {"extent": inner.extent})
     total = sum(pf.footprint_bytes.values())
-    if total > hw.l2_bytes:
-        return Diagnosis("memory", None, None, hot.path, {"bytes": total, "level": hw.level(total)})
+    if total > hw.l2_bytes or pf.arithmetic_intensity < LOW_INTENSITY:
+        return Diagnosis("memory", None, None, hot.path,
+                         {"bytes": total, "level": hw.level(total),
+                          "intensity": pf.arithmetic_intensity})
     if inner is not None and inner.extent < 8 and inner.kind == "serial":
         return Diagnosis("loop_overhead", inner.var, None, hot.path, {"extent": inner.extent})
     return Diagnosis("compute", None, None, hot.path,
@@ -874,6 +909,9 @@ def _numbers(f: "Facts") -> dict[str, float]:
         put(f"alt{k}.predicted_s", alt.predicted_s)
         put(f"alt{k}.potential_s", alt.potential_s)
         walk(f"alt{k}.params", alt.params)
+    if f.staging is not None:
+        put("staging.extent", f.staging[2])
+        put("staging.bytes", f.staging[3])
     if f.follow_up is not None:
         put("follow_up.predicted_s", f.follow_up.predicted_s)
         walk("follow_up.params", f.follow_up.params)
@@ -944,6 +982,7 @@ def facts(step: StepRecord, hardware: Optional[Hardware] = None) -> Facts:
         "diagnosis": diagnose(before, step.before_leir, hw, all_alts, pred.before_s),
         "alternatives": alts, "refusals": refs,
         "follow_up": follow_up(after_text, kind, hw.cores) if after_text else None,
+        "staging": staging(after_text) if after_text else None,
     }
     extra["at_hot"] = site_facts(step.before_leir, after_text,
                                  {"path": list(extra["diagnosis"].stmt_path)}, hw)

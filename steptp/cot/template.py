@@ -20,11 +20,8 @@ import random
 from typing import Any, Optional
 
 from .. import strategies as S
-from ..leir import ast as A
-from ..leir.analysis import Analysis
-from ..leir.parser import parse
 from ..records import StepRecord
-from .facts import Facts, SiteAccess, SiteFacts, distinct_bytes, facts as compute_facts
+from .facts import Facts, SiteAccess, facts as compute_facts
 from .schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, ExpectedEffect,
                      Observation)
 
@@ -93,36 +90,6 @@ def _stride_claims(accs: list[SiteAccess], after: bool = False,
             out.append(Claim(kind="stride", side="after" if after else "before", access=text,
                              value=st, path=path))
     return out
-
-
-def _staging(f: Facts) -> Optional[tuple[str, str, int, int]]:
-    """(intermediate, loop, extent, bytes per iteration) of the innermost loop of the
-    after-program that both produces and consumes an intermediate, if any."""
-    if f.after is None:
-        return None
-    prog = parse(f.after_text)
-    an = Analysis(prog)
-    mids = [t.name for t in prog.intermediates]
-    best = None
-    for li in an.loops:
-        under = an.statements_under(li.path)
-        for t in mids:
-            w = [s for s in under if s.stmt.tensor == t]
-            r = [s for s in under if any(ld.tensor == t for ld in A.loads(s.stmt.value))]
-            if w and r and (best is None or li.depth > best[0].depth):
-                best = (li, t, w, r)
-    if best is None:
-        return None
-    li, t, w, r = best
-    depth = li.depth + 1
-    idx = [(t, s.stmt.index) for s in w] + [(t, ld.index) for s in r for ld in A.loads(s.stmt.value)
-                                           if ld.tensor == t]
-    inner: dict[str, int] = {}
-    for s in w + r:
-        for lp in s.loops[depth:]:
-            inner.setdefault(lp.var, lp.extent)
-    b, _ = distinct_bytes(prog, idx, list(inner.items()))
-    return t, li.loop.var, li.loop.extent, b
 
 
 class TemplateWriter:
@@ -250,6 +217,13 @@ class TemplateWriter:
                         f"({det['extent']} iterations): each update waits for the previous one.")
             claims.append(Claim(kind="reduction_writes", tensor=d.tensor, axes=list(m.reduction_axes)))
             claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
+        elif d.kind == "memory" and det["level"] in ("L1", "L2"):
+            text = pick(f"At {det['intensity']:.2f} FLOP/B there is little arithmetic per byte; all "
+                        f"{_fmt_bytes(det['bytes'])} fit in {det['level']} "
+                        f"({_fmt_bytes(hw.size(det['level']))}), so loads and stores from cache set "
+                        f"the pace.",
+                        f"Access-bound: {det['intensity']:.2f} FLOP/B over {_fmt_bytes(det['bytes'])} "
+                        f"that stay in {det['level']}.")
         elif d.kind == "memory":
             text = pick(f"The program touches {_fmt_bytes(det['bytes'])}, more than L2 holds "
                         f"({_fmt_bytes(hw.l2_bytes)}): traffic from {det['level']} bounds it.",
@@ -262,7 +236,7 @@ class TemplateWriter:
             claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], short=True,
                                 path=path))
         else:
-            text = pick(f"Nothing is strided, serial-parallel or out of cache; at "
+            text = pick(f"Nothing is strided or out of cache, and no finishing move stands out; at "
                         f"{f.before.arithmetic_intensity:.2f} FLOP/B the arithmetic itself dominates.",
                         f"Compute-bound: the data fit in cache and the intensity is "
                         f"{f.before.arithmetic_intensity:.2f} FLOP/B.")
@@ -350,7 +324,7 @@ class TemplateWriter:
                         f"tiling by {fs}; with no reuse in this nest it changes the order in which "
                         f"lines are touched, nothing more.")
         if s in ("compute_at", "loop_fusion"):
-            st = _staging(f)
+            st = f.staging
             if st is not None and st[2] > 1:
                 t, loop, ext, b = st
                 claims.append(Claim(kind="staged_in_cache", side="after", tensor=t, loop=loop,
