@@ -329,6 +329,21 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
                     sa = stride(st.after, t, i, ma[2][-1][0].var, ma[2])
                     ok = ok and sa is not None and abs(sa) <= 1
                 record(k, ok, f"after innermost walks {org} (before {before_inner}), claimed {c['loop']}")
+            elif k == "no_reuse" and c.get("access") is None:
+                # the whole statement touches each element once: distinct = accessed
+                accs = accesses(m[1], m[3])
+                uniq = {(t, text(t, i)): (t, i) for t, i, _ in accs}
+                seen, count = set(), 0
+                for env in points([lp for lp, _ in m[2]]):
+                    try:
+                        if m[3] and not all(ev(g, env) for g in m[3]):
+                            continue
+                    except Unknown:
+                        pass
+                    for t, i in uniq.values():
+                        seen.add((t, addr(st.before, t, i, env)))
+                        count += 1
+                record(k, len(seen) == count, f"{count - len(seen)} repeated element touches")
             elif k in ("reuse", "no_reuse"):
                 accs = accesses(m[1], m[3])
                 hit = [(t, i) for t, i, w in accs if text(t, i) == c["access"]]

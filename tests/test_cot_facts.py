@@ -58,6 +58,20 @@ def test_site_facts_match_brute_force(p):
             if w.exact:
                 want = audit.distinct(prog, idx, [lp for lp, _ in loops[w.depth:]], guards)
                 assert w.bytes == want, (w.loop, s)
+        # touched once: as many distinct elements as (access, iteration) pairs
+        if sf.working_sets and sf.working_sets[0].exact and math.prod(e for _, e in m.nest) <= 20000:
+            uniq = {audit.text(t, i): (t, i) for t, i, _ in accs}
+            seen, count = set(), 0
+            for env in audit.points([lp for lp, _ in loops]):
+                try:
+                    if guards and not all(audit.ev(g, env) for g in guards):
+                        continue
+                except audit.Unknown:
+                    pass
+                for t, i in uniq.values():
+                    seen.add((t, audit.addr(prog, t, i, env)))
+                    count += 1
+            assert sf.touched_once == (len(seen) == count), s
         # reduction axes: loops absent from the left-hand side
         if s.op != "=":
             used = {v for e in s.index for v in audit.A.free_vars(e)}

@@ -121,6 +121,11 @@ def check_claim(c: Claim, f: Facts) -> list[str]:
                 got = hit[0].stride_after if hit else "no such access"
                 fail(f"`{acc}` is not contiguous along the new innermost loop `{after_inner}` "
                      f"(stride {got})")
+    elif k == "no_reuse" and c.access is None:
+        if not sf.touched_once:
+            fail(f"`{sf.main.text}` touches some elements more than once (different accesses share "
+                 f"them: {sf.working_sets[0].bytes if sf.working_sets else '?'} distinct bytes for "
+                 f"{sf.accessed_bytes} bytes of accesses)")
     elif k in ("reuse", "no_reuse"):
         hit = [a for a in sf.accesses if a.text == c.access]
         if not hit:

@@ -524,6 +524,8 @@ class SiteFacts:
     accesses: tuple[SiteAccess, ...]
     working_sets: tuple[WorkingSet, ...]
     innermost_origin: Optional[str] = None   # the before-loop the after-innermost loop walks
+    accessed_bytes: int = 0                 # bytes the distinct accesses move over the whole nest
+    touched_once: bool = False              # no element is touched by two (access, iteration)s
 
     @property
     def innermost_after(self) -> Optional[str]:
@@ -657,7 +659,14 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
         sb = stride * ITEMSIZE[t.dtype] if (stride is not None and t is not None) else None
         accs.append(SiteAccess(a.tensor, a.write, text_, stride, sa, ta, reuse_loop, reuse_bytes, sb))
     loop = node.var if isinstance(node, A.Loop) else None
-    return SiteFacts(path, loop, tuple(under), main, main_after, tuple(accs), tuple(wsets), origin)
+    # a reduction's read and write of its target are one access for this count
+    distinct_accs = {(a.tensor, _access_text(a.tensor, a.index)) for a in raw}
+    accessed = sum(ITEMSIZE[bp.tensors[t].dtype] for t, _ in distinct_accs if t in bp.tensors) \
+        * main.iterations
+    whole = wsets[0] if wsets else None
+    once = bool(whole and whole.exact and whole.bytes == accessed)
+    return SiteFacts(path, loop, tuple(under), main, main_after, tuple(accs), tuple(wsets), origin,
+                     accessed, once)
 
 
 def staging(after_text: str) -> Optional[tuple[str, str, int, int]]:
@@ -759,7 +768,9 @@ def diagnose(pf: ProgramFacts, text: str, hw: Hardware, alts: tuple = (),
        — parallelism;
     3. a scalar innermost loop with unit/zero strides, not a reduction axis, at least one vector
        wide, and the cost model predicts vector code faster — vectorization;
-    4. the innermost loop is the reduction axis: one serial chain of adds — dependence;
+    4. the innermost loop carries a dependence other than a reduction (a scan: each iteration
+       reads what the previous one wrote), or it is the reduction axis (one serial chain of
+       updates) — dependence;
     5. a working set larger than L2, or under one operation per byte (loads and stores set the
        pace even from cache) — memory; else a short innermost loop (< 8) — loop overhead; else
        compute.
@@ -795,6 +806,12 @@ def diagnose(pf: ProgramFacts, text: str, hw: Hardware, alts: tuple = (),
             and best is not None:
         return Diagnosis("vectorization", inner.var, None, hot.path,
                          {"extent": inner.extent, "lanes": lanes, "predicted_s": best.predicted_s})
+    if inner is not None and inner.kind != "vectorized":
+        carried = [c for c in an.loop_carried(si.loop_paths[-1]) if not c.reduction]
+        if carried:
+            c = carried[0]
+            return Diagnosis("dependence", inner.var, c.tensor, hot.path,
+                             {"extent": inner.extent, "scan": True})
     if inner is not None and inner.var in hot.reduction_axes and inner.kind != "vectorized":
         return Diagnosis("dependence", inner.var, hot.tensor, hot.path,
                          {"extent": inner.extent})
@@ -889,6 +906,7 @@ def _numbers(f: "Facts") -> dict[str, float]:
         for w in sf.working_sets:
             put(f"site{where}.ws.{w.loop}.bytes", w.bytes)
         put("site.iterations", sf.main.iterations)
+        put(f"site{where}.accessed_bytes", sf.accessed_bytes)
         if sf.main_after is not None:
             for k, (v, e) in enumerate(sf.main_after.nest):
                 put(f"site.after_nest.{k}.{v}", e)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 from typing import Any, Optional
 
 from .. import strategies as S
@@ -153,10 +154,19 @@ class TemplateWriter:
                 w.append(f"`{a.text}` does not move with the innermost loop `{a.reuse_loop}`: "
                          f"it stays in a register there.")
                 claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=0))
-        elif m.loops:
+        elif m.loops and sf.touched_once:
             w.append(pick("Every access depends on every loop of the nest: no element is touched "
                           "twice, there is no reuse to exploit.",
                           "Each element is touched once (no reuse): this nest is a pure stream."))
+            claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
+            claims.append(Claim(kind="no_reuse"))
+        elif m.loops:
+            w.append(pick(f"No access comes back to its own elements, but different accesses share "
+                          f"some: {_fmt_bytes(sf.working_sets[0].bytes)} distinct for "
+                          f"{_fmt_bytes(sf.accessed_bytes)} of accesses.",
+                          f"Accesses overlap one another ({_fmt_bytes(sf.working_sets[0].bytes)} "
+                          f"distinct of {_fmt_bytes(sf.accessed_bytes)} accessed), though none "
+                          f"repeats its own elements."))
             claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
         if sf.working_sets:
             ws = sf.working_sets[0]
@@ -209,6 +219,13 @@ class TemplateWriter:
                         f"while the CPU could do {det['lanes']} lanes per instruction.")
             claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
             claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
+        elif d.kind == "dependence" and det.get("scan"):
+            text = pick(f"The innermost loop `{d.loop}` carries a dependence through `{d.tensor}` in "
+                        f"`{m.text}`: each of its {det['extent']} iterations reads what an earlier one "
+                        f"wrote, so they cannot overlap or run as vector lanes.",
+                        f"A scan: along `{d.loop}` ({det['extent']} iterations) `{m.text}` reads the "
+                        f"value of `{d.tensor}` the previous iteration produced.")
+            claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
         elif d.kind == "dependence":
             text = pick(f"The innermost loop `{d.loop}` is the reduction axis of `{m.text}`: its "
                         f"{det['extent']} iterations accumulate into one element of `{d.tensor}`, a "
@@ -319,8 +336,8 @@ class TemplateWriter:
                             f"tiling by {fs} brings the reuse of `{a.text}` across `{a.reuse_loop}` "
                             f"closer than {_fmt_bytes(a.reuse_bytes)}.")
             claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
-            return pick(f"tiles of {fs} only change the traversal order: no element is reused, so "
-                        f"nothing is kept for later.",
+            return pick(f"tiles of {fs} only change the traversal order: no access reuses its own "
+                        f"elements, so nothing is kept for later.",
                         f"tiling by {fs}; with no reuse in this nest it changes the order in which "
                         f"lines are touched, nothing more.")
         if s in ("compute_at", "loop_fusion"):
@@ -393,7 +410,9 @@ class TemplateWriter:
         except Exception:  # noqa: BLE001
             return ""
         d = d.replace("`", "")
-        if not d or named_identifiers(d) or cited_numbers(d):
+        d = re.split(r"[:;(]", d, maxsplit=1)[0].strip().rstrip(".,")   # its first clause
+        if not d or len(d) > 160 or any(c in d for c in "[]=") or named_identifiers(d) \
+                or cited_numbers(d):
             return ""
         return d[0].lower() + d[1:]
 
