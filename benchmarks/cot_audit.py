@@ -118,6 +118,18 @@ def text(t, idx):
 
 
 def addr(prog, t, idx, env):
+    """Row-major element number, or None when a subscript is out of range (never read)."""
+    shape = prog.tensors[t].shape
+    a = 0
+    for e, d in zip(idx, shape):
+        x = int(ev(e, env))
+        if not 0 <= x < d:
+            return None
+        a = a * d + x
+    return a
+
+
+def _addr_raw(prog, t, idx, env):
     shape = prog.tensors[t].shape
     a = 0
     for e, d in zip(idx, shape):
@@ -133,8 +145,8 @@ def stride(prog, t, idx, var, loops):
         d = None
         for base in ({}, {v: min(1, e - 1) for v, e in ext.items() if v != var}):
             for k in range(min(3, ext.get(var, 2)) - 1 or 1):
-                x0 = addr(prog, t, idx, {**base, var: k})
-                x1 = addr(prog, t, idx, {**base, var: k + 1})
+                x0 = _addr_raw(prog, t, idx, {**base, var: k})
+                x1 = _addr_raw(prog, t, idx, {**base, var: k + 1})
                 if d is None:
                     d = x1 - x0
                 elif x1 - x0 != d:
@@ -151,7 +163,7 @@ def invariant(prog, t, idx, var, loops):
     try:
         for b in (0, 1):
             base = {v: min(b, e - 1) for v, e in ext.items() if v != var}
-            if len({addr(prog, t, idx, {**base, var: k}) for k in range(ext.get(var, 1))}) > 1:
+            if len({_addr_raw(prog, t, idx, {**base, var: k}) for k in range(ext.get(var, 1))}) > 1:
                 return False
         return True
     except Unknown:
@@ -177,7 +189,9 @@ def distinct(prog, accs, loops, guards=(), cap=300_000):
         except Unknown:
             pass
         for t, idx in accs:
-            seen.add((t, addr(prog, t, idx, env)))
+            a = addr(prog, t, idx, env)
+            if a is not None:
+                seen.add((t, a))
     return sum(ITEM[prog.tensors[t].dtype] for t, _ in seen)
 
 
@@ -341,8 +355,10 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
                     except Unknown:
                         pass
                     for t, i in uniq.values():
-                        seen.add((t, addr(st.before, t, i, env)))
-                        count += 1
+                        a = addr(st.before, t, i, env)
+                        if a is not None:
+                            seen.add((t, a))
+                            count += 1
                 record(k, len(seen) == count, f"{count - len(seen)} repeated element touches")
             elif k in ("reuse", "no_reuse"):
                 accs = accesses(m[1], m[3])
@@ -410,6 +426,8 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
                 readers = defaultdict(set)
                 for p, s, loops, g in under:
                     for env in points([l2 for l2, _ in loops]):
+                        if g and not all(ev(x, env) for x in g):
+                            continue
                         w = (s.tensor, addr(st.before, s.tensor, s.index, env))
                         touched[w].add(env[lp.var])
                         for ld in loads(s.value):

@@ -394,22 +394,35 @@ def _flat_index(t: A.Tensor, index: tuple[A.Expr, ...], env: dict[str, Any]):
     from ..leir.analysis import _eval_np
 
     flat = np.zeros((), dtype=np.int64)
-    for sub, st in zip(index, _row_major_strides(tuple(t.shape))):
+    inside = np.ones((), dtype=bool)
+    for sub, st, dim in zip(index, _row_major_strides(tuple(t.shape)), t.shape):
         try:
             with np.errstate(all="ignore"):
                 v = np.asarray(_eval_np(sub, env), dtype=np.int64)
         except (ValueError, KeyError, TypeError, ZeroDivisionError):
             return None
         flat = flat + v * st
-    return flat
+        inside = inside & (v >= 0) & (v < dim)
+    # an out-of-range subscript is never read (a `where` guards it): it touches nothing
+    return np.where(inside, flat, -1)
 
 
 def distinct_bytes(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, ...]]],
                    loops: list[tuple[str, int]], guards: tuple[A.Expr, ...] = ()) -> tuple[int, bool]:
+    """Bytes of the distinct elements ``accesses`` touch (see :func:`element_counts`)."""
+    b, _, exact = element_counts(program, accesses, loops, guards)
+    return b, exact
+
+
+def element_counts(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, ...]]],
+                   loops: list[tuple[str, int]], guards: tuple[A.Expr, ...] = ()
+                   ) -> tuple[int, Optional[int], bool]:
     """Bytes of the distinct elements that ``accesses`` touch while ``loops`` (var, extent) run
     through their ranges (every other loop variable fixed at 0), honouring loop-only guards.
-    Returns (bytes, exact); inexact when the space is too large or a subscript is a gather (then
-    the bounding box, or the whole tensor, bounds it from above)."""
+    Returns (distinct bytes, touched bytes, exact): touched counts every (access, point) once per
+    distinct access text, in-range subscripts only; inexact when the space is too large or a
+    subscript is a gather (then the bounding box, or the whole tensor, bounds the distinct bytes
+    from above and the touched bytes are None)."""
     import numpy as np
 
     from ..leir.analysis import _eval_np
@@ -435,9 +448,13 @@ def distinct_bytes(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
             mask = m
         except (ValueError, KeyError, TypeError, ZeroDivisionError):
             mask = None
-    total, exact = 0, n <= MAX_POINTS
+    total, touched, exact = 0, 0, n <= MAX_POINTS
     by_tensor: dict[str, list] = {}
+    texts: set = set()
     for name, index in accesses:
+        if (name, _access_text(name, index)) in texts:
+            continue          # a reduction's read and write of its target: one access
+        texts.add((name, _access_text(name, index)))
         by_tensor.setdefault(name, []).append(index)
     for name, indices in by_tensor.items():
         t = program.tensors.get(name)
@@ -457,9 +474,11 @@ def distinct_bytes(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
                     flats = None
                     break
                 fl = np.broadcast_to(fl, shape) if shape else fl.reshape(())
-                flats.append(fl[mask] if mask is not None else fl.reshape(-1))
+                fl = fl[mask] if mask is not None else fl.reshape(-1)
+                flats.append(fl[fl >= 0])
         if flats is not None:
             total += int(np.unique(np.concatenate([f.reshape(-1) for f in flats])).size) * isz
+            touched += sum(int(f.size) for f in flats) * isz
             continue
         exact = False
         ranges = {v: (0, e - 1) for v, e in loops}
@@ -473,7 +492,7 @@ def distinct_bytes(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
                 box *= dim if iv is None else min(dim, iv[1] - iv[0] + 1)
             vol += box
         total += min(vol, t.size) * isz
-    return total, exact
+    return total, (touched if exact else None), exact
 
 
 def A_free(exprs) -> list[str]:
@@ -659,12 +678,11 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
         sb = stride * ITEMSIZE[t.dtype] if (stride is not None and t is not None) else None
         accs.append(SiteAccess(a.tensor, a.write, text_, stride, sa, ta, reuse_loop, reuse_bytes, sb))
     loop = node.var if isinstance(node, A.Loop) else None
-    # a reduction's read and write of its target are one access for this count
-    distinct_accs = {(a.tensor, _access_text(a.tensor, a.index)) for a in raw}
-    accessed = sum(ITEMSIZE[bp.tensors[t].dtype] for t, _ in distinct_accs if t in bp.tensors) \
-        * main.iterations
-    whole = wsets[0] if wsets else None
-    once = bool(whole and whole.exact and whole.bytes == accessed)
+    accessed, once = 0, False
+    if nest:
+        b0, touched, ex = element_counts(bp, all_idx, nest, si.guards)
+        accessed = touched or 0
+        once = bool(ex and touched is not None and b0 == touched)
     return SiteFacts(path, loop, tuple(under), main, main_after, tuple(accs), tuple(wsets), origin,
                      accessed, once)
 

@@ -497,9 +497,10 @@ class TemplateWriter:
             fu = f.follow_up
             where = _ticks(fu.site.get("loops") or [])
             text = pick(f"the cost model predicts {b} -> {a} for this step alone; it prepares "
-                        f"`{fu.strategy}` at {where}, predicted {_fmt_time(fu.predicted_s)} afterwards.",
+                        f"`{fu.strategy}` at {where} of the new program, predicted "
+                        f"{_fmt_time(fu.predicted_s)} afterwards.",
                         f"little by itself ({b} -> {a} predicted), but then `{fu.strategy}` "
-                        f"({where}) is predicted {_fmt_time(fu.predicted_s)}.")
+                        f"(at {where} after the step) is predicted {_fmt_time(fu.predicted_s)}.")
             return ExpectedEffect(direction="preparatory", enables=fu.strategy, text=text,
                                   predicted_before_s=p.before_s, predicted_after_s=p.after_s)
         d = f.predicted_direction
