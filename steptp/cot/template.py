@@ -203,11 +203,12 @@ class TemplateWriter:
             claims.append(Claim(kind="stride", access=a.text, value=a.stride, path=path))
             claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
         elif d.kind == "parallelism":
-            text = pick(f"All the work runs on one core, but `{d.loop}` ({det['extent']} iterations) "
-                        f"carries no dependence and this CPU gives {hw.cores} cores; a parallel "
-                        f"`{d.loop}` is predicted {_fmt_time(det['predicted_s'])}.",
-                        f"Serial code on a {hw.cores}-core machine: the outer loop `{d.loop}` has "
-                        f"{det['extent']} independent iterations (parallel: predicted "
+            text = pick(f"All the work runs on one core, but `{d.loop}` ({det['extent']} iterations), "
+                        f"the outer loop of `{m.text}`, carries no dependence and this CPU gives "
+                        f"{hw.cores} cores; a parallel `{d.loop}` is predicted "
+                        f"{_fmt_time(det['predicted_s'])}.",
+                        f"Serial code on a {hw.cores}-core machine: the outer loop `{d.loop}` of "
+                        f"`{m.text}` has {det['extent']} independent iterations (parallel: predicted "
                         f"{_fmt_time(det['predicted_s'])}).")
             claims.append(Claim(kind="parallel_safe", loop=d.loop, path=path))
             claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
