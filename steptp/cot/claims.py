@@ -22,8 +22,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ..leir.analysis import ITEMSIZE
-from .facts import PREDICT_TOL, Facts, StmtFact
+from .facts import Facts, StmtFact
 from .schema import Claim, Cot
 
 SHORT_LOOP = 16     # a loop this short or shorter is "short" (its control is a visible share)

@@ -439,7 +439,7 @@ def element_counts(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
     if n <= MAX_POINTS and guards:
         try:
             full = {**env}
-            for v in A_free(guards):
+            for v in _free(guards):
                 full.setdefault(v, np.zeros((), dtype=np.int64))
             m = np.ones(shape, dtype=bool)
             with np.errstate(all="ignore"):
@@ -495,7 +495,7 @@ def element_counts(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
     return total, (touched if exact else None), exact
 
 
-def A_free(exprs) -> list[str]:
+def _free(exprs) -> list[str]:
     out: dict[str, None] = {}
     for e in exprs:
         for v in A.free_vars(e):
@@ -560,7 +560,7 @@ def _moves(prog: A.Program, tensor: str, index: tuple[A.Expr, ...], var: str,
     ``A[j%1]`` does not move with ``j``)."""
     import numpy as np
 
-    if var not in A_free(index):
+    if var not in _free(index):
         return False
     t = prog.tensors.get(tensor)
     forms = [affine(e) for e in index]
@@ -572,7 +572,7 @@ def _moves(prog: A.Program, tensor: str, index: tuple[A.Expr, ...], var: str,
     for base in (0, 1):
         env = {v: np.asarray(min(base, e - 1), dtype=np.int64) for v, e in nest if v != var}
         env[var] = np.arange(ext.get(var, 1), dtype=np.int64)
-        for v in A_free(index):
+        for v in _free(index):
             env.setdefault(v, np.asarray(0, dtype=np.int64))
         fl = _flat_index(t, index, env)
         if fl is None:

@@ -312,7 +312,8 @@ class TemplateWriter:
                         f"{lanes} lanes of them.",
                         f"SIMD over `{v}` ({lp.extent} iterations, {lanes} lanes per register).")
         if s == "loop_unrolling" and lp is not None:
-            short = lp.extent <= 16
+            from .claims import SHORT_LOOP
+            short = lp.extent <= SHORT_LOOP
             claims.append(Claim(kind="loop_extent", loop=v, value=lp.extent, short=short or None))
             if short:
                 return pick(f"`{v}` runs only {lp.extent} iterations; unrolling removes its branch.",
@@ -419,7 +420,6 @@ class TemplateWriter:
 
     # ------------------------------------------------------------------ alternatives
     def _alternatives(self, f: Facts, pick: _Pick, claims: list[Claim]) -> list[Candidate]:
-        from .claims import SHORT_LOOP  # noqa: F401  (one home for the threshold)
         best: dict[str, Any] = {}
         for a in f.alternatives:
             if a.strategy != f.strategy:
