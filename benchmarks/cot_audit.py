@@ -144,7 +144,7 @@ def stride(prog, t, idx, var, loops):
     try:
         d = None
         for base in ({}, {v: min(1, e - 1) for v, e in ext.items() if v != var}):
-            for k in range(min(3, ext.get(var, 2)) - 1 or 1):
+            for k in range(max(1, min(ext.get(var, 2), 1 << 16) - 1)):
                 x0 = _addr_raw(prog, t, idx, {**base, var: k})
                 x1 = _addr_raw(prog, t, idx, {**base, var: k + 1})
                 if d is None:
@@ -316,7 +316,8 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
                     got = stride(st.before, t, i, m[2][-1][0].var, m[2]) if m[2] else 0
                     for t2, i2, w2 in hit:
                         covered[("before", m[0])].add((t2, text(t2, i2), w2))
-                record(k, got == int(c["value"]), f"{c['access']}: stride {got}, claimed {c['value']}")
+                want = None if c.get("value") is None else int(c["value"])
+                record(k, got == want, f"{c['access']}: stride {got}, claimed {c['value']}")
             elif k == "reduction_writes":
                 prog = st.before
                 ok = False
@@ -493,7 +494,8 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
     a = st.row.get("after") or {}
     if a:
         meas.append(a["median_s"])
-    allowed = [pred_b] + ([pred_a] if pred_a else []) + [cand.get("predicted_s") or 0 for cand in cot["candidates"]]
+    allowed = [pred_b] + ([pred_a, pred_b / pred_a, pred_a / pred_b] if pred_a else []) \
+        + [cand.get("predicted_s") or 0 for cand in cot["candidates"]]
     body = st.row["cot_text"].split("</think>")[0]
     leak = [n for n, u, _ in cited_numbers(body) if u in ("x", "×", "s", "ms", "µs", "us", "ns")
             and number_matches(n, u, meas) and not number_matches(n, u, allowed)]

@@ -95,7 +95,7 @@ def check_claim(c: Claim, f: Facts) -> list[str]:
         if not hit:
             fail(f"`{c.access}` is not an access of {where} ({c.side} the step); its accesses are "
                  + ", ".join(f"`{a.text if c.side == 'before' else a.text_after}`" for a in accs))
-        elif val is None or c.value is None or int(c.value) != val:
+        elif (val is None) != (c.value is None) or (val is not None and int(c.value) != val):
             inner = main.innermost if c.side == "before" else sf.innermost_after
             fail(f"`{c.access}` moves {val} elements per iteration of the innermost loop "
                  f"`{inner}` ({c.side} the step), not {c.value}")
@@ -435,7 +435,7 @@ def _coverage(cot: Cot, f: Facts) -> list[str]:
                  and (c.path is None or list(c.path) == list(sf.main.path))}
         if not named:
             continue
-        want = [a for a in sf.accesses if (a.stride if side == "before" else a.stride_after) is not None]
+        want = [a for a in sf.accesses if side == "before" or a.text_after is not None]
         missing = [a for a in want if a.text not in named and (a.text_after or a.text) not in named]
         if missing:
             out.append("claim stride: the strides listed " + side + " the step leave out "

@@ -267,7 +267,11 @@ def _access_text(tensor: str, index: tuple[A.Expr, ...]) -> str:
     return f"{tensor}[{','.join(format_expr(e, compact=True) for e in index)}]"
 
 
-def _stride(t: A.Tensor | None, index: tuple[A.Expr, ...], var: Optional[str]) -> Optional[int]:
+def _stride(t: A.Tensor | None, index: tuple[A.Expr, ...], var: Optional[str],
+            nest: tuple[tuple[str, int], ...] = ()) -> Optional[int]:
+    """Elements the access moves per iteration of ``var``: the affine coefficient, or for other
+    subscripts (``//``, ``%``) the address difference when it is the same over the loop's whole
+    range (the other loops at their first and second values); None when it is not (irregular)."""
     if t is None or var is None:
         return None
     if not index:
@@ -276,9 +280,33 @@ def _stride(t: A.Tensor | None, index: tuple[A.Expr, ...], var: Optional[str]) -
     for sub, st in zip(index, _row_major_strides(t.shape)):
         a = affine(sub)
         if a is None:
-            return None
+            return _numeric_stride(t, index, var, nest)
         total += a[0].get(var, 0) * st
     return total
+
+
+def _numeric_stride(t: A.Tensor, index: tuple[A.Expr, ...], var: str,
+                    nest: tuple[tuple[str, int], ...]) -> Optional[int]:
+    import numpy as np
+
+    ext = dict(nest)
+    n = ext.get(var)
+    if n is None or n < 2 or n > 1 << 16:
+        return None
+    d = None
+    for base in (0, 1):
+        env = {v: np.asarray(min(base, e - 1), dtype=np.int64) for v, e in nest if v != var}
+        env[var] = np.arange(n, dtype=np.int64)
+        for v in _free(index):
+            env.setdefault(v, np.asarray(0, dtype=np.int64))
+        fl = _flat_index(t, index, env, mask=False)
+        if fl is None:
+            return None
+        diffs = np.unique(np.diff(np.broadcast_to(fl, (n,))))
+        if diffs.size != 1 or (d is not None and int(diffs[0]) != d):
+            return None
+        d = int(diffs[0])
+    return d
 
 
 @functools.lru_cache(maxsize=256)
@@ -304,7 +332,9 @@ def program_facts(text: str) -> ProgramFacts:
             if (text_, a.write) in seen:
                 continue
             seen.add((text_, a.write))
-            accs.append(AccessFact(a.tensor, a.write, text_, _stride(p.tensors.get(a.tensor), a.index, inner)))
+            accs.append(AccessFact(a.tensor, a.write, text_,
+                                   _stride(p.tensors.get(a.tensor), a.index, inner,
+                                           tuple((lp.var, lp.extent) for lp in si.loops))))
         line = format_stmt(si.stmt, 0, p).strip().splitlines()[-1].strip()
         stmts.append(StmtFact(si.path, line, si.stmt.tensor, si.stmt.op, si.vars, inner,
                               si.reduction_axes, si.domain.count, an.statement_flops(si.path),
@@ -386,7 +416,7 @@ GENERIC = Hardware("generic x86-64 core (AVX-512)", 48 * 1024, 2 * 1024 * 1024, 
 MAX_POINTS = 1 << 21   # larger iteration spaces get the bounding-box bound instead of a count
 
 
-def _flat_index(t: A.Tensor, index: tuple[A.Expr, ...], env: dict[str, Any]):
+def _flat_index(t: A.Tensor, index: tuple[A.Expr, ...], env: dict[str, Any], mask: bool = True):
     """Row-major element number of ``t[index]`` at the points of ``env``, or None when a
     subscript is not a function of loop variables alone (a gather)."""
     import numpy as np
@@ -404,7 +434,7 @@ def _flat_index(t: A.Tensor, index: tuple[A.Expr, ...], env: dict[str, Any]):
         flat = flat + v * st
         inside = inside & (v >= 0) & (v < dim)
     # an out-of-range subscript is never read (a `where` guards it): it touches nothing
-    return np.where(inside, flat, -1)
+    return np.where(inside, flat, -1) if mask else flat
 
 
 def distinct_bytes(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, ...]]],
@@ -659,7 +689,7 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
     for k, a in enumerate(raw):
         text_ = _access_text(a.tensor, a.index)
         t = bp.tensors.get(a.tensor)
-        stride = _stride(t, a.index, main.innermost)
+        stride = _stride(t, a.index, main.innermost, tuple(nest))
         sa, ta = None, None
         if main_after is not None:
             same = [x for x in after_accs if x.tensor == a.tensor and x.write == a.write]
@@ -667,7 +697,8 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
             if len(same) == len(mine):
                 m = same[mine.index(a)]
                 ta = _access_text(m.tensor, m.index)
-                sa = _stride(parse(after_text).tensors.get(m.tensor), m.index, main_after.innermost)
+                sa = _stride(parse(after_text).tensors.get(m.tensor), m.index, main_after.innermost,
+                             tuple(main_after.nest))
         reuse_loop, reuse_bytes = None, None
         for d in range(len(nest) - 1, -1, -1):
             # a one-iteration loop has nothing to reuse across

@@ -74,10 +74,13 @@ def _stride_list(accs: list[SiteAccess], after: bool = False) -> str:
     for a in accs:
         text = a.text if (a.text_after or not after) else None
         st = a.stride_after if after else a.stride
-        if text is None or st is None:
+        if text is None:
             continue
         role = " (written)" if a.write else ""
-        parts.append(f"`{text}`{role} {'then ' if after else ''}stride {abs(st)}")
+        if st is None:
+            parts.append(f"`{text}`{role} {'then ' if after else ''}with no constant stride")
+        else:
+            parts.append(f"`{text}`{role} {'then ' if after else ''}stride {abs(st)}")
     return "; ".join(parts)
 
 
@@ -87,7 +90,7 @@ def _stride_claims(accs: list[SiteAccess], after: bool = False,
     for a in accs:
         text = a.text if (a.text_after or not after) else None
         st = a.stride_after if after else a.stride
-        if text is not None and st is not None:
+        if text is not None:
             out.append(Claim(kind="stride", side="after" if after else "before", access=text,
                              value=st, path=path))
     return out
@@ -282,8 +285,12 @@ class TemplateWriter:
                             f"{_stride_list(list(sf.accesses), after=True)}.",
                             f"`{new}` becomes the innermost loop, so the strides change to "
                             f"{_stride_list(list(sf.accesses), after=True)}.")
-            return pick(f"the innermost loop stays `{m.innermost}`; only the outer order changes, which "
-                        f"moves where reuse happens.",
+            if any(a.reuse_loop is not None for a in sf.accesses):
+                return pick(f"the innermost loop stays `{m.innermost}`; only the outer order changes, "
+                            f"which moves where reuse happens.",
+                            f"reorders the outer loops and keeps `{m.innermost}` innermost.")
+            return pick(f"the innermost loop stays `{m.innermost}`; with no reuse in this nest, "
+                        f"only the order in which lines are visited changes.",
                         f"reorders the outer loops and keeps `{m.innermost}` innermost.")
         if s == "loop_parallelization" and lp is not None:
             claims.append(Claim(kind="parallel_safe", loop=v))
@@ -338,8 +345,8 @@ class TemplateWriter:
                             f"tiling by {fs} brings the reuse of `{a.text}` across `{a.reuse_loop}` "
                             f"closer than {_fmt_bytes(a.reuse_bytes)}.")
             claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
-            return pick(f"tiles of {fs} only change the traversal order: no access reuses its own "
-                        f"elements, so nothing is kept for later.",
+            return pick(f"tiles of {fs} only change the traversal order: there is no reuse in this "
+                        f"nest, so nothing is kept for later.",
                         f"tiling by {fs}; with no reuse in this nest it changes the order in which "
                         f"lines are touched, nothing more.")
         if s in ("compute_at", "loop_fusion"):
