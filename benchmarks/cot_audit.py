@@ -361,6 +361,21 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
                             seen.add((t, a))
                             count += 1
                 record(k, len(seen) == count, f"{count - len(seen)} repeated element touches")
+            elif k == "reuse" and c.get("side") == "after":
+                mm = st.main()
+                ma = st.matching_after(mm)
+                accs_b, accs_a = accesses(mm[1], mm[3]), accesses(ma[1], ma[3])
+                names = [text(t, i) for t, i, _ in accs_b]
+                t, i, _ = accs_a[names.index(c["access"])]
+                inv = None
+                for d in range(len(ma[2]) - 1, -1, -1):
+                    if ma[2][d][0].extent > 1 and invariant(st.after, t, i, ma[2][d][0].var, ma[2]):
+                        inv = d
+                        break
+                inner = [lp for lp, _ in ma[2][inv + 1:]] if inv is not None else []
+                b = distinct(st.after, [(tt, ii) for tt, ii, _ in accs_a], inner, ma[3]) if inner else 0
+                record(k, inv is not None and b == int(c["value"]),
+                       f"after: {c['access']} reuse {b} bytes, claimed {c['value']}")
             elif k in ("reuse", "no_reuse"):
                 accs = accesses(m[1], m[3])
                 hit = [(t, i) for t, i, w in accs if text(t, i) == c["access"]]

@@ -233,3 +233,17 @@ def test_preparatory_needs_the_named_later_step_on_its_path():
     bad = copy.deepcopy(raw24)
     bad["expected_effect"].update(direction="preparatory", enables="loop_vectorization")
     assert "no finishing move after it is predicted faster" in problems(bad, st24)
+
+
+def test_tiling_says_how_much_closer_the_reuse_gets():
+    st = step("mm_add", "loop_tiling", {"path": [0], "loops": ["i", "j", "k"]},
+              {"loops": ["i", "j"], "factors": [2, 8], "point": "inner"})
+    raw = good(st)
+    f = facts(st)
+    b = next(a for a in f.at_site.accesses if a.text == "B[k,j]")
+    assert b.reuse_loop == "i" and b.reuse_bytes_after < b.reuse_bytes
+    after = [c for c in raw["claims"] if c["kind"] == "reuse" and c["side"] == "after"]
+    assert after and after[0]["value"] == b.reuse_bytes_after
+    msg = problems(with_claim(raw, kind="reuse", side="after", access="B[k,j]",
+                              value=b.reuse_bytes), st)
+    assert f"after the step the reuse distance of `B[k,j]` is {b.reuse_bytes_after} bytes" in msg

@@ -131,6 +131,13 @@ def check_claim(c: Claim, f: Facts) -> list[str]:
             fail(f"`{c.access}` is not an access of {where}")
             return bad
         a = hit[0]
+        if k == "reuse" and c.side == "after":
+            if a.reuse_bytes_after is None:
+                fail(f"after the step `{a.text}` is not reused")
+            elif c.value is not None and int(c.value) != a.reuse_bytes_after:
+                fail(f"after the step the reuse distance of `{a.text}` is {a.reuse_bytes_after} "
+                     f"bytes, not {c.value:g}")
+            return bad
         if k == "no_reuse":
             if a.reuse_loop is not None:
                 fail(f"`{a.text}` is reused across iterations of `{a.reuse_loop}`")

@@ -548,6 +548,7 @@ class SiteAccess:
     reuse_loop: Optional[str]         # innermost loop along which the access is invariant
     reuse_bytes: Optional[int]        # distinct bytes the statement touches between two reuses
     stride_bytes: Optional[int] = None
+    reuse_bytes_after: Optional[int] = None   # the same distance after the step (None: no reuse)
 
 
 @dataclass(frozen=True)
@@ -686,6 +687,30 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
             origin = next(iter(cands))
         elif cands is None and main_after.innermost in {v for v, _ in nest}:
             origin = main_after.innermost   # the innermost loop touches no subscript: same name
+    # reuse after the step: the same analysis on the matching statement of the after-program
+    reuse_after: dict[int, Optional[int]] = {}
+    if main_after is not None:
+        ap = parse(after_text)
+        asi = Analysis(ap).statement(main_after.path)
+        nest_a = [(lp.var, lp.extent) for lp in asi.loops]
+        idx_a = [(x.tensor, x.index) for x in after_accs]
+        ws_a: dict[int, int] = {}
+
+        def ws_after(d: int) -> int:
+            if d not in ws_a:
+                ws_a[d] = distinct_bytes(ap, idx_a, nest_a[d:], asi.guards)[0] if d < len(nest_a) else 0
+            return ws_a[d]
+        for k, a in enumerate(raw):
+            same = [x for x in after_accs if x.tensor == a.tensor and x.write == a.write]
+            mine = [x for x in raw if x.tensor == a.tensor and x.write == a.write]
+            if len(same) != len(mine):
+                continue
+            m = same[mine.index(a)]
+            reuse_after[k] = None
+            for d in range(len(nest_a) - 1, -1, -1):
+                if nest_a[d][1] > 1 and not _moves(ap, m.tensor, m.index, nest_a[d][0], nest_a):
+                    reuse_after[k] = ws_after(d + 1)
+                    break
     for k, a in enumerate(raw):
         text_ = _access_text(a.tensor, a.index)
         t = bp.tensors.get(a.tensor)
@@ -707,7 +732,8 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
                 reuse_bytes = wsets[d + 1].bytes if d + 1 < len(wsets) else 0
                 break
         sb = stride * ITEMSIZE[t.dtype] if (stride is not None and t is not None) else None
-        accs.append(SiteAccess(a.tensor, a.write, text_, stride, sa, ta, reuse_loop, reuse_bytes, sb))
+        accs.append(SiteAccess(a.tensor, a.write, text_, stride, sa, ta, reuse_loop, reuse_bytes, sb,
+                               reuse_after.get(k)))
     loop = node.var if isinstance(node, A.Loop) else None
     accessed, once = 0, False
     if nest:
@@ -951,6 +977,7 @@ def _numbers(f: "Facts") -> dict[str, float]:
             put(f"site{where}.stride_bytes.{a.text}", a.stride_bytes)
             put(f"site{where}.stride_after.{a.text}", a.stride_after)
             put(f"site{where}.reuse_bytes.{a.text}", a.reuse_bytes)
+            put(f"site{where}.reuse_bytes_after.{a.text}", a.reuse_bytes_after)
         where = ".".join(map(str, sf.main.path))
         for w in sf.working_sets:
             put(f"site{where}.ws.{w.loop}.bytes", w.bytes)

@@ -340,10 +340,19 @@ class TemplateWriter:
                 a = max(reused, key=lambda x: x.reuse_bytes)
                 claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=a.reuse_bytes,
                                     level=hw.level(a.reuse_bytes)))
-                return pick(f"tiles of {fs} shorten the {_fmt_bytes(a.reuse_bytes)} between two uses "
-                            f"of `{a.text}` (across `{a.reuse_loop}`).",
-                            f"tiling by {fs} brings the reuse of `{a.text}` across `{a.reuse_loop}` "
-                            f"closer than {_fmt_bytes(a.reuse_bytes)}.")
+                after = a.reuse_bytes_after
+                if after is not None and after < a.reuse_bytes:
+                    claims.append(Claim(kind="reuse", side="after", access=a.text, value=after))
+                    return pick(f"tiles of {fs} shorten the distance between two uses of `{a.text}` "
+                                f"from {_fmt_bytes(a.reuse_bytes)} to {_fmt_bytes(after)}.",
+                                f"tiling by {fs} brings the reuse of `{a.text}` (across "
+                                f"`{a.reuse_loop}`, {_fmt_bytes(a.reuse_bytes)} apart) to "
+                                f"{_fmt_bytes(after)}.")
+                return pick(f"tiles of {fs}; the reuse of `{a.text}` across `{a.reuse_loop}` "
+                            f"({_fmt_bytes(a.reuse_bytes)} apart) does not get closer, only the "
+                            f"traversal order changes.",
+                            f"tiling by {fs} leaves the {_fmt_bytes(a.reuse_bytes)} between uses of "
+                            f"`{a.text}` as it is.")
             claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
             return pick(f"tiles of {fs} only change the traversal order: there is no reuse in this "
                         f"nest, so nothing is kept for later.",
