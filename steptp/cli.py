@@ -423,7 +423,11 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
         params: Optional[Path] = typer.Option(
             None, "--params", help="params.yaml: writer, seed, max retries and cache dir from its "
                                    "'cot' section, the verified steps written per trajectory as "
-                                   "the Prefect flow does (what dvc.yaml passes)")):
+                                   "the Prefect flow does (what dvc.yaml passes)"),
+        hardware: str = typer.Option("host", "--hardware",
+                                     help="the CPU the reasoning describes (caches, vector width, "
+                                          "cores): host (this machine's fingerprint, where the "
+                                          "steps were timed) or generic (the cost model's core)")):
     """Write each step's reasoning (the CoT column), validated against the step's facts.
 
     A step whose LLM answer still fails validation after the retries falls back to the template
@@ -436,10 +440,15 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
     from .records import StepRecord, read_records, table, write_table, write_text_atomic
 
     if params is not None:
-        _cot_from_params(steps, out, _stage_params(params, "cot"))
+        _cot_from_params(steps, out, {**_stage_params(params, "cot"), "hardware": hardware})
         return
     if writer not in ("template", "anthropic"):
         raise typer.BadParameter(f"--writer must be template or anthropic, got {writer!r}")
+    if hardware not in ("host", "generic"):
+        raise typer.BadParameter(f"--hardware must be host or generic, got {hardware!r}")
+    from .cot.facts import GENERIC, Hardware
+
+    hw = Hardware.current() if hardware == "host" else GENERIC
     cfg = CotConfig.load(config, seed=seed, max_retries=max_retries, model=model,
                          cache_dir=str(cache_dir) if cache_dir else None, batch=batch or None)
     try:
@@ -456,9 +465,10 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
             _err(str(e))
             raise typer.Exit(2) from None
     else:
-        w = TemplateWriter(seed=cfg.seed)
+        w = TemplateWriter(seed=cfg.seed, hardware=hw)
     done, summary = write_cot(recs, w, max_retries=cfg.max_retries, seed=cfg.seed, batch=cfg.batch,
-                              concurrency=getattr(getattr(w, "config", None), "concurrency", 1))
+                              concurrency=getattr(getattr(w, "config", None), "concurrency", 1),
+                              hardware=hw)
     write_table(table(done, StepRecord), out)
     summary_path = out.with_name(out.stem + ".cot-summary.json")
     write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")

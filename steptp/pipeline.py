@@ -75,15 +75,20 @@ def make_writer(writer: str, cache_dir: str | None = None):
 
 
 def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 2,
-            cache_dir: str | None = None) -> tuple[list[StepRecord], dict[str, Any]]:
+            cache_dir: str | None = None, hardware: str = "host"
+            ) -> tuple[list[StepRecord], dict[str, Any]]:
     """The CoT of one trajectory's steps (validated, the template writer as the fallback).
-    Unverified steps are passed through untouched."""
+    Unverified steps are passed through untouched. ``hardware``: the CPU the reasoning describes,
+    ``host`` (this machine, where the steps were timed) or ``generic``."""
+    from .cot.facts import GENERIC, Hardware
     from .cot.run import write_cot
     from .curate.core import step_key
 
     # a search's rows form a tree: many rows share (trajectory_id, step_index); key by step_key
     todo = [s for s in steps if s.verified]
-    done, summary = write_cot(todo, make_writer(writer, cache_dir), max_retries=max_retries, seed=seed)
+    hw = Hardware.current() if hardware == "host" else GENERIC
+    done, summary = write_cot(todo, make_writer(writer, cache_dir), max_retries=max_retries,
+                              seed=seed, hardware=hw)
     by_key = {step_key(s): s for s in done}
     return [by_key.get(step_key(s), s) for s in steps], summary
 

@@ -125,6 +125,21 @@ def test_validation_failure_is_fed_back_then_succeeds(step, tmp_path):
     assert "decision.site is" in result["content"] and '"loops": ["j"]' in result["content"]
 
 
+def test_wrong_claims_in_the_llm_prose_are_fed_back(step, tmp_path):
+    """The recorded answer says the reduction goes into `D` and `B[k,j]` has stride 1: the same
+    claim checker as for the template rejects it, and the retry sees which claims were wrong."""
+    replay = Replay((*MSG, "message_bad_claim.json"), (*MSG, "message_ok.json"))
+    w = make_writer(replay, tmp_path)
+    out, summary = write_cot([step], w, max_retries=2)
+    assert out[0].cot_source == "anthropic" and summary["retries"] == 1
+    fed_back = replay.bodies()[1]["messages"][2]["content"][0]["content"]
+    assert "claim reduction_writes: bottleneck.text says a reduction goes into `D`" in fed_back
+    assert "claim stride: bottleneck.text gives `B[k,j]` stride 1" in fed_back
+    # the prompt shows no measurement of the step
+    prompt = replay.bodies()[0]["messages"][0]["content"]
+    assert "step_speedup" not in json.dumps(prompt) and "after_median" not in json.dumps(prompt)
+
+
 def test_still_invalid_after_n_retries_falls_back_to_template(step, tmp_path):
     replay = Replay((*MSG, "message_bad_decision.json"), (*MSG, "message_bad_number.json"))
     w = make_writer(replay, tmp_path)
@@ -150,7 +165,10 @@ def test_response_cache_second_run_makes_no_request(step, tmp_path):
 
 
 def test_batch_submission_polling_and_results(step, tmp_path):
-    step2 = step.model_copy(update={"trajectory_id": "other", "step_speedup": 1.7})
+    # the prompt holds no measurement, so a different speedup alone would give the same prompt
+    # (a cache hit); another target string makes it a different request
+    step2 = step.model_copy(update={"trajectory_id": "other", "step_speedup": 1.7,
+                                    "target": "llvm -mcpu=generic -opt-level=3"})
     ids = [_custom_id(0, facts(step)), _custom_id(1, facts(step2))]
 
     def results(request):

@@ -82,3 +82,27 @@ def test_cot_columns_round_trip_parquet(steps, tmp_path):
     p = write_table(table(out, StepRecord), tmp_path / "steps.parquet")
     back = read_records(p, StepRecord)
     assert back == out
+
+
+def test_content_follows_the_hardware_not_only_the_seed():
+    from cot_steps import step
+    from steptp.cot.facts import GENERIC, Hardware
+
+    st = step("rowsum", "loop_split", {"path": [0], "loops": ["i"]}, {"factor": 4})
+    one = Hardware("one core, AVX2", 32 * 1024, 256 * 1024, 8 << 20, 256, 1)
+    a = TemplateWriter(seed=0, hardware=GENERIC).write(st)
+    b = TemplateWriter(seed=0, hardware=one).write(st)
+    validate(a, st, facts(st, GENERIC))
+    validate(b, st, facts(st, one))
+    # two cores: a parallel `i` is the bottleneck; one core: it is not
+    assert a.bottleneck.kind == "parallelism" and b.bottleneck.kind != "parallelism"
+    assert "fits in L2 (2 MiB)" in a.observation.work and "fits in L2 (256 KiB)" in b.observation.work
+
+
+def test_summary_counts_distinct_templates(steps):
+    out, summary = write_cot(steps[:12])
+    assert 0 < summary["distinct_templates"] < summary["sentences"]
+    assert summary["distinct_openings"] >= 2
+    assert summary["prediction_agrees"] + summary["prediction_disagrees"] == 12
+    assert all("measured" in s.cot and "step_speedup" in s.cot["measured"] for s in out)
+    assert all(str(round(s.step_speedup, 2)) + "x" not in s.cot_text.split("</think>")[0] for s in out)

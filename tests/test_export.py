@@ -94,7 +94,7 @@ def test_release_folder(release):
     assert n == len(res.steps) == stats["counts"]["steps"]
     card = (stage / "README.md").read_text()
     for needle in ("## Strategies", "plots/speedups.png", "plots/tokens.png", "Test CPU", "load_dataset",
-                   "pl.read_parquet", "| train |"):
+                   "pl.read_parquet", "| train |", "distinct sentence templates"):
         assert needle in card, needle
 
     # publish: manifest with checksums, atomic move, replaces an older release

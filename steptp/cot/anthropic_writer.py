@@ -38,36 +38,44 @@ from .config import AnthropicConfig
 from .facts import Facts
 from .schema import SCHEMA_VERSION, Cot
 
-WRITER_VERSION = f"anthropic-1/{SCHEMA_VERSION}"
+WRITER_VERSION = f"anthropic-2/{SCHEMA_VERSION}"
 TOOL_NAME = "write_step_reasoning"
 log = logging.getLogger("steptp.cot")
 
 SYSTEM_PROMPT = f"""You write the reasoning of one step of a tensor-program optimization dataset \
 (Step-TP). Each step applies one atomic rewrite (a strategy at a site with parameters) to a kernel \
 written in LEIR, a Python-shaped loop language: `for i in 16, j in 32:` nests loops, `X[i,j] += e` \
-is a reduction over the enclosing loop variables absent from the left-hand side, a variable no \
-`for` binds is an implicit loop over the dimension it indexes. You are given the program before \
-the step, the step that was applied (strategy, site, params), the program after it, and FACTS: \
-loop extents, reduction axes, per-statement iterations and operations, the stride in elements of \
-each access along the innermost loop, footprints and bytes moved, arithmetic intensity, and \
-measured runtimes.
+is a reduction over the enclosing loop variables absent from the left-hand side. You are given the \
+program before the step, the step that was applied (strategy, site, params), the program after it, \
+and FACTS: the hardware (cache sizes, vector width, cores), the site's own loop nest, every access \
+(reads and writes) with its stride along the innermost loop before and after the step, reuse \
+distances, working sets per cache level, the diagnosis of the program before the step, the cost \
+model's predicted times (before, after, and for the other legal actions of this state, ranked) and \
+the refusals that teach something. No measurement of the step is given: reason only from what is \
+known before acting.
 
 Explain the decision as an expert would think it through before acting, by calling the tool \
 `{TOOL_NAME}` exactly once. Rules — the answer is checked automatically and rejected if it breaks one:
 1. decision: strategy, site and params exactly as applied (same keys, same values).
-2. candidates: at least two different strategies from the registry list given; exactly one has \
-verdict "chosen" and it is the applied strategy; each has a one-line reason for or against.
-3. Write every program name (loop variable, tensor, statement, strategy) in backticks, e.g. `k`, \
+2. candidates: at least two different strategies; exactly one has verdict "chosen" and it is the \
+applied strategy; the others come from FACTS.alternatives (copy strategy, site, params and \
+predicted_s) or FACTS.refusals (set refused=true); each has a one-line reason.
+3. Write every program name (loop variable, tensor, access, strategy) in backticks, e.g. `k`, \
 `B[k,j]`, `loop_split`. Name only loop variables and tensors that exist in the program before the \
-step; only expected_effect and check may also name what the step introduces (e.g. `k_o`).
+step; only the chosen candidate, expected_effect and check may also name what the step introduces.
 4. Every number you write must be one of the FACTS (rounded or truncated is fine; units s, ms, \
-us, ns, bytes, KiB, MiB, FLOP, %, x are understood). Do not invent estimates. Small counts 0-4 are fine.
-5. expected_effect.direction must agree with the measured step speedup given in the facts \
-(faster if it is clearly above 1, slower if clearly below, neutral if within noise); a step whose \
-value is enabling a later one may be "preparatory" with `enables` set to that strategy.
-6. check: the step's exactness class and all kernel outputs, and why they stay equal.
-Be concrete and brief: one or two sentences per text field. Do not cite the after-program's \
-runtime in observation or bottleneck: reason from what is known before acting."""
+us, ns, bytes, KiB, MiB, FLOP, %, x are understood). Small counts 0-4 are fine.
+5. bottleneck.kind, loop and tensor are FACTS.diagnosis. expected_effect.direction is \
+FACTS.predicted.direction ("preparatory" with `enables` = FACTS.predicted.prepares when that is \
+set); copy predicted_before_s / predicted_after_s.
+6. claims: every claim your text makes about the program, in structured form — loop_nest, \
+innermost_loop, stride (before; side "after" for the strides after the step), reduction_writes, \
+reorder_innermost, reuse / no_reuse, fits_in_cache, staged_in_cache, loop_extent, parallel_safe, \
+predicted_time. Each is checked against the program; write "`X` then stride N" for a stride after \
+the step. Never claim reuse where FACTS show none, "short" for a loop over 16 iterations, or a new \
+innermost loop a reorder does not produce.
+7. check: the step's exactness class and all kernel outputs, and why they stay equal.
+Be concrete and brief: one or two sentences per text field."""
 
 
 class CotWriterError(RuntimeError):

@@ -22,7 +22,7 @@ from ..records import StepRecord
 from .facts import Facts, facts as compute_facts
 from .schema import Cot, cot_record, render
 from .template import TemplateWriter
-from .validate import CotInvalid, validate
+from .validate import CotInvalid, measured_side, validate
 
 log = logging.getLogger("steptp.cot")
 
@@ -31,9 +31,42 @@ def _answer(step: StepRecord) -> dict[str, Any]:
     return {"strategy": step.strategy, "site": step.site, "params": step.params, "program": step.after_leir}
 
 
-def with_cot(step: StepRecord, cot: Cot, source: str) -> StepRecord:
-    return step.model_copy(update={"cot": cot_record(cot), "cot_text": render(cot, _answer(step)),
-                                   "cot_source": source})
+def with_cot(step: StepRecord, cot: Cot, source: str, f: Optional[Facts] = None) -> StepRecord:
+    """The step with its reasoning, and beside it (``cot["measured"]``, ``cot["hardware"]``) what
+    was measured and the hardware the facts describe — never part of the rendered text."""
+    side: dict[str, Any] = {}
+    if f is not None:
+        side["measured"] = measured_side(step, f)
+        if f.hardware is not None:
+            side["hardware"] = f.hardware.to_dict()
+    return step.model_copy(update={"cot": cot_record(cot, **side),
+                                   "cot_text": render(cot, _answer(step)), "cot_source": source})
+
+
+def skeleton(text: str) -> str:
+    """A sentence with program names and numbers masked: two texts with the same skeleton come
+    from the same template."""
+    text = re.sub(r"`[^`]*`", "`_`", text)
+    text = re.sub(r"\{[^{}]*\}", "{}", text)
+    return re.sub(r"\d+(?:\.\d+)?", "N", text)
+
+
+def template_counts(steps: list[StepRecord]) -> dict[str, Any]:
+    """Distinct sentence templates over the reasoning of ``steps`` (for the card)."""
+    sentences: list[str] = []
+    openings: set[str] = set()
+    for s in steps:
+        if not s.cot_text:
+            continue
+        think = s.cot_text.split("</think>")[0].replace("<think>", "")
+        lines = [ln for ln in think.splitlines() if ln.strip()]
+        if lines:
+            openings.add(" ".join(skeleton(lines[0]).split()[:4]))
+        for ln in lines:
+            sentences += [x.strip() for x in re.split(r"(?<=[.:;])\s+", ln) if x.strip()]
+    sk = {skeleton(x) for x in sentences}
+    return {"sentences": len(sentences), "distinct_templates": len(sk),
+            "distinct_openings": len(openings)}
 
 
 def _custom_id(n: int, f: Facts) -> str:
@@ -49,9 +82,12 @@ class _Stats:
 
 
 def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int = 2, seed: int = 0,
-              batch: bool = False, concurrency: int = 1) -> tuple[list[StepRecord], dict[str, Any]]:
-    """Return the steps with ``cot``, ``cot_text`` and ``cot_source`` set, and a summary."""
-    template = TemplateWriter(seed=seed)
+              batch: bool = False, concurrency: int = 1, hardware: Any = None
+              ) -> tuple[list[StepRecord], dict[str, Any]]:
+    """Return the steps with ``cot``, ``cot_text`` and ``cot_source`` set, and a summary.
+    ``hardware`` (:class:`steptp.cot.facts.Hardware`) is the machine the reasoning describes
+    (default: the cost model's generic core)."""
+    template = TemplateWriter(seed=seed, hardware=hardware)
     writer = writer or template
     is_template = isinstance(writer, TemplateWriter)
     stats = _Stats()
@@ -62,7 +98,7 @@ def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int =
     fs: list[Optional[Facts]] = []
     for n, st in enumerate(steps):
         try:
-            fs.append(compute_facts(st))
+            fs.append(compute_facts(st, hardware))
         except Exception as e:  # noqa: BLE001 - a step whose program does not parse gets no CoT
             fs.append(None)
             stats.failed += 1
@@ -82,13 +118,13 @@ def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int =
         with lock:
             stats.fallbacks += 1
             stats.errors.append(f"step {st.trajectory_id}/{st.step_index}: {why}")
-        out[n] = with_cot(st, cot, "template-fallback")
+        out[n] = with_cot(st, cot, "template-fallback", f)
 
     def attempt(n: int, first: Optional[tuple[Optional[dict], dict]] = None) -> None:
         st, f = steps[n], fs[n]
         if is_template:
             try:
-                out[n] = with_cot(st, validate(writer.write(st, f), st, f), "template")
+                out[n] = with_cot(st, validate(writer.write(st, f), st, f), "template", f)
                 with lock:
                     stats.ok += 1
             except Exception as e:  # noqa: BLE001
@@ -117,7 +153,7 @@ def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int =
                     with lock:
                         stats.retries += 1
                 continue
-            out[n] = with_cot(st, cot, writer.name)
+            out[n] = with_cot(st, cot, writer.name, f)
             with lock:
                 stats.ok += 1
             return
@@ -147,6 +183,13 @@ def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int =
         "retries": stats.retries, "fallbacks": stats.fallbacks, "failed": stats.failed,
         "errors": stats.errors,
     }
+    done = [s for s in out if s is not None]
+    summary.update(template_counts(done))
+    agree = [s.cot.get("measured", {}).get("prediction_agrees") for s in done if s.cot]
+    summary["prediction_agrees"] = sum(1 for a in agree if a is True)
+    summary["prediction_disagrees"] = sum(1 for a in agree if a is False)
+    if hardware is not None:
+        summary["hardware"] = hardware.to_dict()
     meter = getattr(writer, "meter", None)
     if meter is not None:
         summary.update(meter.as_dict())
@@ -154,4 +197,4 @@ def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int =
     return [s for s in out if s is not None], summary
 
 
-__all__ = ["write_cot", "with_cot"]
+__all__ = ["write_cot", "with_cot", "template_counts", "skeleton"]

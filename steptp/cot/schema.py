@@ -25,12 +25,17 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "steptp-cot-1"
+SCHEMA_VERSION = "steptp-cot-2"
+READABLE_VERSIONS = ("steptp-cot-1", SCHEMA_VERSION)   # cot-1 records read with no claims
 
 BottleneckKind = Literal["compute", "memory", "locality", "parallelism", "vectorization",
                          "loop_overhead", "dependence", "structure"]
 Direction = Literal["faster", "slower", "neutral", "preparatory"]
 Exactness = Literal["exact", "reassociation", "algebraic"]
+ClaimKind = Literal["loop_nest", "innermost_loop", "stride", "reduction_writes", "reorder_innermost",
+                    "reuse", "no_reuse", "fits_in_cache", "staged_in_cache", "loop_extent",
+                    "parallel_safe", "predicted_time", "ranks_below"]
+Level = Literal["L1", "L2", "L3", "DRAM"]
 
 
 class _Part(BaseModel):
@@ -58,6 +63,40 @@ class Candidate(_Part):
     params: Optional[dict[str, Any]] = Field(default=None, description="parameters, if specific")
     verdict: Literal["chosen", "rejected"]
     reason: str = Field(description="one line: why (not)")
+    predicted_s: Optional[float] = Field(default=None, description="the cost model's estimate of the "
+                                         "program after this action (seconds), as given in the facts")
+    refused: bool = Field(default=False, description="the registry refuses this action here (the "
+                                                     "reason says which dependence or reduction forbids it)")
+
+
+class Claim(_Part):
+    """One checkable statement about the program, the hardware or the cost model. Unless
+    ``side`` is "after", it is about the program before the step; statements are the site's main
+    statement (the heaviest assignment at or below the site)."""
+
+    kind: ClaimKind = Field(description="loop_nest (loops, extents), innermost_loop (loop), stride "
+                            "(access, value), reduction_writes (tensor, axes), reorder_innermost "
+                            "(loop, accesses made unit-stride), reuse (access, loop, value=bytes "
+                            "between reuses, level), no_reuse (access), fits_in_cache (loop, "
+                            "value=bytes of one run of it, level), staged_in_cache (tensor, loop, "
+                            "value=bytes per iteration, level; after the step), loop_extent (loop, "
+                            "value, short), parallel_safe (loop), predicted_time (value seconds), "
+                            "ranks_below (strategy, other)")
+    side: Literal["before", "after"] = "before"
+    path: Optional[list[int]] = Field(default=None, description="the statement's path before the "
+                                      "step, when the claim is not about the site's main statement")
+    loop: Optional[str] = None
+    loops: Optional[list[str]] = None
+    extents: Optional[list[int]] = None
+    access: Optional[str] = None
+    accesses: Optional[list[str]] = None
+    tensor: Optional[str] = None
+    axes: Optional[list[str]] = None
+    value: Optional[float] = None
+    level: Optional[Level] = None
+    short: Optional[bool] = None
+    strategy: Optional[str] = None
+    other: Optional[str] = None
 
 
 class Decision(_Part):
@@ -72,6 +111,10 @@ class ExpectedEffect(_Part):
     enables: Optional[str] = Field(default=None, description="for a preparatory step: the strategy it "
                                                              "prepares for")
     text: str
+    predicted_before_s: Optional[float] = Field(default=None, description="the cost model's estimate "
+                                                "before the step (seconds)")
+    predicted_after_s: Optional[float] = Field(default=None, description="the cost model's estimate "
+                                               "after the step (seconds)")
 
 
 class Check(_Part):
@@ -90,18 +133,33 @@ class Cot(_Part):
     decision: Decision
     expected_effect: ExpectedEffect
     check: Check
+    claims: list[Claim] = Field(default_factory=list, description="every checkable claim the text "
+                                "makes, in structured form")
 
 
-def cot_record(cot: Cot) -> dict[str, Any]:
-    """The dict stored in ``StepRecord.cot``: the fields plus ``schema_version``."""
-    return {"schema_version": SCHEMA_VERSION, **cot.model_dump(mode="json")}
+# Fields of the stored record that are not reasoning: what was measured, and the hardware the
+# facts were computed for. Never rendered into the <think> text.
+SIDE_FIELDS = ("measured", "hardware")
+
+
+def cot_record(cot: Cot, **side: Any) -> dict[str, Any]:
+    """The dict stored in ``StepRecord.cot``: the fields plus ``schema_version``, and beside
+    them (``measured=...``, ``hardware=...``) what the reasoning must not use."""
+    out = {"schema_version": SCHEMA_VERSION, **cot.model_dump(mode="json")}
+    for k, v in side.items():
+        if k not in SIDE_FIELDS:
+            raise ValueError(f"cot_record: unknown side field {k!r} (known: {', '.join(SIDE_FIELDS)})")
+        if v is not None:
+            out[k] = v
+    return out
 
 
 def cot_from_record(d: dict[str, Any]) -> Cot:
-    d = dict(d)
+    d = {k: v for k, v in d.items() if k not in SIDE_FIELDS}
     version = d.pop("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"CoT schema version {version!r}; this code reads {SCHEMA_VERSION!r}")
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"CoT schema version {version!r}; this code reads "
+                         f"{', '.join(map(repr, READABLE_VERSIONS))}")
     return Cot.model_validate(d)
 
 
@@ -120,7 +178,7 @@ def think_text(cot: Cot) -> str:
              f"Bottleneck ({cot.bottleneck.kind.replace('_', ' ')}): {cot.bottleneck.text.strip()}", "",
              "Candidates:"]
     for c in cot.candidates:
-        mark = "+" if c.verdict == "chosen" else "-"
+        mark = "+" if c.verdict == "chosen" else "x" if c.refused else "-"
         lines.append(f"{mark} `{c.strategy}`{_site_text(c.site, c.params)}: {c.reason.strip()}")
     d = cot.decision
     lines += ["", f"Decision: `{d.strategy}`{_site_text(d.site, d.params) or ' (no parameters)'}.",
@@ -145,6 +203,6 @@ def render(cot: Cot, answer: dict[str, Any] | str) -> str:
     return f"<think>\n{think_text(cot)}\n</think>\n{answer}"
 
 
-__all__ = ["SCHEMA_VERSION", "Cot", "Observation", "Bottleneck", "Candidate", "Decision",
+__all__ = ["SCHEMA_VERSION", "READABLE_VERSIONS", "SIDE_FIELDS", "Claim", "Cot", "Observation", "Bottleneck", "Candidate", "Decision",
            "ExpectedEffect", "Check", "cot_record", "cot_from_record", "think_text", "render",
            "answer_json"]

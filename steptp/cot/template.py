@@ -1,39 +1,33 @@
 """The template writer: offline, deterministic reasoning built only from ``facts(step)``.
 
-Every field is assembled from the facts; the wording varies by a choice seeded from the step's
-identity and the run seed (SHA-256, never Python's salted ``hash``), so the dataset is not one
-sentence repeated while a rebuild gives the same text. Alternatives considered come from the
-strategy registry's own enumeration on the before-program (legal ones and refused ones with the
-refusal reason). Its output passes :func:`steptp.cot.validate.validate` by construction (the
-tests check this over many steps).
+What it says could all be known before the step was measured: the program before the step, the
+fingerprinted hardware (caches, SIMD width, cores) and the analytic cost model. The diagnosis is
+the one :func:`steptp.cot.facts.diagnose` finds in the before-program (the same for every step
+taken from that program, whatever was applied); the alternatives are the state's other legal
+actions ranked by the cost model; the expected effect is the cost model's prediction. Every claim
+is also written in structured form (``Cot.claims``) and checked by :mod:`steptp.cot.claims`, so a
+template that says something untrue is a failing test, not a dataset.
+
+The wording varies by a choice seeded from the step's identity and the run seed (SHA-256, never
+Python's salted ``hash``); the content varies because kernels and hardware do.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import math
 import random
+import re
 from typing import Any, Optional
 
 from .. import strategies as S
-from ..leir.parser import parse
 from ..records import StepRecord
-from .facts import Facts, ProgramFacts, StmtFact, facts as compute_facts
-from .schema import (Bottleneck, Candidate, Check, Cot, Decision, ExpectedEffect, Observation)
+from .facts import Facts, SiteAccess, facts as compute_facts
+from .schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, ExpectedEffect,
+                     Observation)
 
-WRITER_VERSION = "template-1"
-
-# Strategies that change structure only: their payoff comes from a later step.
-STRUCTURAL = {"loop_split", "loop_tiling", "loop_reorder", "reduction_factorization", "compute_at",
-              "loop_fusion"}
-ENABLES = {
-    "loop_split": ("loop_vectorization", "loop_unrolling", "loop_parallelization"),
-    "loop_tiling": ("loop_vectorization", "loop_parallelization", "loop_unrolling"),
-    "loop_reorder": ("loop_vectorization", "loop_parallelization"),
-    "reduction_factorization": ("loop_vectorization", "loop_parallelization"),
-    "compute_at": ("loop_parallelization", "loop_fusion"),
-    "loop_fusion": ("loop_parallelization", "loop_vectorization"),
-}
+WRITER_VERSION = "template-2"
+MAX_ALTERNATIVES = 2
 
 
 def _fmt_time(s: float) -> str:
@@ -55,21 +49,13 @@ def _shape(shape: tuple[int, ...]) -> str:
     return "×".join(str(d) for d in shape) if shape else "a scalar"
 
 
+def _ticks(names) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
 def target_kind(target: str) -> str:
     t = (target or "").lower()
     return "gpu" if any(w in t for w in ("cuda", "gpu", "nvptx", "rocm")) else "cpu"
-
-
-@functools.lru_cache(maxsize=128)
-def _enumerate(text: str, target: str) -> tuple[tuple, tuple]:
-    """The registry's legal and refused applications on a program (cached: steps of one
-    trajectory share before-programs)."""
-    try:
-        cands, rejected = S.candidates(parse(text), target=target, seed=0, max_per_site=1,
-                                       with_rejected=True)
-    except Exception:  # noqa: BLE001 - alternatives are best effort; the writer falls back
-        return (), ()
-    return tuple(cands), tuple(rejected)
 
 
 class _Pick:
@@ -82,265 +68,474 @@ class _Pick:
     def __call__(self, *options: str) -> str:
         return self.rng.choice(options)
 
-    def sample(self, items: list, k: int) -> list:
-        if len(items) <= k:
-            return list(items)
-        idx = sorted(self.rng.sample(range(len(items)), k))
-        return [items[i] for i in idx]
+
+def _stride_list(accs: list[SiteAccess], after: bool = False) -> str:
+    parts = []
+    for a in accs:
+        text = a.text if (a.text_after or not after) else None
+        st = a.stride_after if after else a.stride
+        if text is None:
+            continue
+        role = " (written)" if a.write else ""
+        if st is None:
+            parts.append(f"`{text}`{role} {'then ' if after else ''}with no constant stride")
+        else:
+            parts.append(f"`{text}`{role} {'then ' if after else ''}stride {abs(st)}")
+    return "; ".join(parts)
+
+
+def _stride_claims(accs: list[SiteAccess], after: bool = False,
+                   path: Optional[list[int]] = None) -> list[Claim]:
+    out = []
+    for a in accs:
+        text = a.text if (a.text_after or not after) else None
+        st = a.stride_after if after else a.stride
+        if text is not None:
+            out.append(Claim(kind="stride", side="after" if after else "before", access=text,
+                             value=st, path=path))
+    return out
 
 
 class TemplateWriter:
-    """``write(step) -> Cot``. Deterministic given (step, seed)."""
+    """``write(step) -> Cot``. Deterministic given (step, seed, hardware)."""
 
     name = "template"
     version = WRITER_VERSION
 
-    def __init__(self, seed: int = 0, max_alternatives: int = 2):
+    def __init__(self, seed: int = 0, max_alternatives: int = MAX_ALTERNATIVES, hardware=None):
         self.seed = seed
         self.max_alternatives = max_alternatives
+        self.hardware = hardware
 
-    # ------------------------------------------------------------------ pieces
-    def _observation(self, f: Facts, pick: _Pick) -> Observation:
-        p = f.before
+    # ------------------------------------------------------------------ observation
+    def _observation(self, f: Facts, pick: _Pick, claims: list[Claim]) -> Observation:
+        p, hw, sf = f.before, f.hardware, f.at_site
         ins = [t for t in p.tensors.values() if t.role == "input"]
         outs = [t for t in p.tensors.values() if t.role == "output"]
         mids = [t for t in p.tensors.values() if t.role == "intermediate"]
         io = ", ".join(f"`{t.name}` ({_shape(t.shape)} {t.dtype})" for t in ins)
         od = ", ".join(f"`{t.name}` ({_shape(t.shape)})" for t in outs)
-        hot = p.hot_statement
         s1 = pick(f"`{f.kernel}` reads {io} and writes {od}",
                   f"The kernel `{f.kernel}` maps {io} to {od}",
                   f"Inputs {io}; outputs {od}")
         if mids:
-            s1 += pick(f", through the intermediate{'s' if len(mids) > 1 else ''} "
-                       + ", ".join(f"`{t.name}`" for t in mids),
-                       f", staging values in " + ", ".join(f"`{t.name}`" for t in mids))
-        s1 += ". "
-        if hot.reduction_axes:
-            s1 += pick(f"Its main statement `{hot.text}` reduces over "
-                       + ", ".join(f"`{v}`" for v in hot.reduction_axes) + ".",
-                       f"The heavy statement is the reduction `{hot.text}` (over "
-                       + ", ".join(f"`{v}`" for v in hot.reduction_axes) + ").")
-        else:
-            s1 += pick(f"Its main statement is `{hot.text}`.",
-                       f"Most of the arithmetic is in `{hot.text}`.")
-        nest = ", ".join(f"`{lp.var}` {lp.extent}" for lp in p.loops if lp.var in hot.loops)
-        w = [pick(f"{p.flops} operations against {p.bytes_moved} bytes of compulsory traffic "
-                  f"(arithmetic intensity {p.arithmetic_intensity:.2f} FLOP/B).",
-                  f"Arithmetic intensity is {p.arithmetic_intensity:.2f} FLOP/B: {p.flops} operations, "
-                  f"{p.bytes_moved} bytes moved.",
-                  f"The program does {p.flops} operations and moves {_fmt_bytes(p.bytes_moved)} "
-                  f"(intensity {p.arithmetic_intensity:.2f} FLOP/B).")]
-        if nest:
-            w.append(pick(f"The hot statement runs {hot.iterations} iterations under loops {nest} "
-                          f"({hot.flops} operations).",
-                          f"Loop extents around it: {nest}; {hot.iterations} iterations, "
-                          f"{hot.flops} operations."))
-        strided = [a for a in hot.accesses if a.stride not in (None, 0, 1) and not a.write]
-        unit = [a for a in hot.accesses if a.stride == 1]
-        if hot.innermost and (strided or unit):
-            parts = []
-            if unit:
-                parts.append(", ".join(f"`{a.text}`" for a in unit) + " contiguous (stride 1)")
-            if strided:
-                parts.append(", ".join(f"`{a.text}` with stride {a.stride}" for a in strided))
-            w.append(pick(f"In the innermost loop `{hot.innermost}`: " + "; ".join(parts) + ".",
-                          f"Along `{hot.innermost}` (innermost) the accesses are " + "; ".join(parts) + "."))
-        big = max(p.footprint_bytes.items(), key=lambda kv: kv[1], default=None)
-        if big and pick("yes", "no") == "yes":
-            w.append(f"The largest footprint is `{big[0]}` at {_fmt_bytes(big[1])}.")
-        if f.before_s is not None:
-            w.append(pick(f"It currently runs in {_fmt_time(f.before_s)} (median).",
-                          f"Measured median runtime now: {_fmt_time(f.before_s)}.",
-                          f"Current median time is {_fmt_time(f.before_s)}."))
+            s1 += pick(", through " + _ticks(t.name for t in mids),
+                       ", staging values in " + _ticks(t.name for t in mids))
+        s1 += pick(f", in {len(p.statements)} statement{'s' if len(p.statements) > 1 else ''}. ",
+                   ". ")
+        s1 += pick(f"{p.flops} operations over {p.bytes_moved} bytes of compulsory traffic "
+                   f"(intensity {p.arithmetic_intensity:.2f} FLOP/B).",
+                   f"Arithmetic intensity {p.arithmetic_intensity:.2f} FLOP/B: {p.flops} operations, "
+                   f"{p.bytes_moved} bytes moved.")
+        m = sf.main
+        w: list[str] = []
+        nest = ", ".join(f"`{v}` {e}" for v, e in m.nest)
+        if m.loops:
+            w.append(pick(f"At the site, `{m.text}` runs under its own nest {nest} "
+                          f"({m.iterations} iterations).",
+                          f"The site's statement `{m.text}` sits in the nest {nest}: "
+                          f"{m.iterations} iterations.",
+                          f"`{m.text}` ({m.iterations} iterations) is nested in {nest}."))
+            claims.append(Claim(kind="loop_nest", loops=list(m.loops), extents=list(m.extents)))
+            claims.append(Claim(kind="innermost_loop", loop=m.innermost))
+            sl = _stride_list(list(sf.accesses))
+            if sl:
+                w.append(pick(f"Along the innermost loop `{m.innermost}`: {sl}.",
+                              f"Per iteration of `{m.innermost}` (innermost) the accesses move: {sl}."))
+                claims.extend(_stride_claims(list(sf.accesses)))
+        reused = [a for a in sf.accesses if a.reuse_loop is not None and not a.write]
+        if m.loops and reused:
+            a = max(reused, key=lambda x: (x.reuse_bytes or 0))
+            if a.reuse_bytes:
+                w.append(pick(f"`{a.text}` is reused across iterations of `{a.reuse_loop}`, "
+                              f"{_fmt_bytes(a.reuse_bytes)} apart ({hw.level(a.reuse_bytes)}).",
+                              f"Reuse: `{a.text}` comes back every iteration of `{a.reuse_loop}`, after "
+                              f"{_fmt_bytes(a.reuse_bytes)} of other data ({hw.level(a.reuse_bytes)})."))
+                claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=a.reuse_bytes,
+                                    level=hw.level(a.reuse_bytes)))
+            else:
+                w.append(f"`{a.text}` does not move with the innermost loop `{a.reuse_loop}`: "
+                         f"it stays in a register there.")
+                claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=0))
+        elif m.loops and sf.touched_once:
+            w.append(pick("Every access depends on every loop of the nest: no element is touched "
+                          "twice, there is no reuse to exploit.",
+                          "Each element is touched once (no reuse): this nest is a pure stream."))
+            claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
+            claims.append(Claim(kind="no_reuse"))
+        elif m.loops:
+            w.append(pick(f"No access comes back to its own elements, but different accesses share "
+                          f"some: {_fmt_bytes(sf.working_sets[0].bytes)} distinct for "
+                          f"{_fmt_bytes(sf.accessed_bytes)} of accesses.",
+                          f"Accesses overlap one another ({_fmt_bytes(sf.working_sets[0].bytes)} "
+                          f"distinct of {_fmt_bytes(sf.accessed_bytes)} accessed), though none "
+                          f"repeats its own elements."))
+            claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
+        if sf.working_sets:
+            ws = sf.working_sets[0]
+            lvl = ws.level
+            where = (f"fits in {lvl} ({_fmt_bytes(hw.size(lvl))})" if lvl != "DRAM"
+                     else f"exceeds L3 ({_fmt_bytes(hw.l3_bytes)})")
+            w.append(pick(f"One run of `{ws.loop}` touches {_fmt_bytes(ws.bytes)}, which {where} "
+                          f"on this CPU.",
+                          f"Working set of the whole nest: {_fmt_bytes(ws.bytes)}; it {where}."))
+            claims.append(Claim(kind="fits_in_cache", loop=ws.loop, value=ws.bytes, level=lvl))
+        if f.predicted is not None:
+            w.append(pick(f"The cost model estimates {_fmt_time(f.predicted.before_s)} for the "
+                          f"program on {hw.cores} cores.",
+                          f"Predicted time as written: {_fmt_time(f.predicted.before_s)} "
+                          f"({hw.cores} cores, {hw.vector_bits}-bit vectors)."))
+            claims.append(Claim(kind="predicted_time", value=f.predicted.before_s))
         return Observation(computes=s1, work=" ".join(w))
 
-    def _site_loop(self, f: Facts):
-        loops = f.site.get("loops") or []
-        for v in loops:
-            lp = f.before.loop(v)
-            if lp is not None:
-                return lp
-        return None
-
-    def _bottleneck(self, f: Facts, pick: _Pick) -> Bottleneck:
-        p = f.before
-        hot = p.hot_statement
-        lp = self._site_loop(f)
-        loop = lp.var if lp else None
-        strided = [a for a in hot.accesses if a.stride not in (None, 0, 1) and not a.write]
-        ai = f"{p.arithmetic_intensity:.2f} FLOP/B"
-        s = f.strategy
-        if s in ("loop_parallelization", "loop_binding"):
-            kind = "parallelism"
-            text = pick(f"Every iteration runs on one {'thread' if target_kind(f.target) == 'cpu' else 'lane'}; "
-                        f"loop `{loop}` carries no dependence, so its {lp.extent if lp else ''} iterations "
-                        f"could run concurrently.",
-                        f"The work is serial although loop `{loop}` has independent iterations.")
-        elif s == "loop_vectorization":
-            kind = "vectorization"
-            text = pick(f"The innermost loop `{loop}` is scalar; its iterations are independent and "
-                        f"its accesses can be issued as vector operations.",
-                        f"Scalar code in loop `{loop}`: one element per instruction where SIMD lanes "
-                        f"could do several.")
-        elif s == "loop_unrolling":
-            kind = "loop_overhead"
-            text = pick(f"Loop `{loop}` runs {lp.extent if lp else ''} short iterations whose "
-                        f"increment-and-branch overhead is comparable to the body.",
-                        f"The body under `{loop}` is small, so loop control is a visible share of "
-                        f"the work.")
-        elif s == "reduction_factorization":
-            kind = "dependence"
-            text = pick(f"The reduction over `{loop}` is one serial chain of updates to "
-                        f"`{hot.tensor}`: neither parallelizable nor vectorizable as written.",
-                        f"Every iteration of `{loop}` accumulates into the same element of "
-                        f"`{hot.tensor}`, a loop-carried dependence.")
-        elif s in ("compute_at", "loop_fusion"):
-            kind = "locality"
-            mids = [t for t in p.tensors.values() if t.role == "intermediate"]
-            tname = mids[0].name if mids else hot.tensor
-            text = pick(f"Separate nests write `{tname}` completely before it is read back, a round "
-                        f"trip through memory at intensity {ai}.",
-                        f"Producer and consumer live in different nests, so `{tname}` is written "
-                        f"and re-read instead of staying in cache.")
-            return Bottleneck(kind=kind, loop=loop, tensor=tname, text=text)
-        elif strided:
-            kind = "locality"
-            a = strided[0]
-            text = pick(f"`{a.text}` is read with stride {a.stride} in the innermost loop "
-                        f"`{hot.innermost}`, touching a new cache line almost every iteration.",
-                        f"Poor locality: the innermost loop `{hot.innermost}` walks `{a.text}` with "
-                        f"stride {a.stride}.")
-            return Bottleneck(kind=kind, loop=loop or hot.innermost, tensor=a.tensor, text=text)
-        elif p.arithmetic_intensity < 4:
-            kind = "memory"
-            text = pick(f"At {ai} the kernel is bound by memory traffic, not arithmetic.",
-                        f"Low arithmetic intensity ({ai}): bandwidth limits it.")
+    # ------------------------------------------------------------------ bottleneck
+    def _bottleneck(self, f: Facts, pick: _Pick, claims: list[Claim]) -> Bottleneck:
+        d, hw = f.diagnosis, f.hardware
+        hot = f.at_hot
+        m = hot.main
+        path = list(m.path)
+        det = d.detail
+        if d.kind == "locality":
+            a = next(x for x in hot.accesses if x.text == det["access"])
+            line = (f" every iteration touches a new {hw.line_bytes}-byte line" if det["new_line"]
+                    else f" {abs(a.stride)} elements apart")
+            text = pick(f"`{a.text}` moves with stride {abs(a.stride)} ({det['stride_bytes']} bytes) along "
+                        f"the innermost loop `{d.loop}` of `{m.text}`:{line}.",
+                        f"Poor locality in `{m.text}`: the innermost loop `{d.loop}` walks `{a.text}` "
+                        f"with stride {abs(a.stride)};{line}.")
+            claims.append(Claim(kind="stride", access=a.text, value=a.stride, path=path))
+            claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
+        elif d.kind == "parallelism":
+            text = pick(f"All the work runs on one core, but `{d.loop}` ({det['extent']} iterations), "
+                        f"the outer loop of `{m.text}`, carries no dependence and this CPU gives "
+                        f"{hw.cores} cores; a parallel `{d.loop}` is predicted "
+                        f"{_fmt_time(det['predicted_s'])}.",
+                        f"Serial code on a {hw.cores}-core machine: the outer loop `{d.loop}` of "
+                        f"`{m.text}` has {det['extent']} independent iterations (parallel: predicted "
+                        f"{_fmt_time(det['predicted_s'])}).")
+            claims.append(Claim(kind="parallel_safe", loop=d.loop, path=path))
+            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
+        elif d.kind == "vectorization":
+            text = pick(f"The innermost loop `{d.loop}` ({det['extent']} iterations) is scalar with "
+                        f"unit or zero strides; {hw.vector_bits}-bit registers hold {det['lanes']} "
+                        f"lanes, and vector code is predicted {_fmt_time(det['predicted_s'])}.",
+                        f"Scalar code: `{d.loop}` is innermost, contiguous and {det['extent']} long, "
+                        f"while the CPU could do {det['lanes']} lanes per instruction.")
+            claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
+            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
+        elif d.kind == "dependence" and det.get("scan"):
+            text = pick(f"The innermost loop `{d.loop}` carries a dependence through `{d.tensor}` in "
+                        f"`{m.text}`: each of its {det['extent']} iterations reads what an earlier one "
+                        f"wrote, so they cannot overlap or run as vector lanes.",
+                        f"A scan: along `{d.loop}` ({det['extent']} iterations) `{m.text}` reads the "
+                        f"value of `{d.tensor}` the previous iteration produced.")
+            claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
+        elif d.kind == "dependence":
+            text = pick(f"The innermost loop `{d.loop}` is the reduction axis of `{m.text}`: its "
+                        f"{det['extent']} iterations accumulate into one element of `{d.tensor}`, a "
+                        f"serial chain of dependent adds.",
+                        f"`{m.text}` accumulates into `{d.tensor}` along the innermost loop `{d.loop}` "
+                        f"({det['extent']} iterations): each update waits for the previous one.")
+            claims.append(Claim(kind="reduction_writes", tensor=d.tensor, axes=list(m.reduction_axes)))
+            claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
+        elif d.kind == "memory" and det["level"] in ("L1", "L2"):
+            text = pick(f"At {det['intensity']:.2f} FLOP/B there is little arithmetic per byte; all "
+                        f"{_fmt_bytes(det['bytes'])} fit in {det['level']} "
+                        f"({_fmt_bytes(hw.size(det['level']))}), so loads and stores from cache set "
+                        f"the pace.",
+                        f"Access-bound: {det['intensity']:.2f} FLOP/B over {_fmt_bytes(det['bytes'])} "
+                        f"that stay in {det['level']}.")
+        elif d.kind == "memory":
+            text = pick(f"The program touches {_fmt_bytes(det['bytes'])}, more than L2 holds "
+                        f"({_fmt_bytes(hw.l2_bytes)}): traffic from {det['level']} bounds it.",
+                        f"Memory-bound: {_fmt_bytes(det['bytes'])} of data against an L2 of "
+                        f"{_fmt_bytes(hw.l2_bytes)}.")
+        elif d.kind == "loop_overhead":
+            text = pick(f"The innermost loop `{d.loop}` is short ({det['extent']} iterations): its "
+                        f"increment and branch are a visible share of each iteration.",
+                        f"Loop control: `{d.loop}` runs only {det['extent']} iterations per entry.")
+            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], short=True,
+                                path=path))
         else:
-            kind = "structure"
-            text = pick(f"The loop structure around `{hot.tensor}` fixes how the work can be "
-                        f"scheduled; at {ai} the arithmetic dominates.",
-                        f"The current loop nest leaves no room for the next optimization.")
-        return Bottleneck(kind=kind, loop=loop, tensor=None, text=text)
+            text = pick(f"Nothing is strided or out of cache, and no finishing move stands out; at "
+                        f"{f.before.arithmetic_intensity:.2f} FLOP/B the arithmetic itself dominates.",
+                        f"Compute-bound: the data fit in cache and the intensity is "
+                        f"{f.before.arithmetic_intensity:.2f} FLOP/B.")
+        return Bottleneck(kind=d.kind, loop=d.loop, tensor=d.tensor, text=text)
 
-    def _chosen_reason(self, f: Facts, pick: _Pick) -> str:
-        lp = self._site_loop(f)
-        v = f"`{lp.var}`" if lp else "the site"
-        s = f.strategy
-        prm = f.params
-        if s == "loop_split":
-            return pick(f"split {v} by {prm.get('factor')} to expose an inner loop of that extent.",
-                        f"an inner loop of {prm.get('factor')} iterations is what later steps need.")
+    # ------------------------------------------------------------------ the chosen action
+    def _chosen_reason(self, f: Facts, pick: _Pick, claims: list[Claim]) -> str:
+        sf, hw = f.at_site, f.hardware
+        s, prm = f.strategy, f.params
+        loops = f.site.get("loops") or []
+        v = loops[0] if loops else sf.loop
+        m = sf.main
+        lp = None
+        if v:   # the loop of that name in the site's own nest (names repeat across nests)
+            own = [x for x in f.before.loops if x.var == v and m.path[:len(x.path)] == x.path]
+            lp = own[0] if own else f.before.loop(v)
+        if s == "loop_reorder":
+            new = sf.innermost_after
+            if new is not None and new != m.innermost:
+                unit = [a.text for a in sf.accesses
+                        if a.stride_after is not None and abs(a.stride_after) <= 1 and a.text_after]
+                claims.append(Claim(kind="reorder_innermost", loop=new, accesses=unit))
+                claims.extend(_stride_claims(list(sf.accesses), after=True))
+                return pick(f"the order makes `{new}` innermost; along it: "
+                            f"{_stride_list(list(sf.accesses), after=True)}.",
+                            f"`{new}` becomes the innermost loop, so the strides change to "
+                            f"{_stride_list(list(sf.accesses), after=True)}.")
+            if any(a.reuse_loop is not None for a in sf.accesses):
+                return pick(f"the innermost loop stays `{m.innermost}`; only the outer order changes, "
+                            f"which moves where reuse happens.",
+                            f"reorders the outer loops and keeps `{m.innermost}` innermost.")
+            return pick(f"the innermost loop stays `{m.innermost}`; with no reuse in this nest, "
+                        f"only the order in which lines are visited changes.",
+                        f"reorders the outer loops and keeps `{m.innermost}` innermost.")
+        if s == "loop_parallelization" and lp is not None:
+            claims.append(Claim(kind="parallel_safe", loop=v))
+            claims.append(Claim(kind="loop_extent", loop=v, value=lp.extent))
+            return pick(f"`{v}` carries no dependence; its {lp.extent} iterations are spread over "
+                        f"{hw.cores} cores.",
+                        f"independent iterations of `{v}` ({lp.extent}) for {hw.cores} cores.")
+        if s == "loop_vectorization" and lp is not None:
+            lanes = hw.lanes(f.before.tensors[m.tensor].dtype) if m.tensor in f.before.tensors else 1
+            claims.append(Claim(kind="loop_extent", loop=v, value=lp.extent))
+            strided = [a for a in sf.accesses if m.innermost == v and a.stride is not None
+                       and abs(a.stride) > 1]
+            if strided:
+                a = strided[0]
+                claims.append(Claim(kind="stride", access=a.text, value=a.stride))
+                return pick(f"SIMD over `{v}` ({lp.extent} iterations), although `{a.text}` moves with "
+                            f"stride {abs(a.stride)} along it: those lanes become a "
+                            f"{'scatter' if a.write else 'gather'}.",
+                            f"vector code for `{v}`; `{a.text}` (stride {abs(a.stride)}) needs a "
+                            f"{'scatter' if a.write else 'gather'} per vector.")
+            if lp.extent < lanes:
+                return pick(f"`{v}` has {lp.extent} iterations: one vector of {lp.extent} of the "
+                            f"{lanes} lanes a {hw.vector_bits}-bit register holds.",
+                            f"SIMD over `{v}`, but only {lp.extent} of {lanes} lanes are filled.")
+            return pick(f"`{v}` has {lp.extent} iterations; {hw.vector_bits}-bit registers hold "
+                        f"{lanes} lanes of them.",
+                        f"SIMD over `{v}` ({lp.extent} iterations, {lanes} lanes per register).")
+        if s == "loop_unrolling" and lp is not None:
+            from .claims import SHORT_LOOP
+            short = lp.extent <= SHORT_LOOP
+            claims.append(Claim(kind="loop_extent", loop=v, value=lp.extent, short=short or None))
+            if short:
+                return pick(f"`{v}` runs only {lp.extent} iterations; unrolling removes its branch.",
+                            f"a short loop `{v}` ({lp.extent}) becomes straight-line code.")
+            return pick(f"`{v}` runs {lp.extent} iterations; unrolling by {prm.get('factor', 'its factor')} "
+                        f"cuts its loop control by that factor.",
+                        f"fewer branches per element of `{v}` ({lp.extent} iterations).")
+        if s in ("loop_split",) and lp is not None:
+            claims.append(Claim(kind="loop_extent", loop=v, value=lp.extent))
+            return pick(f"splits `{v}` ({lp.extent} iterations) to expose an inner loop of "
+                        f"{prm.get('factor')} iterations.",
+                        f"an inner loop of {prm.get('factor')} iterations inside `{v}` ({lp.extent}).")
         if s == "loop_tiling":
             fs = " and ".join(str(x) for x in prm.get("factors", []))
-            return pick(f"tiles of {fs} keep the working set small between reuses.",
-                        f"tiling by {fs} improves reuse in cache.")
-        if s == "loop_reorder":
-            order = ", ".join(f"`{x}`" for x in prm.get("order", []))
-            return pick(f"the order {order} puts the contiguous dimension innermost.",
-                        f"reordering to {order} changes which access is contiguous.")
-        if s == "loop_parallelization":
-            return pick(f"{v} carries no dependence, so its iterations can run on several cores.",
-                        f"independent iterations of {v}: use the cores.")
-        if s == "loop_vectorization":
-            return pick(f"{v} is innermost, independent and of a power-of-two extent.",
-                        f"SIMD over {v}.")
-        if s == "loop_unrolling":
-            return pick(f"{v} is short; unrolling removes its loop control.",
-                        f"unrolling {v} exposes straight-line code to the compiler.")
-        if s == "reduction_factorization":
-            return pick(f"partial sums over {v} break the serial accumulation chain.",
-                        f"rfactor turns the reduction over {v} into independent partial results.")
+            reused = [a for a in sf.accesses if a.reuse_loop is not None and a.reuse_bytes and not a.write]
+            if reused:
+                a = max(reused, key=lambda x: x.reuse_bytes)
+                claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=a.reuse_bytes,
+                                    level=hw.level(a.reuse_bytes)))
+                after = a.reuse_bytes_after
+                if after is not None and after < a.reuse_bytes:
+                    claims.append(Claim(kind="reuse", side="after", access=a.text, value=after))
+                    return pick(f"tiles of {fs} shorten the distance between two uses of `{a.text}` "
+                                f"from {_fmt_bytes(a.reuse_bytes)} to {_fmt_bytes(after)}.",
+                                f"tiling by {fs} brings the reuse of `{a.text}` (across "
+                                f"`{a.reuse_loop}`, {_fmt_bytes(a.reuse_bytes)} apart) to "
+                                f"{_fmt_bytes(after)}.")
+                return pick(f"tiles of {fs}; the reuse of `{a.text}` across `{a.reuse_loop}` "
+                            f"({_fmt_bytes(a.reuse_bytes)} apart) does not get closer, only the "
+                            f"traversal order changes.",
+                            f"tiling by {fs} leaves the {_fmt_bytes(a.reuse_bytes)} between uses of "
+                            f"`{a.text}` as it is.")
+            claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
+            return pick(f"tiles of {fs} only change the traversal order: there is no reuse in this "
+                        f"nest, so nothing is kept for later.",
+                        f"tiling by {fs}; with no reuse in this nest it changes the order in which "
+                        f"lines are touched, nothing more.")
         if s in ("compute_at", "loop_fusion"):
-            return pick("bringing producer and consumer together keeps the intermediate in cache.",
-                        "fusing the nests removes a round trip through memory.")
-        return f"applies `{s}` at this site."
+            st = f.staging
+            if st is not None and st[2] > 1:
+                t, loop, ext, b = st
+                claims.append(Claim(kind="staged_in_cache", side="after", tensor=t, loop=loop,
+                                    value=b, level=hw.level(b)))
+                return pick(f"each of the {ext} iterations of `{loop}` then produces and consumes "
+                            f"{_fmt_bytes(b)} of `{t}` ({hw.level(b)}).",
+                            f"`{t}` is consumed in the same iteration of `{loop}` that produces it: "
+                            f"{_fmt_bytes(b)} at a time, held in {hw.level(b)}.")
+            return pick("brings producer and consumer into one nest; the intermediate is still "
+                        "produced whole before it is read.",
+                        "merges the nests; no loop with several iterations holds both producer and "
+                        "consumer, so nothing stays closer than before.")
+        if s == "reduction_factorization" and m.is_reduction:
+            claims.append(Claim(kind="reduction_writes", tensor=m.tensor, axes=list(m.reduction_axes)))
+            return pick(f"partial results over `{v}` split the single chain into `{m.tensor}` into "
+                        f"{prm.get('factor', 'several')} independent ones.",
+                        f"rfactor: independent partial sums instead of one serial chain into "
+                        f"`{m.tensor}`.")
+        t = f.site.get("tensor") or prm.get("tensor")
+        at = _ticks(loops) or "the site"
+        if s == "cache_read_write" and t:
+            mode = f.site.get("mode", "write")
+            scope = prm.get("scope", "local")
+            if mode == "write":
+                return pick(f"each iteration of {at} accumulates `{t}` in a {scope} staging buffer and "
+                            f"writes it back once, instead of updating `{t}` in place.",
+                            f"redirects the updates of `{t}` inside {at} to a {scope} buffer, copied "
+                            f"back at the end of each iteration.")
+            return pick(f"copies the part of `{t}` each iteration of {at} reads into a {scope} buffer "
+                        f"first.", f"stages the reads of `{t}` inside {at} in a {scope} buffer.")
+        if s == "expression_reorder" and prm.get("expr"):
+            how = {"swap": "swaps its operands", "rotate_left": "regroups it to the left",
+                   "rotate_right": "regroups it to the right"}.get(prm.get("rewrite"), "reorders it")
+            return pick(f"rewrites `{prm['expr']}`: {how}; the loop structure is unchanged.",
+                        f"`{prm['expr']}` {how}, which changes only the order of the arithmetic.")
+        if s in ("layout_transformation",) and t:
+            return pick(f"stores `{t}` with its dimensions permuted, so the accesses walk it in a "
+                        f"different order.", f"permutes the layout of `{t}`.")
+        if s == "set_storage_layout" and t:
+            return pick(f"pads the innermost dimension of `{t}` without changing any access.",
+                        f"changes only the storage of `{t}` (padding).")
+        if s == "online_softmax":
+            return pick("merges the max pass and the sum pass into one online pass with a running "
+                        "max and a rescaled sum: one read of the row fewer.",
+                        "one pass computes the running max and the rescaled sum together.")
+        if s == "common_subexpression_elimination":
+            return pick("computes the repeated subexpression once per iteration into a scalar.",
+                        "a repeated subexpression is evaluated once and reused.")
+        if s == "compute_inline" and t:
+            return pick(f"substitutes the producer of `{t}` into its reads and removes `{t}`.",
+                        f"inlines `{t}`: recomputed at each read instead of stored.")
+        if s == "operator_fusion":
+            return pick("merges the producer nest and its consumer into one nest.",
+                        "one nest instead of two over the common iteration space.")
+        desc = self._description(f, s)
+        if desc:
+            return pick(f"{desc}.", f"`{s}`: {desc}.")
+        return pick(f"applies `{s}` at this site.", f"`{s}` here.")
 
-    def _alternatives(self, f: Facts, pick: _Pick, bottleneck: Bottleneck) -> list[Candidate]:
-        cands, rejected = _enumerate(f.before_text, target_kind(f.target))
-        legal: dict[str, Any] = {}
-        for c in cands:
-            if c.strategy != f.strategy:
-                legal.setdefault(c.strategy, c)
-        refused: dict[str, Any] = {}
-        for r in rejected:
-            if r.strategy != f.strategy and r.strategy not in legal and "no-op" not in r.reason \
-                    and "duplicate" not in r.reason:
-                refused.setdefault(r.strategy, r)
+    @staticmethod
+    def _description(f: Facts, s: str) -> str:
+        """The registry's own description of the strategy, when it names nothing the program lacks."""
+        from .validate import cited_numbers, named_identifiers
+        try:
+            d = S.get(s).description.strip().rstrip(".")
+        except Exception:  # noqa: BLE001
+            return ""
+        d = d.replace("`", "")
+        d = re.split(r"[:;(]", d, maxsplit=1)[0].strip().rstrip(".,")   # its first clause
+        if not d or len(d) > 160 or any(c in d for c in "[]=") or named_identifiers(d) \
+                or cited_numbers(d):
+            return ""
+        return d[0].lower() + d[1:]
+
+    # ------------------------------------------------------------------ alternatives
+    def _alternatives(self, f: Facts, pick: _Pick, claims: list[Claim]) -> list[Candidate]:
+        best: dict[str, Any] = {}
+        for a in f.alternatives:
+            if a.strategy != f.strategy:
+                best.setdefault(a.strategy, a)
+        ranked = sorted(best.values(), key=lambda a: (a.score, a.strategy))
+        # the move that answers the diagnosis comes first, so the reasoning weighs it
+        remedy = {"parallelism": "loop_parallelization", "vectorization": "loop_vectorization",
+                  "dependence": "reduction_factorization", "locality": "loop_reorder",
+                  "loop_overhead": "loop_unrolling"}.get(f.diagnosis.kind if f.diagnosis else "")
+        ranked = [a for a in ranked if a.strategy == remedy] + [a for a in ranked if a.strategy != remedy]
+        p = f.predicted
+        chosen_score = None
+        if p is not None and p.after_s:
+            from ..search.cost_model import blend
+            chosen_score = blend(math.log(p.after_s), math.log(p.after_potential_s or p.after_s))
         out: list[Candidate] = []
-        for name in pick.sample(sorted(legal), max(1, self.max_alternatives - (1 if refused else 0))):
-            c = legal[name]
-            loops = ", ".join(f"`{v}`" for v in c.site.loops)
-            reason = pick(f"legal at {loops or 'its site'}, but it does not address the "
-                          f"{bottleneck.kind.replace('_', ' ')} problem first.",
-                          f"possible, but less useful than `{f.strategy}` for the "
-                          f"{bottleneck.kind.replace('_', ' ')} issue right now.",
-                          f"legal; kept for a later step.")
-            out.append(Candidate(strategy=name, site=c.site.to_json(), params=dict(c.params) or None,
-                                 verdict="rejected", reason=reason))
-        if refused:
-            name = pick.sample(sorted(refused), 1)[0]
-            r = refused[name]
-            reason = self._refusal(f, r.reason, pick)
-            out.append(Candidate(strategy=name, site=r.site.to_json(), params=dict(r.params) or None,
-                                 verdict="rejected", reason=reason))
-        if not out:  # nothing enumerated: name a registered strategy that is not applied
+        n_alt = self.max_alternatives - (1 if f.refusals else 0)
+        for a in ranked[:max(1, n_alt)]:
+            where = _ticks(a.site.get("loops") or []) or "its site"
+            ahead = chosen_score is not None and a.score < chosen_score - 1e-6
+            tie = chosen_score is None or abs(a.score - chosen_score) <= 1e-6
+            if tie:
+                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}: the cost model sees no "
+                              f"difference from the chosen step.",
+                              f"predicted {_fmt_time(a.predicted_s)} at {where}, a tie with the chosen "
+                              f"action.")
+            elif ahead:
+                claims.append(Claim(kind="ranks_below", strategy=f.strategy, other=a.strategy))
+                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}: the cost model ranks "
+                              f"it ahead of this step; a candidate for the next one.",
+                              f"predicted {_fmt_time(a.predicted_s)} at {where}, ranked higher by the "
+                              f"cost model; it stays open for a later step.")
+            else:
+                claims.append(Claim(kind="ranks_below", strategy=a.strategy, other=f.strategy))
+                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)} (potential "
+                              f"{_fmt_time(a.potential_s)}): ranked below the chosen action.",
+                              f"predicted {_fmt_time(a.predicted_s)} at {where}; the cost model "
+                              f"prefers the chosen step.")
+            out.append(Candidate(strategy=a.strategy, site=a.site, params=dict(a.params) or None,
+                                 verdict="rejected", reason=reason, predicted_s=a.predicted_s))
+        if f.refusals:
+            r = f.refusals[0]
+            out.append(Candidate(strategy=r.strategy, site=r.site, params=dict(r.params) or None,
+                                 verdict="rejected", refused=True,
+                                 reason=self._refusal(f, r.reason, pick)))
+        if not {c.strategy for c in out}:
             others = [n for n in S.names() if n != f.strategy]
-            if others:
-                out.append(Candidate(strategy=pick.sample(others, 1)[0], verdict="rejected",
-                                     reason="not applicable to this program as it stands."))
+            out.append(Candidate(strategy=others[0], verdict="rejected",
+                                 reason="the registry finds no legal application of it here."))
         return out
 
     @staticmethod
     def _refusal(f: Facts, reason: str, pick: _Pick) -> str:
-        from .validate import cited_numbers, named_identifiers, number_matches, SMALL_COUNTS
+        from .validate import SMALL_COUNTS, cited_numbers, named_identifiers, number_matches
         allowed = set(f.names_before) | set(S.names())
         ok = all(n in allowed for n in named_identifiers(reason))
         for num, unit, _ in cited_numbers(reason, [f.before_text]):
             if not (not unit and float(num.replace(",", "")) in SMALL_COUNTS) and \
                     not number_matches(num, unit, f.numbers.values()):
                 ok = False
+        reason = reason.replace("`", "")
         if ok and reason:
             return pick("illegal here: ", "refused: ") + reason.rstrip(".") + "."
-        return pick("the legality check refuses it at this site.", "not legal at this site.")
+        return pick("the legality check refuses it: a dependence forbids it here.",
+                    "refused: a dependence of this nest forbids it.")
 
-    def _effect(self, f: Facts, pick: _Pick) -> ExpectedEffect:
-        s = f.strategy
-        sp = f.step_speedup
-        tol = max(0.03, f.noise)
-        lp = self._site_loop(f)
-        enables = next((e for e in ENABLES.get(s, ()) if e in S.names()), None)
-        if sp is None:
-            direction = "preparatory" if s in STRUCTURAL and enables else "faster"
-        elif sp > 1 + tol:
-            direction = "faster"
-        elif s in STRUCTURAL and enables:
-            direction = "preparatory"
-        elif sp >= 1 - 2 * tol:
-            direction = "neutral"
+    # ------------------------------------------------------------------ effect, check
+    def _effect(self, f: Facts, pick: _Pick, claims: list[Claim]) -> ExpectedEffect:
+        p = f.predicted
+        if p is None or p.after_s is None:
+            return ExpectedEffect(direction="neutral", text="no estimate of the result is available.")
+        ratio = p.ratio
+        b, a = _fmt_time(p.before_s), _fmt_time(p.after_s)
+        claims.append(Claim(kind="predicted_time", side="after", value=p.after_s))
+        if f.prepares:
+            fu = f.follow_up
+            where = _ticks(fu.site.get("loops") or [])
+            text = pick(f"the cost model predicts {b} -> {a} for this step alone; it prepares "
+                        f"`{fu.strategy}` at {where} of the new program, predicted "
+                        f"{_fmt_time(fu.predicted_s)} afterwards.",
+                        f"little by itself ({b} -> {a} predicted), but then `{fu.strategy}` "
+                        f"(at {where} after the step) is predicted {_fmt_time(fu.predicted_s)}.")
+            return ExpectedEffect(direction="preparatory", enables=fu.strategy, text=text,
+                                  predicted_before_s=p.before_s, predicted_after_s=p.after_s)
+        d = f.predicted_direction
+        if d == "faster":
+            text = pick(f"the cost model predicts {b} -> {a} ({ratio:.2f}x faster).",
+                        f"predicted {a} instead of {b}: {ratio:.2f}x.")
+        elif d == "slower":
+            text = pick(f"the cost model predicts {b} -> {a}: slower by itself at this size.",
+                        f"predicted slower ({b} -> {a}); worth knowing as a trade-off.")
         else:
-            direction = "slower"
-        if direction == "faster":
-            text = pick("less time per call: the step removes part of the bottleneck.",
-                        "a shorter runtime, since the limiting resource is used better.",
-                        "faster, as the same work is scheduled more efficiently.")
-        elif direction == "preparatory":
-            v = f"`{lp.var}`" if lp else "this nest"
-            text = pick(f"little change by itself; the new loop structure around {v} is what "
-                        f"`{enables}` needs next.",
-                        f"mostly structural: it sets up `{enables}`.")
-        elif direction == "neutral":
-            text = pick("about the same runtime; the compiler already handles this well.",
-                        "little change expected at this size.")
-        else:
-            text = pick("probably slower: the added loop control outweighs the gain at this size.",
-                        "likely a small slowdown; kept to show the trade-off.")
-        return ExpectedEffect(direction=direction, enables=enables if direction == "preparatory" else None,
-                              text=text)
+            text = pick(f"the cost model predicts no real change ({b} -> {a}).",
+                        f"about the same: {b} predicted before, {a} after.")
+        return ExpectedEffect(direction=d or "neutral", text=text, predicted_before_s=p.before_s,
+                              predicted_after_s=p.after_s)
 
     def _check(self, f: Facts, pick: _Pick) -> Check:
         outs = list(f.outputs)
-        o = ", ".join(f"`{x}`" for x in outs)
+        o = _ticks(outs)
         if f.exactness == "exact":
             text = pick(f"every element of {o} is computed by the same operations in the same order, "
                         f"so the results must be bit-identical.",
@@ -356,19 +551,27 @@ class TemplateWriter:
 
     # ------------------------------------------------------------------ entry point
     def write(self, step: StepRecord, f: Optional[Facts] = None) -> Cot:
-        f = f if f is not None else compute_facts(step)
+        f = f if f is not None else compute_facts(step, self.hardware)
         pick = _Pick(self.seed, f.step_key)
-        obs = self._observation(f, pick)
-        bott = self._bottleneck(f, pick)
+        claims: list[Claim] = []
+        obs = self._observation(f, pick, claims)
+        bott = self._bottleneck(f, pick, claims)
+        p = f.predicted
         chosen = Candidate(strategy=step.strategy, site=dict(step.site), params=dict(step.params) or None,
-                           verdict="chosen", reason=self._chosen_reason(f, pick))
-        alts = self._alternatives(f, pick, bott)
+                           verdict="chosen", reason=self._chosen_reason(f, pick, claims),
+                           predicted_s=p.after_s if p is not None else None)
+        alts = self._alternatives(f, pick, claims)
         cands = [chosen] + alts
         if pick("first", "shuffled") == "shuffled":
             cands = alts[:1] + [chosen] + alts[1:]
+        effect = self._effect(f, pick, claims)
+        uniq: list[Claim] = []
+        for c in claims:
+            if c not in uniq:
+                uniq.append(c)
         return Cot(observation=obs, bottleneck=bott, candidates=cands,
                    decision=Decision(strategy=step.strategy, site=dict(step.site), params=dict(step.params)),
-                   expected_effect=self._effect(f, pick), check=self._check(f, pick))
+                   expected_effect=effect, check=self._check(f, pick), claims=uniq)
 
 
 __all__ = ["TemplateWriter", "WRITER_VERSION", "target_kind"]

@@ -14,8 +14,13 @@ LLM on a retry. The semantic checks:
 * **numbers** — every number in the text matches some fact within rounding (units s/ms/us/ns,
   B/KB/KiB/MB..., FLOP/MFLOP..., %, x are understood); small counts 0-4 are free, and digits in
   identifiers (``T0``) or inside a verbatim quote of the program do not count;
-* **effect** — the expected direction is not contradicted by the measured speedup beyond the
-  noise level, unless the step is declared ``preparatory`` (then ``enables`` names a strategy).
+* **claims** — every structured claim and every claim the prose makes (innermost loop, strides,
+  reduction targets, reorders, reuse, cache fits, loop extents, predicted times) holds, the
+  bottleneck is the before-program's diagnosis and the expected direction the cost model's
+  prediction (:mod:`steptp.cot.claims`): nothing in the reasoning comes from the measurement;
+* **SFT** (``sft_problems``, for steps used as SFT examples) — the predicted direction agrees
+  with the measurement beyond its spread, or the step is preparatory for a later step on its path
+  that applies the strategy it names.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from pydantic import ValidationError
 from .. import strategies as S
 from ..leir import ast as A
 from ..records import StepRecord
-from .facts import Facts, facts as compute_facts
-from .schema import Cot
+from .facts import Facts, facts as compute_facts, measured_numbers
+from .claims import check_claims
+from .schema import SIDE_FIELDS, Cot
 
 
 class CotInvalid(ValueError):
@@ -179,8 +185,8 @@ def parse_cot(raw: Any) -> Cot:
             raw = json.loads(raw)
         except json.JSONDecodeError as e:
             raise CotInvalid([f"not JSON: {e}"]) from None
-    if isinstance(raw, dict) and "schema_version" in raw:
-        raw = {k: v for k, v in raw.items() if k != "schema_version"}
+    if isinstance(raw, dict):
+        raw = {k: v for k, v in raw.items() if k != "schema_version" and k not in SIDE_FIELDS}
     try:
         return Cot.model_validate(raw)
     except ValidationError as e:
@@ -238,9 +244,11 @@ def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
     if cot.bottleneck.tensor is not None and cot.bottleneck.tensor not in tensors_b:
         probs.append(f"bottleneck.tensor {cot.bottleneck.tensor!r} is not a tensor of the program "
                      f"before the step (tensors: {', '.join(tensors_b)})")
+    chosen_fields = {f"candidates[{n}].reason" for n, c in enumerate(cot.candidates)
+                     if c.verdict == "chosen"}
     for field_, text in _texts(cot):
         allowed = set(f.names_before) | vocab
-        if field_ in AFTER_FIELDS:
+        if field_ in AFTER_FIELDS or field_ in chosen_fields:
             allowed |= f.names_after
         bad = [n for n in dict.fromkeys(named_identifiers(text)) if n not in allowed]
         for n in bad:
@@ -250,6 +258,7 @@ def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
                          f"{', '.join(tensors_b)})")
     # ---------------------------------------------------------------- numbers
     values = list(f.numbers.values())
+    measured = list(measured_numbers(f).values())
     quotes = [step.before_leir, step.after_leir]
     for field_, text in _texts(cot):
         for num, unit, ctx in cited_numbers(text, quotes):
@@ -257,6 +266,11 @@ def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
             if not unit and v in SMALL_COUNTS:
                 continue
             if not number_matches(num, unit, values):
+                if number_matches(num, unit, measured):
+                    probs.append(f"{field_} cites {num}{(' ' + unit) if unit else ''} (\"…{ctx}…\"): "
+                                 f"claim hindsight: that is the step's measured outcome, which the "
+                                 f"reasoning cannot know; cite the cost model's prediction instead")
+                    continue
                 probs.append(f"{field_} cites {num}{(' ' + unit) if unit else ''} (\"…{ctx}…\"), which "
                              f"matches no fact of this step within rounding; cite only the given facts")
     # ---------------------------------------------------------------- effect
@@ -267,29 +281,78 @@ def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
                          "(expected_effect.enables)")
         elif e.enables not in known:
             probs.append(f"expected_effect.enables {e.enables!r} is not a registered strategy")
-    elif f.step_speedup is not None and f.after_s is not None:
-        sp, tol = f.step_speedup, max(0.03, f.noise)
-        contradicted = {
-            "faster": sp < 1 - tol,
-            "slower": sp > 1 + tol,
-            "neutral": abs(sp - 1) > 2 * tol,
-        }[e.direction]
-        if contradicted:
-            probs.append(f"expected_effect.direction is {e.direction!r} but the measured step speedup "
-                         f"is {sp:.3g}x (noise ±{tol:.0%}); state the effect the measurement supports, "
-                         f"or declare the step 'preparatory' with what it enables")
+    # ---------------------------------------------------------------- claims, no hindsight
+    probs += check_claims(cot, f, _texts(cot))
     return probs
 
 
-def validate(raw: Any, step: StepRecord, f: Optional[Facts] = None) -> Cot:
-    """Schema, then semantic checks. Returns the Cot or raises CotInvalid listing every problem."""
+def measured_direction(step: StepRecord, f: Facts) -> Optional[str]:
+    """faster / slower / neutral by the measurement, beyond its spread (None when untimed)."""
+    sp = f.step_speedup
+    if sp is None or f.after_s is None:
+        return None
+    tol = max(0.03, f.noise)
+    if sp > 1 + tol:
+        return "faster"
+    if sp < 1 - tol:
+        return "slower"
+    return "neutral"
+
+
+def measured_side(step: StepRecord, f: Facts, path: Optional[list[StepRecord]] = None) -> dict[str, Any]:
+    """What was measured, stored beside the reasoning (``cot["measured"]``), never in it."""
+    cot_pred = f.predicted_direction
+    out: dict[str, Any] = {
+        "before_s": f.before_s, "after_s": f.after_s, "step_speedup": f.step_speedup,
+        "noise": f.noise, "direction": measured_direction(step, f),
+        "predicted_direction": cot_pred,
+        "prepares": f.follow_up.strategy if f.prepares else None,
+    }
+    md = out["direction"]
+    out["prediction_agrees"] = None if md is None or cot_pred is None else (
+        md == cot_pred or (md == "neutral" and cot_pred != "faster" and f.prepares))
+    return out
+
+
+def sft_problems(cot: Cot, step: StepRecord, f: Facts, path: Optional[list[StepRecord]] = None
+                 ) -> list[str]:
+    """Why this step's reasoning cannot be an SFT example: the prediction it states must agree
+    with the measurement, or it is preparatory and a later step on ``path`` (the trajectory's
+    steps) applies the strategy it names."""
+    md = measured_direction(step, f)
+    e = cot.expected_effect
+    if md is None:
+        return ["sft: the step has no measurement to agree with"]
+    if e.direction == "preparatory":
+        later = [s for s in (path or []) if s.trajectory_id == step.trajectory_id
+                 and s.step_index > step.step_index and s.strategy == e.enables]
+        if not later:
+            return [f"sft: the reasoning calls the step preparatory for `{e.enables}`, but no later "
+                    f"step on its path applies `{e.enables}`"]
+        if md == "slower" and not any(s.outcome == "improved" for s in later):
+            return [f"sft: preparatory step measured slower ({f.step_speedup:.3g}x) and the later "
+                    f"`{e.enables}` step did not improve"]
+        return []
+    if e.direction != md:
+        return [f"sft: expected_effect.direction is {e.direction!r} (the cost model's prediction) but "
+                f"the measurement says {md!r} ({f.step_speedup:.3g}x, noise ±{max(0.03, f.noise):.0%}): "
+                f"a disagreeing step is not an SFT example"]
+    return []
+
+
+def validate(raw: Any, step: StepRecord, f: Optional[Facts] = None, *, sft: bool = False,
+             path: Optional[list[StepRecord]] = None) -> Cot:
+    """Schema, then semantic checks (and, with ``sft``, agreement with the measurement). Returns
+    the Cot or raises CotInvalid listing every problem."""
     cot = parse_cot(raw)
     f = f if f is not None else compute_facts(step)
     probs = semantic_problems(cot, step, f)
+    if sft:
+        probs += sft_problems(cot, step, f, path)
     if probs:
         raise CotInvalid(probs)
     return cot
 
 
-__all__ = ["CotInvalid", "validate", "parse_cot", "semantic_problems", "cited_numbers",
+__all__ = ["CotInvalid", "validate", "sft_problems", "measured_side", "measured_direction", "parse_cot", "semantic_problems", "cited_numbers",
            "named_identifiers", "number_matches"]

@@ -163,6 +163,7 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
         "trajectory_speedup": {**_q(traj_speedups), "geomean": _geomean(traj_speedups)},
         "tokens": _q([float(t) for t in tokens]),
         "cot_sources": dict(Counter(s.cot_source or "none" for s in steps)),
+        "cot_variety": _cot_variety(steps),
         "fingerprint": dict(fingerprint or {}),
         "fingerprints": sorted({s.fingerprint for s in steps if s.fingerprint}),
         "plots": plots, "chat_format": chat.FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
@@ -170,6 +171,27 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=1, default=str) + "\n")
     write_text_atomic(out / "README.md", card(stats, params or {}))
     return stats
+
+
+def _cot_variety(steps: Sequence[StepRecord]) -> dict[str, Any]:
+    """Distinct sentence templates of the reasoning, and how often the cost model's predicted
+    direction (what the reasoning says) agreed with the measurement (stored beside it)."""
+    from ..cot.run import template_counts
+
+    agree = [(s.cot.get("measured") or {}).get("prediction_agrees") for s in steps if s.cot]
+    return {**template_counts(list(steps)), "prediction_agrees": sum(a is True for a in agree),
+            "prediction_disagrees": sum(a is False for a in agree)}
+
+
+def _cot_lines(v: Mapping[str, Any] | None) -> list[str]:
+    if not v:
+        return []
+    return ["", "## Reasoning", "",
+            f"{v['distinct_templates']} distinct sentence templates over {v['sentences']} sentences "
+            f"(names and numbers masked), {v['distinct_openings']} opening patterns. The reasoning "
+            "states the cost model's prediction, never the measurement; the prediction agreed with "
+            f"the measured direction in {v['prediction_agrees']} steps and disagreed in "
+            f"{v['prediction_disagrees']} (`cot.measured.prediction_agrees`)."]
 
 
 # ---------------------------------------------------------------------------- card
@@ -219,6 +241,7 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "## Rejected steps", "",
         "| reason | steps |", "| --- | ---: |",
         *[f"| `{k}` | {v} |" for k, v in stats["rejects_by_reason"].items()],
+        *_cot_lines(stats.get("cot_variety")),
         "", "## Hardware", "",
         f"Timed on: **{stats['hardware']}**.", "",
         "```json", json.dumps(stats["fingerprint"], indent=1, sort_keys=True), "```", "",

@@ -84,6 +84,52 @@ def _affinity() -> int:
         return os.cpu_count() or 1
 
 
+def cache_sizes() -> dict[str, int]:
+    """Data-cache sizes in bytes (``{"L1": ..., "L2": ..., "L3": ...}``) of CPU 0 from sysfs;
+    missing levels are absent. Not part of ``Fingerprint.id``: they follow from the CPU model
+    (already in it), and adding them would invalidate every cached measurement."""
+    out: dict[str, int] = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError:
+        return out
+    for e in entries:
+        if not e.startswith("index"):
+            continue
+        try:
+            with open(f"{base}/{e}/level") as f:
+                level = int(f.read().strip())
+            with open(f"{base}/{e}/type") as f:
+                kind = f.read().strip()
+            with open(f"{base}/{e}/size") as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(size[-1:].upper(), 1)
+        try:
+            n = int(size.rstrip("KkMmGg")) * scale
+        except ValueError:
+            continue
+        out.setdefault(f"L{level}", n)
+    return out
+
+
+def vector_bits() -> int:
+    """Width of the widest SIMD register the CPU flags advertise (bits)."""
+    _, _, flags = _cpuinfo()
+    fs = set(flags)
+    if "avx512f" in fs:
+        return 512
+    if "avx2" in fs or "avx" in fs:
+        return 256
+    if fs & {"sse2", "neon", "asimd"} or platform.machine() in ("aarch64", "arm64"):
+        return 128
+    return 64
+
+
 def available_cores() -> int:
     """Cores this process may run on (the default measurement thread count)."""
     return _affinity()
