@@ -63,7 +63,7 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
     kernels = extract_flow(p, str(work))
     searched = search_flow(p, kernels, str(work))
     steps = cot_flow(p, searched["steps"], str(work))
-    curated = curate_flow(p, kernels, steps, searched["trajectories"], str(work), hw)
+    curated = curate_flow(p, searched.get("kernels", kernels), steps, searched["trajectories"], str(work), hw)
     export_flow(p, curated, str(staging), fp)
     rep = validate_flow(p, str(staging))
     if not rep["success"]:

@@ -65,18 +65,41 @@ def extract_flow(p: dict[str, Any], work: str) -> str:
 
 
 # ---------------------------------------------------------------------------- search
-def select_kernels(kernels: list[KernelRecord], max_kernels: int | None) -> list[KernelRecord]:
-    """Kernels worth searching: raised and checked; the heaviest first (weight, then FLOPs), at
-    most ``max_kernels``; ties broken by id, so the choice is deterministic."""
-    ok = [k for k in kernels if k.raise_ok]
-    ok.sort(key=lambda k: (-k.weight, -k.flops, k.kernel_id))
-    return ok[:max_kernels] if max_kernels else ok
+def select_kernels(kernels: list[KernelRecord], max_kernels: int | None,
+                   times: dict[str, float | None] | None = None, **kw) -> list[KernelRecord]:
+    """Kernels worth searching (``steptp.search.selection.select``: weight x unscheduled time,
+    a time floor and ceiling, a cap per operator family); deterministic."""
+    from steptp.search.selection import select
+
+    return select(kernels, times or {}, max_kernels=max_kernels, **kw).chosen
+
+
+@task(cache_policy=CACHE, persist_result=True, retries=1, retry_delay_seconds=5)
+def time_unscheduled(kernels: list[KernelRecord], threads: int | None = None) -> dict[str, float | None]:
+    """Median time of each unscheduled kernel with the search's own evaluator and timing
+    protocol (cached by program, so each search's baseline is then a cache hit)."""
+    from steptp.search import default_evaluator
+
+    ev = default_evaluator(num_threads=threads)
+    out: dict[str, float | None] = {}
+    try:
+        for k in kernels:
+            tm = ev.time(k.leir)
+            out[k.kernel_id] = tm.timing.median_s if tm.timing is not None else None
+    finally:
+        ev.close()
+    return out
 
 
 @task(cache_policy=CACHE, persist_result=True, retries=2, retry_delay_seconds=5)
 def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
-               threads: int | None = None, max_actions: int | None = None
-               ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
+               threads: int | None = None, max_actions: int | None = None,
+               rule: dict[str, float] | None = None, remeasure_rounds: int = 3,
+               remeasure_pairs: int = 6) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
+    """Search one kernel; then re-time, interleaved and uncached, the before/after pairs that
+    decide a role near the significance margin and the trajectory's first and final program."""
+    from steptp.curate.roles import confirm_roles, confirm_trajectory
+    from steptp.measure.significance import SignificanceRule, uncached_timer
     from steptp.search import Budget, default_evaluator, search_kernel
 
     ev = default_evaluator(num_threads=threads)
@@ -85,19 +108,73 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
                                     seed, ev, max_actions=max_actions)
     finally:
         ev.close()
-    return list(steps), [traj] if traj is not None else []
+    steps = list(steps)
+    roots = [st.before_leir for st in steps if st.step_index == 0]
+    if remeasure_rounds > 0 and steps and roots and hasattr(ev, "config"):
+        timer = uncached_timer(ev.target, ev.config)
+        try:
+            steps, n = confirm_roles(steps, timer, SignificanceRule(**(rule or {})), remeasure_rounds,
+                                     remeasure_pairs)
+            traj = confirm_trajectory(traj, timer, roots[0], remeasure_rounds)
+        finally:
+            timer.close()
+        _log(f"search {kernel.name}: {len(steps)} steps, {n} role-deciding pairs re-timed interleaved")
+    return steps, [traj] if traj is not None else []
+
+
+def _selection_args(p: dict[str, Any]) -> dict[str, Any]:
+    s = p.get("search", {})
+    ceil = s.get("max_time_ms", 200)
+    return dict(floor_s=float(s.get("min_time_us", 20)) * 1e-6,
+                ceiling_s=None if ceil is None else float(ceil) * 1e-3,
+                max_per_family=s.get("max_per_family", 3))
 
 
 @flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def search_flow(p: dict[str, Any], kernels_path: str, work: str) -> dict[str, str]:
-    """Reads the kernels table; writes ``work/search-steps.parquet`` and
-    ``work/trajectories.parquet``; returns their paths."""
+    """Reads the kernels table; picks the kernels worth searching (extracting operator
+    workloads whose kernels are all below the time floor at ``search.larger_size``); writes
+    ``work/search-steps.parquet``, ``work/trajectories.parquet`` and ``work/kernels-selected.parquet``
+    (every kernel, with its ``search_status``); returns their paths."""
+    from steptp.search.selection import estimate_s, select
+
     kernels = read_records(kernels_path, KernelRecord)
     s = p.get("search", {})
-    chosen = select_kernels(kernels, s.get("max_kernels"))
+    e = p.get("extract", {})
+    sel_args = _selection_args(p)
+    max_k = s.get("max_kernels")
+    est = {k.kernel_id: estimate_s(k) for k in kernels if k.raise_ok}
+    larger = s.get("larger_size", "default")
+    if larger and larger != e.get("size", "tiny"):
+        wl = select(kernels, {}, max_kernels=None, estimates=est, **sel_args).larger_workloads(
+            s.get("larger_max_workloads", 12))
+        if wl:
+            more = extract_kernels(",".join(wl), larger, int(e.get("jobs", 1)), bool(e.get("check", True)))
+            known = {k.kernel_id for k in kernels}
+            new = [k for k in more if k.kernel_id not in known]
+            est.update({k.kernel_id: estimate_s(k) for k in new if k.raise_ok})
+            kernels = kernels + new
+            _log(f"search: {len(wl)} operator workloads below the time floor extracted at size "
+                 f"{larger}: {len(new)} kernels")
+    # measure the most promising by estimate (the estimate is rough: a wider window), then rank
+    n_meas = int(s.get("measure_candidates", 3 * (max_k or 10)))
+    pre = select(kernels, {}, max_kernels=n_meas, estimates=est,
+                 floor_s=sel_args["floor_s"] / 4,
+                 ceiling_s=None if sel_args["ceiling_s"] is None else sel_args["ceiling_s"] * 4,
+                 max_per_family=None if not sel_args["max_per_family"] else 2 * sel_args["max_per_family"])
+    times = time_unscheduled(pre.chosen, s.get("threads"))
+    sel = select(kernels, times, max_kernels=max_k, estimates=est, **sel_args)
+    chosen = sel.chosen
+    from steptp.search.selection import kernel_family
+
+    _log(f"search: {len(chosen)} kernels selected ({len(times)} timed unscheduled): "
+         + ", ".join(f"{k.name} [{kernel_family(k)}]" for k in chosen))
+    rule = curate_config(p).rule().model_dump()
     args = dict(policy=s.get("policy", "beam"), measurements=int(s.get("measurements", 16)),
                 seconds=float(s.get("seconds", 60)), seed=int(p.get("seed", 0)),
-                threads=s.get("threads"), max_actions=s.get("max_actions"))
+                threads=s.get("threads"), max_actions=s.get("max_actions"), rule=rule,
+                remeasure_rounds=int(s.get("remeasure_rounds", 3)),
+                remeasure_pairs=int(s.get("remeasure_pairs", 6)))
     jobs = max(1, int(s.get("jobs", 1)))
     if jobs > 1:
         futs = [search_one.with_options(task_run_name=f"search-{k.name}").submit(k, **args) for k in chosen]
@@ -109,7 +186,8 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str) -> dict[str, st
     _log(f"search: {len(chosen)} kernels -> {len(trajs)} trajectories, {len(steps)} steps")
     return {"steps": str(write_table(table(steps, StepRecord), Path(work) / "search-steps.parquet")),
             "trajectories": str(write_table(table(trajs, TrajectoryRecord),
-                                            Path(work) / "trajectories.parquet"))}
+                                            Path(work) / "trajectories.parquet")),
+            "kernels": str(write_table(table(sel.kernels, KernelRecord), Path(work) / "kernels-selected.parquet"))}
 
 
 # ---------------------------------------------------------------------------- CoT
@@ -132,7 +210,7 @@ def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 
     template writer as the fallback). Unverified steps are passed through untouched."""
     from steptp.cot.run import write_cot
 
-    from steptp.curate.core import step_key
+    from steptp.records import step_key
 
     # a search's rows form a tree: many rows share (trajectory_id, step_index); key by step_key
     todo = [s for s in steps if s.verified]

@@ -83,6 +83,8 @@ class KernelRecord(_Record):
     raise_max_abs_err: Optional[float] = None
     raise_reason: str = ""
     names: dict[str, Any] = Field(default_factory=dict, description="original names (canon metadata)")
+    search_status: str = Field("", description="searched, or why not (steptp.search.selection)")
+    unscheduled_s: Optional[float] = Field(None, description="measured median of the unscheduled kernel")
     schema_version: str = SCHEMA_VERSION
 
 

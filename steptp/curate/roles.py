@@ -168,6 +168,19 @@ def confirm_roles(steps: Sequence[StepRecord], time_fn: Callable[[str], Optional
     return assign_roles(steps, rule), len(todo)
 
 
+def confirm_trajectory(traj, time_fn: Callable[[str], Optional[Timing]], baseline_leir: str,
+                       rounds: int = 3):
+    """The trajectory with its first and final programs re-timed interleaved
+    (``remeasured_speedup``, ``remeasured_spread``); unchanged when either fails."""
+    if traj is None or traj.final_leir == baseline_leir:
+        return traj
+    tb, tf = interleaved(time_fn, [baseline_leir, traj.final_leir], rounds)
+    if tb is None or tf is None:
+        return traj
+    return traj.model_copy(update={"remeasured_speedup": tb.median_s / tf.median_s,
+                                   "remeasured_spread": max(tb.spread, tf.spread)})
+
+
 def role_counts(steps: Sequence[StepRecord]) -> dict[str, int]:
     c = {r: 0 for r in ROLES}
     for s in steps:
@@ -175,5 +188,6 @@ def role_counts(steps: Sequence[StepRecord]) -> dict[str, int]:
     return c
 
 
-__all__ = ["ROLES", "SFT_ROLES", "Tree", "assign_roles", "confirm_roles", "near_threshold", "measured",
+__all__ = ["ROLES", "SFT_ROLES", "Tree", "assign_roles", "confirm_roles", "confirm_trajectory",
+           "near_threshold", "measured",
            "role_counts"]

@@ -118,4 +118,18 @@ def interleaved(time_fn: Callable[[str], Optional[Timing]], programs: Sequence[s
     return [None if failed[i] or not got[i] else combine(got[i]) for i in range(len(programs))]
 
 
-__all__ = ["SignificanceRule", "Verdict", "combine", "interleaved"]
+def uncached_timer(target, config) -> Callable[[str], Optional[Timing]]:
+    """A ``time_fn`` for :func:`interleaved`: the Measurer service (isolated worker, device
+    lock) without its result cache, so every call really times. Close it with ``.close()``."""
+    from .service import Measurer
+
+    m = Measurer(target, config, cache=None)
+
+    def time_fn(program: str) -> Optional[Timing]:
+        return m.time_many([program])[0].timing
+
+    time_fn.close = m.close  # type: ignore[attr-defined]
+    return time_fn
+
+
+__all__ = ["SignificanceRule", "Verdict", "combine", "interleaved", "uncached_timer"]
