@@ -19,6 +19,14 @@ app = typer.Typer(
 console = Console()
 
 
+def _listing_console() -> Console:
+    """Where tables go: on a terminal they fit its width; piped or redirected (``| grep``,
+    ``> file``) nothing is cut (rich would assume 80 columns and elide names)."""
+    if console.is_terminal:
+        return console
+    return Console(width=100_000, color_system=None, soft_wrap=True)
+
+
 def _err(message: str) -> None:
     """An error for the user: plain text on stderr (no markup, no wrapping, so subscripts like
     [i] and quoted source lines come out exactly)."""
@@ -186,7 +194,7 @@ def demo():
         table.add_row(r.name, "[green]ok[/green]" if r.ok else f"[red]FAIL[/red] {escape(r.error[:60])}",
                       str(r.leir_tokens), str(r.tvmscript_tokens), ratio,
                       f"{r.max_abs_err_vs_numpy:.2g}", f"{r.seconds:.2f}")
-    console.print(table)
+    _listing_console().print(table)
     failed = [r for r in rows if not r.ok]
     for r in failed:
         _err(f"{r.name}: {r.error}")
@@ -294,7 +302,7 @@ def extract(
                   str(w["calls"]), ", ".join(w["unsupported_ops"]) or "-",
                   "-" if mc is None else ("pass" if mc["passed"] else "[red]FAIL[/red]"),
                   f"{w['seconds']:.1f}")
-    console.print(t)
+    _listing_console().print(t)
     for f in s["failures"]:
         what = f.get("op") or f.get("kernel") or ""
         _err(f"{f['workload']}: {f['stage']} {what}: {f['reason']}")
@@ -345,7 +353,7 @@ def kernels(path: Path = typer.Argument(..., help="a kernels table written by st
         t.add_row(r.kernel_id, r.name, str(r.weight), str(len({o.workload for o in r.occurrences})),
                   f"{r.flops:,}", f"{r.bytes_moved:,}",
                   "[green]ok[/green]" if r.raise_ok else f"[red]{escape(r.raise_reason[:40])}[/red]")
-    console.print(t)
+    _listing_console().print(t)
 
 
 @app.command()
@@ -406,7 +414,7 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
               str(summary["fallbacks"]), str(summary["failed"]),
               f"{summary.get('input_tokens', 0)}/{summary.get('output_tokens', 0)}",
               f"{summary.get('cost_usd', 0.0):.4f}")
-    console.print(t)
+    _listing_console().print(t)
     for e in summary["errors"][:20]:
         _err(e)
     console.print(f"wrote {out} and {summary_path}", highlight=False)
@@ -669,7 +677,7 @@ def strategies(family: Optional[str] = typer.Option(None, help="only this family
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], r["family"], r["exactness"], ",".join(r["targets"]), r["inverse"] or "-")
-    console.print(table)
+    _listing_console().print(table)
 
 
 @app.command()

@@ -149,3 +149,30 @@ def test_near_threshold_and_confirm_roles_retime_only_those():
     re = next(s for s in out if s.before_leir == first.before_leir and s.after_leir == first.after_leir)
     assert re.paired_before is not None and re.paired_before.repeats == 18
     assert sum(s.paired_before is not None for s in out) == 1
+
+
+def test_curation_keeps_improving_and_preparatory_one_per_prompt_and_pairs_the_rest():
+    from steptp.curate import CurateConfig, curate
+    from steptp.records import KernelRecord, Occurrence, step_key
+
+    # reasoning for every measured row (a failed one has none: it cannot be a rejected answer)
+    rows = {n: s.model_copy(update={"cot_text": f"<think>\nwhy {n}\n</think>"}) if s.verified else s
+            for n, s in tree().items()}
+    name_of = {step_key(s): n for n, s in rows.items()}
+    k = KernelRecord(kernel_id="k", name="k", leir="", leir_hash="k", tir_hash="", signature=[],
+                     occurrences=[Occurrence(workload="w", suite="ops")], weight=1, flops=1, bytes_moved=1,
+                     tvmscript="", target="cpu", raise_ok=True)
+    res = curate([k], list(rows.values()), [], CurateConfig(require_cot=False, max_pairs_per_state=4))
+    assert sorted(name_of[step_key(s)] for s in res.steps) == ["AB", "BC", "HI"]
+    assert {s.role for s in res.steps} <= {"improving", "preparatory"}
+    reasons = sorted(r.reason.split(":")[0] for r in res.rejects)
+    assert reasons == sorted(["regressing", "neutral", "unverified", "alternative", "regressing", "noisy"])
+    alt = next(r for r in res.rejects if r.reason.startswith("alternative"))
+    assert alt.strategy == "loop_tiling"                      # AH: a smaller gain than AB's, same prompt
+    pairs = {(name_of[p["chosen"]], name_of[p["rejected"]]) for p in res.pairs}
+    assert {("AB", "AD"), ("AB", "AE"), ("AB", "AH"), ("BC", "BG")} <= pairs
+    assert ("AB", "AJ") not in pairs                          # J is noisy: not significantly worse
+    assert sum(1 for c, _ in pairs if c[0] == "A") <= 4       # the cap per prompt
+    assert all(rows[c].before_leir == rows[r].before_leir for c, r in pairs)
+    assert res.report["pairs"] == len(res.pairs) and res.report["sft_roles"] == {"improving": 2, "preparatory": 1}
+    assert len(res.all_steps) == len(rows)

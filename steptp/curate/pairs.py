@@ -36,7 +36,7 @@ def _h(*parts: Any) -> str:
 
 
 def _with_cot(s: StepRecord, seed: int) -> StepRecord | None:
-    if s.cot:
+    if s.cot or s.cot_text.strip():
         return s
     from ..cot.run import write_cot
 

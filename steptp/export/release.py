@@ -281,8 +281,10 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "## Loading", "",
         "```python",
         "from datasets import load_dataset",
-        "chat = load_dataset(\"json\", data_files={s: f\"chat/{s}.jsonl\" for s in (\"train\", \"validation\", \"test\")})",
-        "pairs = load_dataset(\"json\", data_files={s: f\"chat/pairs-{s}.jsonl\" for s in (\"train\", \"validation\", \"test\")})",
+        f"chat = load_dataset(\"json\", data_files={{s: f\"chat/{{s}}.jsonl\" for s in {_nonempty(c.get('examples_per_split'))}}})",
+        *([f"pairs = load_dataset(\"json\", data_files={{s: f\"chat/pairs-{{s}}.jsonl\" for s in "
+           f"{_nonempty(c.get('pairs_per_split'))}}})   # a DPO dataset: prompt, chosen, rejected"]
+          if c.get("pairs") else []),
         "steps = load_dataset(\"parquet\", data_files=\"data/steps.parquet\")[\"train\"]",
         "",
         "import polars as pl, json",
@@ -298,6 +300,12 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "```json", json.dumps(dict(params), indent=1, sort_keys=True, default=str), "```", "",
     ]
     return "\n".join(lines)
+
+
+def _nonempty(per_split: Mapping[str, int] | None) -> str:
+    """The splits with rows, as a Python tuple literal (``datasets`` refuses an empty file)."""
+    names = [sp for sp in SPLITS if (per_split or {}).get(sp)]
+    return "(" + ", ".join(f'"{n}"' for n in names) + ("," if len(names) == 1 else "") + ")"
 
 
 def _roles_section(stats: Mapping[str, Any]) -> list[str]:
