@@ -134,6 +134,8 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
     step_keys = set(steps["step_key"].to_list()) if "step_key" in steps.columns else set()
     rows = []
     for f in sorted((release / "chat").glob("*.jsonl")):
+        if f.name.startswith("pairs-"):
+            continue
         for line in f.read_text().splitlines():
             if not line.strip():
                 continue
@@ -168,9 +170,6 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
             "splits": _splits_table(release, kernels, rows)}
 
 
-_EXTRA = ("split", "step_key", "sft")
-
-
 def _roles_table(df: pl.DataFrame, params: Mapping[str, Any]) -> pl.DataFrame:
     """Every step with ``role_recomputed`` (the roles of the recorded timings, by the rule of
     ``params``), ``role_consistent`` and ``spread_max`` (the larger spread of the timings the
@@ -185,7 +184,8 @@ def _roles_table(df: pl.DataFrame, params: Mapping[str, Any]) -> pl.DataFrame:
         return df.with_columns(pl.lit(None, dtype=pl.Utf8).alias("role_recomputed"),
                                pl.lit(True).alias("role_consistent"),
                                pl.lit(None, dtype=pl.Float64).alias("spread_max"))
-    recs = [StepRecord.from_row({k: v for k, v in r.items() if k not in _EXTRA})
+    fields = set(StepRecord.model_fields)
+    recs = [StepRecord.from_row({k: v for k, v in r.items() if k in fields})
             for r in df.iter_rows(named=True)]
     again = assign_roles(recs, rule)
     tree = Tree(recs)
@@ -240,7 +240,8 @@ def _splits_table(release: Path, kernels: pl.DataFrame, chat_rows: list[dict[str
     from ..curate.core import SPLITS, workload_groups
     from ..records import KernelRecord
 
-    ks = [KernelRecord.from_row({k: v for k, v in r.items() if k != "split"})
+    fields = set(KernelRecord.model_fields)
+    ks = [KernelRecord.from_row({k: v for k, v in r.items() if k in fields})
           for r in kernels.iter_rows(named=True)]
     with_steps = {r["kernel_id"] for r in chat_rows}
     n_groups = sum(1 for g in workload_groups(ks) if with_steps & set(g))
