@@ -76,18 +76,20 @@ def select_kernels(kernels: list[KernelRecord], max_kernels: int | None,
 
 @task(cache_policy=CACHE, persist_result=True, retries=1, retry_delay_seconds=5)
 def time_unscheduled(kernels: list[KernelRecord], threads: int | None = None) -> dict[str, float | None]:
-    """Median time of each unscheduled kernel with the search's own evaluator and timing
-    protocol (cached by program, so each search's baseline is then a cache hit)."""
-    from steptp.search import default_evaluator
+    """Median time of each unscheduled kernel with the search's timing protocol, uncached: a
+    cached timing would become the search's baseline, timed minutes before its children."""
+    from steptp.measure.significance import uncached_timer
+    from steptp.search.evaluator import search_config, set_threads
+    from steptp.tir.build import default_target
 
-    ev = default_evaluator(num_threads=threads)
+    timer = uncached_timer(default_target(), search_config(set_threads(threads)))
     out: dict[str, float | None] = {}
     try:
         for k in kernels:
-            tm = ev.time(k.leir)
-            out[k.kernel_id] = tm.timing.median_s if tm.timing is not None else None
+            t = timer(k.leir)
+            out[k.kernel_id] = t.median_s if t is not None else None
     finally:
-        ev.close()
+        timer.close()
     return out
 
 

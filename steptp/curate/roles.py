@@ -15,6 +15,10 @@ A search's rows form a tree (rows share a ``trajectory_id``; ``step_index`` is t
 * ``failed``: did not build, verify, or finish in time, or has no timing (kept as negatives, with
   the reason in ``reason``).
 
+A search times a step's before-program and after-program minutes apart; on a shared machine the
+load drifts by tens of percent in that time. So the search stage re-times, interleaved, the
+would-be SFT answers and the steps near the margin (:func:`confirm_roles`).
+
 When a step carries an interleaved re-timing (``paired_before``/``paired_after``/``paired_best``,
 written by :func:`confirm_roles` during the search), its role is decided on those: they were
 timed side by side, so drift hits both programs alike.
@@ -147,16 +151,38 @@ def near_threshold(steps: Sequence[StepRecord], rule: SignificanceRule | None = 
     return [(i, d) for _, i, d in out]
 
 
+def to_confirm(steps: Sequence[StepRecord], rule: SignificanceRule | None = None) -> list[tuple[int, int]]:
+    """(row, best descendant row) of the steps whose role most needs an interleaved re-timing,
+    in order: first the would-be SFT answers (per prompt, the improving or preparatory child
+    with the largest gain; their label is what a model learns, and their before and after were
+    timed minutes apart), largest gain first; then the steps near the margin."""
+    rule = rule or SignificanceRule()
+    steps = list(steps)
+    tree = Tree(steps)
+    first = assign_roles(steps, rule)
+    best_of: dict[str, int] = {}
+    for i, s in enumerate(first):
+        if s.role in SFT_ROLES:
+            j = best_of.get(s.before_leir)
+            if j is None or (first[i].best_descendant_speedup or 0) > (first[j].best_descendant_speedup or 0):
+                best_of[s.before_leir] = i
+    out = [(i, tree.best_descendant(i)) for i in sorted(
+        best_of.values(), key=lambda i: (-(first[i].best_descendant_speedup or 0), tree.keys[i]))]
+    seen = {i for i, _ in out}
+    out += [(i, d) for i, d in near_threshold(steps, rule) if i not in seen]
+    return out
+
+
 def confirm_roles(steps: Sequence[StepRecord], time_fn: Callable[[str], Optional[Timing]],
                   rule: SignificanceRule | None = None, rounds: int = 3,
                   max_pairs: int = 6) -> tuple[list[StepRecord], int]:
-    """Re-time, interleaved, the programs that decide the roles nearest the margin (at most
-    ``max_pairs`` steps): before, after and best descendant, ``rounds`` times round-robin with
-    ``time_fn`` (uncached). Returns the steps with ``paired_*`` set and roles assigned, and the
-    number of steps re-timed."""
+    """Re-time, interleaved, the programs that decide the roles that matter most
+    (:func:`to_confirm`, at most ``max_pairs`` steps): before, after and best descendant,
+    ``rounds`` times round-robin with ``time_fn`` (uncached). Returns the steps with ``paired_*``
+    set and roles assigned, and the number of steps re-timed."""
     rule = rule or SignificanceRule()
     steps = list(steps)
-    todo = near_threshold(steps, rule)[:max(0, max_pairs)]
+    todo = to_confirm(steps, rule)[:max(0, max_pairs)]
     for i, d in todo:
         s = steps[i]
         progs = [s.before_leir, s.after_leir] + ([steps[d].after_leir] if d != i else [])
@@ -189,5 +215,5 @@ def role_counts(steps: Sequence[StepRecord]) -> dict[str, int]:
 
 
 __all__ = ["ROLES", "SFT_ROLES", "Tree", "assign_roles", "confirm_roles", "confirm_trajectory",
-           "near_threshold", "measured",
+           "near_threshold", "to_confirm", "measured",
            "role_counts"]

@@ -102,14 +102,16 @@ class Selection:
         names = sorted((w for w, b in below.items() if b), key=lambda w: (info[w][0], -info[w][1], w))
         if limit is None:
             return sorted(names)
-        by_fam: dict[str, list[str]] = {}
-        for w in names:
-            by_fam.setdefault(info[w][2], []).append(w)
         out: list[str] = []
-        while len(out) < limit and any(by_fam.values()):
-            for fam in sorted((f for f in by_fam if by_fam[f]), key=lambda f: names.index(by_fam[f][0])):
-                if len(out) < limit:
-                    out.append(by_fam[fam].pop(0))
+        for fused in (0, 1):   # operator workloads first: a fused chain at full size is heavy
+            by_fam: dict[str, list[str]] = {}
+            for w in names:
+                if info[w][0] == fused:
+                    by_fam.setdefault(info[w][2], []).append(w)
+            while len(out) < limit and any(by_fam.values()):
+                for fam in sorted((f for f in by_fam if by_fam[f]), key=lambda f: names.index(by_fam[f][0])):
+                    if len(out) < limit:
+                        out.append(by_fam[fam].pop(0))
         return sorted(out)
 
 
