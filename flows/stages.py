@@ -97,7 +97,8 @@ def time_unscheduled(kernels: list[KernelRecord], threads: int | None = None) ->
 def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
                threads: int | None = None, max_actions: int | None = None,
                rule: dict[str, float] | None = None, remeasure_rounds: int = 3,
-               remeasure_pairs: int = 6) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
+               remeasure_pairs: int = 6, remeasure_seconds: float = 30.0
+               ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
     """Search one kernel; then re-time, interleaved and uncached, the before/after pairs that
     decide a role near the significance margin and the trajectory's first and final program."""
     from steptp.curate.roles import confirm_roles, confirm_trajectory
@@ -111,13 +112,16 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
     finally:
         ev.close()
     steps = list(steps)
-    roots = [st.before_leir for st in steps if st.step_index == 0]
+    roots = [st for st in steps if st.step_index == 0 and st.before is not None]
     if remeasure_rounds > 0 and steps and roots and hasattr(ev, "config"):
+        # one timing costs about a build plus warm-up and repeats: keep the re-timing of a slow
+        # kernel within ``remeasure_seconds`` (3 programs per step, ``remeasure_rounds`` rounds)
+        per = 0.5 + 7 * roots[0].before.median_s
+        pairs = max(1, min(remeasure_pairs, int(remeasure_seconds / (3 * remeasure_rounds * per))))
         timer = uncached_timer(ev.target, ev.config)
         try:
-            steps, n = confirm_roles(steps, timer, SignificanceRule(**(rule or {})), remeasure_rounds,
-                                     remeasure_pairs)
-            traj = confirm_trajectory(traj, timer, roots[0], remeasure_rounds)
+            steps, n = confirm_roles(steps, timer, SignificanceRule(**(rule or {})), remeasure_rounds, pairs)
+            traj = confirm_trajectory(traj, timer, roots[0].before_leir, remeasure_rounds)
         finally:
             timer.close()
         _log(f"search {kernel.name}: {len(steps)} steps, {n} role-deciding pairs re-timed interleaved")
@@ -176,7 +180,8 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str) -> dict[str, st
                 seconds=float(s.get("seconds", 60)), seed=int(p.get("seed", 0)),
                 threads=s.get("threads"), max_actions=s.get("max_actions"), rule=rule,
                 remeasure_rounds=int(s.get("remeasure_rounds", 3)),
-                remeasure_pairs=int(s.get("remeasure_pairs", 6)))
+                remeasure_pairs=int(s.get("remeasure_pairs", 6)),
+                remeasure_seconds=float(s.get("remeasure_seconds", 30)))
     jobs = max(1, int(s.get("jobs", 1)))
     if jobs > 1:
         futs = [search_one.with_options(task_run_name=f"search-{k.name}").submit(k, **args) for k in chosen]

@@ -184,3 +184,15 @@ def test_card_loading_snippet_runs_with_datasets(release):
     assert [m["role"] for m in row["chosen"]] == [m["role"] for m in row["rejected"]] == ["assistant"]
     assert len(ns["steps"]) == stats["counts"]["searched_steps"]
     assert len(ns["train"]) == stats["counts"]["examples_per_split"]["train"]
+
+
+def test_export_does_not_import_curation():
+    """One way: curation uses the chat format (token limits); export reads curated data only."""
+    import subprocess
+    import sys
+
+    code = ("import sys, steptp.export, steptp.export.pairs; "
+            "print(sorted(m for m in sys.modules if m.startswith('steptp.curate')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

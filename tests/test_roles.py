@@ -48,23 +48,26 @@ def test_margin_is_the_larger_spread_or_the_floor():
     assert not RULE.near(repeats(1e-3, 0.01, seed=1), repeats(0.5e-3, 0.01, seed=2))
 
 
-def test_interleaved_alternates_and_combine_sees_drift():
+def test_interleaved_alternates_and_divides_out_the_rounds_drift():
     calls: list[str] = []
-    drift = {"n": 0}
+    load = [1.0, 1.35, 0.9]            # the machine's load changes between rounds, by tens of percent
 
     def time_fn(p: str) -> Timing:
-        # the machine slows down 3% per call: timing A then B in blocks would credit B with it
         calls.append(p)
-        drift["n"] += 1
+        r = (len(calls) - 1) // 2
         base = {"A": 1e-3, "B": 0.9e-3}[p]
-        return repeats(base * (1.03 ** drift["n"]), 0.01, seed=drift["n"])
+        return repeats(base * load[r], 0.01, seed=len(calls))
 
     ta, tb = interleaved(time_fn, ["A", "B"], rounds=3)
     assert calls == ["A", "B", "A", "B", "A", "B"]
     assert ta.repeats == tb.repeats == 27
-    # the rounds' disagreement (the drift) is part of the spread
-    # (A's three rounds ran at 1.03, 1.03^3, 1.03^5: ~12% apart; within a round ~1%)
-    assert ta.spread > 0.09
+    # timed side by side, the drift hits both and is divided out: B is 10% faster, decided
+    assert ta.spread < 0.05 and tb.spread < 0.05
+    assert RULE.compare(ta, tb) == "faster"
+    # the same rounds combined without that (e.g. timed minutes apart): too noisy to decide
+    raw = [repeats(1e-3 * x, 0.01, seed=n) for n, x in enumerate(load)]
+    raw_b = [repeats(0.9e-3 * x, 0.01, seed=9 + n) for n, x in enumerate(load)]
+    assert combine(raw).spread > 0.25 and RULE.compare(combine(raw), combine(raw_b)) == "noisy"
     c = combine([repeats(1e-3, 0.01), repeats(1.2e-3, 0.01)])
     assert c.median_s == pytest.approx(1.1e-3, rel=0.02) and c.spread > 0.15
     failing = interleaved(lambda p: None if p == "B" else repeats(1e-3, 0.01), ["A", "B"], 2)

@@ -17,9 +17,10 @@ So with 3% and 8% spreads the after-program must be more than 8% faster; with sp
 (``steptp.curate.roles``) and curation's ``noisy`` reject all use this one rule.
 
 Timings taken minutes apart drift together with the machine (other processes, clocks), so the
-pairs that decide a label near the margin are re-timed interleaved (A, B, A, B, ...):
-``interleaved(time_fn, programs, rounds)`` and ``combine`` (median of the rounds' medians, with a
-spread that also covers the rounds' disagreement).
+pairs that decide a label are re-timed interleaved (A, B, A, B, ...):
+``interleaved(time_fn, programs, rounds)`` divides out each round's common drift and
+``combine``s the rounds (median of the rounds' medians, with a spread that also covers the
+rounds' remaining disagreement).
 """
 
 from __future__ import annotations
@@ -103,7 +104,12 @@ def interleaved(time_fn: Callable[[str], Optional[Timing]], programs: Sequence[s
                 rounds: int = 3) -> list[Optional[Timing]]:
     """Time ``programs`` round-robin ``rounds`` times (A, B, A, B, ...) with ``time_fn`` (which
     must not answer from a cache) and combine each program's rounds; None for a program that
-    failed in any round."""
+    failed in any round.
+
+    Drift that hits a whole round alike (the machine's load, clocks) is what interleaving is
+    for: each round's timings are divided by that round's drift factor (the geometric mean of
+    its medians over the overall geometric mean) before they are combined, so the combined
+    spread keeps only the noise that differs between the programs."""
     got: list[list[Timing]] = [[] for _ in programs]
     failed = [False] * len(programs)
     for _ in range(max(1, rounds)):
@@ -115,7 +121,18 @@ def interleaved(time_fn: Callable[[str], Optional[Timing]], programs: Sequence[s
                 failed[i] = True
             else:
                 got[i].append(t)
-    return [None if failed[i] or not got[i] else combine(got[i]) for i in range(len(programs))]
+    if any(failed) or not programs:
+        return [None if failed[i] or not got[i] else combine(got[i]) for i in range(len(programs))]
+    n = min(len(g) for g in got)
+    logs = [[math.log(g[r].median_s) for g in got] for r in range(n)]
+    overall = statistics.fmean(x for row in logs for x in row)
+    factor = [math.exp(statistics.fmean(row) - overall) for row in logs]
+    out = []
+    for g in got:
+        scaled = [t.model_copy(update={"median_s": t.median_s / factor[r], "min_s": t.min_s / factor[r]})
+                  for r, t in enumerate(g[:n])]
+        out.append(combine(scaled))
+    return out
 
 
 def uncached_timer(target, config) -> Callable[[str], Optional[Timing]]:
