@@ -187,3 +187,22 @@ def test_curation_keeps_improving_and_preparatory_one_per_prompt_and_pairs_the_r
     assert all(rows[c].before_leir == rows[r].before_leir for c, r in pairs)
     assert res.report["pairs"] == len(res.pairs) and res.report["sft_roles"] == {"improving": 2, "preparatory": 1}
     assert len(res.all_steps) == len(rows)
+
+
+def test_retimed_sibling_stays_the_answer_when_the_search_measured_it_fastest():
+    """Re-timing shrinks an over-optimistic gain; it must not hand the prompt to a sibling that
+    was simply not re-timed."""
+    from steptp.curate import CurateConfig, curate
+    from steptp.records import KernelRecord, Occurrence
+
+    a = repeats(1e-3, 0.01, seed=1)
+    x = _row("A", "X", 0, a, repeats(0.5e-3, 0.01, seed=2)).model_copy(update={
+        "cot_text": "<think>\nx\n</think>", "paired_before": repeats(0.8e-3, 0.01, seed=3),
+        "paired_after": repeats(0.55e-3, 0.01, seed=4)})
+    y = _row("A", "Y", 0, a, repeats(0.55e-3, 0.01, seed=5)).model_copy(update={"cot_text": "<think>\ny\n</think>"})
+    k = KernelRecord(kernel_id="k", name="k", leir="", leir_hash="k", tir_hash="", signature=[],
+                     occurrences=[Occurrence(workload="w", suite="ops")], weight=1, flops=1, bytes_moved=1,
+                     tvmscript="", target="cpu", raise_ok=True)
+    res = curate([k], [x, y], [], CurateConfig(require_cot=False))
+    assert [s.after_leir for s in res.steps] == ["X"]
+    assert res.steps[0].best_descendant_speedup == pytest.approx(0.8 / 0.55, rel=0.05)  # the re-timed gain

@@ -25,8 +25,9 @@ rejected by the first rule it fails):
 9. ``noisy`` / ``neutral`` / ``regressing`` — its role is not ``improving`` or ``preparatory``
    (``noisy``: the rule could not decide, a timing's spread is above ``max_spread``);
 10. ``duplicate`` — the canonical (before, after) pair was already kept;
-11. ``alternative`` — another child of the same before-program (the same prompt) measured a larger
-    gain (best-descendant speedup): one answer per distinct prompt; the others go to the pairs;
+11. ``alternative`` — another child of the same before-program (the same prompt) led to a faster
+    measured program (the search's own timings, so a re-timed sibling is not favoured): one
+    answer per distinct prompt; the others go to the pairs;
 12. ``balance`` — its strategy is above the cap (``balance_factor`` × the median strategy count,
     applied when there are at least ``balance_min_steps`` steps and ``balance_min_strategies``
     strategies) among the SFT-eligible steps; within a strategy the larger measured gains stay

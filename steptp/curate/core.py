@@ -360,15 +360,19 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
         else:
             rejects.append(_reject(s, code, detail))
 
-    # one answer per distinct prompt (the user turn is the before-program): the best-measured
-    # child is the SFT answer, the others go to the preference pairs
+    # one answer per distinct prompt (the user turn is the before-program): the child through
+    # which the search measured the fastest program is the SFT answer (siblings ranked on the
+    # search's own timings, see roles.search_best_s); the others go to the preference pairs
+    from .roles import search_best_s
+
+    fastest = dict(zip((step_key(s) for s in ordered), search_best_s(ordered)))
     by_prompt: dict[str, list[StepRecord]] = {}
     for s in eligible:
         by_prompt.setdefault(s.before_leir, []).append(s)
     kept: list[StepRecord] = []
     for s in eligible:
         group = by_prompt[s.before_leir]
-        best = max(group, key=lambda x: (_gain(x), x.log_speedup or 0.0, step_key(x)))
+        best = min(group, key=lambda x: (fastest[step_key(x)], step_key(x)))
         if best is s:
             kept.append(s)
         else:

@@ -151,6 +151,15 @@ def near_threshold(steps: Sequence[StepRecord], rule: SignificanceRule | None = 
     return [(i, d) for _, i, d in out]
 
 
+def search_best_s(steps: Sequence[StepRecord]) -> list[Optional[float]]:
+    """Per row, the search's own (not re-timed) median of the fastest program measured through
+    it. Siblings share their before-program and were timed in one search, so this ranks them
+    alike; a re-timed sibling is not favoured or penalized for having been re-timed."""
+    tree = Tree(steps)
+    return [steps[tree.best_descendant(i)].after.median_s if measured(s) else None
+            for i, s in enumerate(tree.steps)]
+
+
 def to_confirm(steps: Sequence[StepRecord], rule: SignificanceRule | None = None) -> list[tuple[int, int]]:
     """(row, best descendant row) of the steps whose role most needs an interleaved re-timing,
     in order: first the would-be SFT answers (per prompt, the improving or preparatory child
@@ -160,11 +169,12 @@ def to_confirm(steps: Sequence[StepRecord], rule: SignificanceRule | None = None
     steps = list(steps)
     tree = Tree(steps)
     first = assign_roles(steps, rule)
+    best_s = search_best_s(steps)
     best_of: dict[str, int] = {}
     for i, s in enumerate(first):
         if s.role in SFT_ROLES:
             j = best_of.get(s.before_leir)
-            if j is None or (first[i].best_descendant_speedup or 0) > (first[j].best_descendant_speedup or 0):
+            if j is None or (best_s[i], tree.keys[i]) < (best_s[j], tree.keys[j]):
                 best_of[s.before_leir] = i
     out = [(i, tree.best_descendant(i)) for i in sorted(
         best_of.values(), key=lambda i: (-(first[i].best_descendant_speedup or 0), tree.keys[i]))]
@@ -215,5 +225,5 @@ def role_counts(steps: Sequence[StepRecord]) -> dict[str, int]:
 
 
 __all__ = ["ROLES", "SFT_ROLES", "Tree", "assign_roles", "confirm_roles", "confirm_trajectory",
-           "near_threshold", "to_confirm", "measured",
+           "near_threshold", "to_confirm", "search_best_s", "measured",
            "role_counts"]
