@@ -257,7 +257,9 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         f"![tokens]({stats['plots']['tokens']})", "",
         f"Tokens per chat example (all three turns, `o200k_base`): min {_fmt(stats['tokens']['min'], '.0f')}, "
         f"median {_fmt(stats['tokens']['median'], '.0f')}, max {_fmt(stats['tokens']['max'], '.0f')}.", "",
-        "## Rejected steps", "",
+        "## Steps not used for SFT", "",
+        "Each with its reason in `data/rejects.parquet` (`alternative`: a sibling is the answer to that "
+        "prompt; it is in the preference pairs).", "",
         "| reason | steps |", "| --- | ---: |",
         *[f"| `{k}` | {v} |" for k, v in stats["rejects_by_reason"].items()],
         "", "## Hardware", "",
@@ -327,9 +329,9 @@ def _roles_section(stats: Mapping[str, Any]) -> list[str]:
         f"*Significantly faster*: with timings summarized as median and spread (interquartile range / "
         f"median), the before-median must exceed the after-median by more than "
         f"max({_fmt(sig.get('min_gain'))}, {_fmt(sig.get('spread_factor'))} × the larger spread); a "
-        f"timing with spread above {_fmt(sig.get('max_spread'))} decides nothing (`noisy`). The pairs "
-        f"that decide a role near that margin were re-timed interleaved (A, B, A, B, …) and decided on "
-        f"those timings: {rem.get('steps', 0)} steps; the first and final program of "
+        f"timing with spread above {_fmt(sig.get('max_spread'))} decides nothing (`noisy`). The "
+        f"would-be SFT answers and the steps nearest that margin were re-timed interleaved (A, B, A, B, …, "
+        f"each round's common drift divided out) and decided on those timings: {rem.get('steps', 0)} steps; the first and final program of "
         f"{rem.get('trajectories', 0)} trajectories were re-timed the same way "
         f"(median re-timed trajectory speedup {_fmt((rem.get('trajectory_speedup') or {}).get('median'))}).", "",
         "Only `improving` and `preparatory` steps are SFT examples, one answer per distinct prompt (the "
