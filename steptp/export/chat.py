@@ -7,7 +7,9 @@
 
 ``meta`` carries ids for joining back to the parquet tables (step_key, trajectory_id, step_index,
 kernel_id, split), the step's ``role`` (improving or preparatory, ``steptp.curate.roles``), its
-measured ``step_speedup`` and ``best_descendant_speedup``, exactness and token counts. Token counts use ``o200k_base``
+measured ``step_speedup`` (the search's timings), ``log_speedup`` and ``best_descendant_speedup``
+(the timings the role was decided on: the interleaved re-timing when there is one), exactness
+and token counts. Token counts use ``o200k_base``
 (``bpe-openai``, offline).
 """
 
@@ -106,6 +108,7 @@ def example(step: StepRecord, hardware: str = "", split: str = "") -> dict[str, 
                      "step_index": step.step_index, "kernel_id": step.kernel_id, "split": split,
                      "strategy": step.strategy, "exactness": step.exactness,
                      "role": step.role, "step_speedup": step.step_speedup,
+                     "log_speedup": step.log_speedup,
                      "best_descendant_speedup": step.best_descendant_speedup,
                      "target": step.target,
                      "tokens": {**toks, "total": sum(toks.values())}}}
