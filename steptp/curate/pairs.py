@@ -27,7 +27,7 @@ import math
 from typing import Any, Sequence
 
 from ..measure.significance import SignificanceRule
-from ..records import StepRecord, step_key
+from ..records import StepRecord
 from .roles import Tree, measured
 
 

@@ -106,9 +106,6 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
         dtype=pl.Int64))
 
     # steps
-    def spread(t):
-        return None if t is None else float(t["spread"])
-
     report_path = release / "stats.json"
     cap = None
     if report_path.exists():
