@@ -71,7 +71,8 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
     searched = search_flow(p, kernels, str(work), {"night": b.night, "night_start": b.night_start,
                                                    "clock_offset_s": b.clock_offset_s})
     steps = cot_flow(p, searched["steps"], str(work))
-    curated = curate_flow(p, kernels, steps, searched["trajectories"], str(work), hw)
+    curated = curate_flow(p, searched.get("kernels", kernels), steps, searched["trajectories"],
+                          str(work), hw)
     export_flow(p, curated, str(staging), fp, b.version)
     rep = validate_flow(p, str(staging))
     if not rep["success"]:

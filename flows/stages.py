@@ -96,32 +96,52 @@ def extract_flow(p: dict[str, Any], work: str) -> str:
 
 
 # ---------------------------------------------------------------------------- search
+@task(cache_policy=cache_policy("search", hardware=True), persist_result=True, retries=1,
+      retry_delay_seconds=5)
+def time_unscheduled(kernels: list[KernelRecord], threads: int | None = None,
+                     night: str | None = None) -> dict[str, float | None]:
+    """``steptp.pipeline.time_unscheduled`` (``night`` in the key: each night times again)."""
+    return pipeline.time_unscheduled(kernels, threads)
+
+
 @task(cache_policy=cache_policy("search", hardware=True, exclude=("fresh",)), persist_result=True,
       retries=2, retry_delay_seconds=5)
 def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
                threads: int | None = None, max_actions: int | None = None,
+               rule: dict[str, float] | None = None, remeasure_rounds: int = 3,
+               remeasure_pairs: int = 6, remeasure_seconds: float = 30.0,
                night: str | None = None, fresh: dict[str, Any] | None = None
                ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
-    """``night``: the nightly's date (part of the key: the next night searches again);
-    ``fresh``: how the measurement cache ages timings (``max_age_s``, ``clock_offset_s``,
-    ``not_before``; not part of the key)."""
+    """``steptp.pipeline.search_one``: search one kernel, then re-time interleaved the pairs that
+    decide its roles. ``night``: the nightly's date (part of the key: the next night searches
+    again); ``fresh``: how the measurement cache ages timings (``max_age_s``,
+    ``clock_offset_s``, ``not_before``; not part of the key)."""
     return pipeline.search_one(kernel, policy, measurements, seconds, seed, threads, max_actions,
-                               **(fresh or {}))
+                               rule, remeasure_rounds, remeasure_pairs, remeasure_seconds,
+                               log=_log, **(fresh or {}))
 
 
 @flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def search_flow(p: dict[str, Any], kernels_path: str, work: str,
                 build: dict[str, Any] | None = None) -> dict[str, str]:
-    """Reads the kernels table; writes ``work/search-steps.parquet`` and
-    ``work/trajectories.parquet``; returns their paths. ``build``: ``night``, ``night_start``
-    and ``clock_offset_s`` of the build (``steptp.params.Build``)."""
+    """Reads the kernels table; picks the kernels worth searching (``steptp.pipeline.
+    choose_kernels``: operator workloads whose kernels are all below the time floor are
+    extracted at ``search.larger_size``); writes ``work/search-steps.parquet``,
+    ``work/trajectories.parquet`` and ``work/kernels-selected.parquet`` (every kernel, with its
+    ``search_status``); returns their paths. ``build``: ``night``, ``night_start`` and
+    ``clock_offset_s`` of the build (``steptp.params.Build``)."""
     kernels = read_records(kernels_path, KernelRecord)
     a = P.search_args(p)
-    chosen = select_kernels(kernels, a.pop("max_kernels"))
+    a.pop("max_kernels")
     jobs = a.pop("jobs")
     b = build or {}
+    night = b.get("night")
+    chosen, every = pipeline.choose_kernels(
+        kernels, P.selection_args(p), P.extract_args(p), a["threads"],
+        extract_fn=lambda *x, **k: extract_kernels(*x, **k),
+        time_fn=lambda ks, threads: time_unscheduled(ks, threads, night), log=_log)
     max_age = P.max_age_s(p)
-    a.update(night=b.get("night"),
+    a.update(night=night,
              fresh={"max_age_s": max_age, "clock_offset_s": float(b.get("clock_offset_s", 0.0)),
                     "not_before": b.get("night_start")})
     opts = {"cache_expiration": _dt.timedelta(seconds=max_age)} if max_age else {}
@@ -136,7 +156,9 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str,
     _log(f"search: {len(chosen)} kernels -> {len(trajs)} trajectories, {len(steps)} steps")
     return {"steps": str(write_table(table(steps, StepRecord), Path(work) / "search-steps.parquet")),
             "trajectories": str(write_table(table(trajs, TrajectoryRecord),
-                                            Path(work) / "trajectories.parquet"))}
+                                            Path(work) / "trajectories.parquet")),
+            "kernels": str(write_table(table(every, KernelRecord),
+                                       Path(work) / "kernels-selected.parquet"))}
 
 
 # ---------------------------------------------------------------------------- CoT

@@ -19,6 +19,14 @@ app = typer.Typer(
 console = Console()
 
 
+def _listing_console() -> Console:
+    """Where tables go: on a terminal they fit its width; piped or redirected (``| grep``,
+    ``> file``) nothing is cut (rich would assume 80 columns and elide names)."""
+    if console.is_terminal:
+        return console
+    return Console(width=100_000, color_system=None, soft_wrap=True)
+
+
 def _err(message: str) -> None:
     """An error for the user: plain text on stderr (no markup, no wrapping, so subscripts like
     [i] and quoted source lines come out exactly)."""
@@ -193,7 +201,7 @@ def demo():
         table.add_row(r.name, "[green]ok[/green]" if r.ok else f"[red]FAIL[/red] {escape(r.error[:60])}",
                       str(r.leir_tokens), str(r.tvmscript_tokens), ratio,
                       f"{r.max_abs_err_vs_numpy:.2g}", f"{r.seconds:.2f}")
-    console.print(table)
+    _listing_console().print(table)
     failed = [r for r in rows if not r.ok]
     for r in failed:
         _err(f"{r.name}: {r.error}")
@@ -350,7 +358,7 @@ def extract(
                   str(w["calls"]), ", ".join(w["unsupported_ops"]) or "-",
                   "-" if mc is None else ("pass" if mc["passed"] else "[red]FAIL[/red]"),
                   f"{w['seconds']:.1f}", *scale_col)
-    console.print(t)
+    _listing_console().print(t)
     for f in s["failures"]:
         what = f.get("op") or f.get("kernel") or ""
         _err(f"{f['workload']}: {f['stage']} {what}: {f['reason']}")
@@ -401,7 +409,7 @@ def kernels(path: Path = typer.Argument(..., help="a kernels table written by st
         t.add_row(r.kernel_id, r.name, str(r.weight), str(len({o.workload for o in r.occurrences})),
                   f"{r.flops:,}", f"{r.bytes_moved:,}",
                   "[green]ok[/green]" if r.raise_ok else f"[red]{escape(r.raise_reason[:40])}[/red]")
-    console.print(t)
+    _listing_console().print(t)
 
 
 @app.command()
@@ -479,7 +487,7 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
               str(summary["fallbacks"]), str(summary["failed"]),
               f"{summary.get('input_tokens', 0)}/{summary.get('output_tokens', 0)}",
               f"{summary.get('cost_usd', 0.0):.4f}")
-    console.print(t)
+    _listing_console().print(t)
     for e in summary["errors"][:20]:
         _err(e)
     console.print(f"wrote {out} and {summary_path}", highlight=False)
@@ -855,24 +863,33 @@ def search(kernels: Optional[Path] = typer.Option(None, "--kernels",
 
 def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
     from . import params as P
-    from .pipeline import search_one, select_kernels
+    from .pipeline import choose_kernels, search_one
     from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records, table, write_table
 
     a = _stage_params(params, "search")
-    max_age = P.max_age_s(_load_params(params))
+    p = _load_params(params)
+    max_age = P.max_age_s(p)
     try:
         recs = read_records(kernels, KernelRecord)
     except Exception as e:  # noqa: BLE001 - polars/pydantic errors: say which file
         _err(f"{kernels}: not a kernels table: {e}")
         raise typer.Exit(2) from None
-    chosen = select_kernels(recs, a["max_kernels"])
-    console.print(f"search: {len(chosen)} of {len(recs)} kernels (max_kernels "
+
+    def say(msg: str) -> None:
+        console.print(escape(msg), highlight=False)
+
+    chosen, every = choose_kernels(recs, P.selection_args(p), P.extract_args(p), a["threads"],
+                                   log=say)
+    write_table(table(every, KernelRecord), out / "kernels-selected.parquet")
+    console.print(f"search: {len(chosen)} of {len(every)} kernels (max_kernels "
                   f"{a['max_kernels']}), policy {a['policy']}, {a['measurements']} measurements and "
                   f"{a['seconds']:g} s per kernel, threads {a['threads']}")
     steps, trajs = [], []
     for n, k in enumerate(chosen, 1):
         st, tr = search_one(k, a["policy"], a["measurements"], a["seconds"], a["seed"], a["threads"],
-                            a["max_actions"], max_age_s=max_age)
+                            a["max_actions"], a["rule"], a["remeasure_rounds"],
+                            a["remeasure_pairs"], a["remeasure_seconds"], max_age_s=max_age,
+                            log=say)
         steps += st
         trajs += tr
         # written after each kernel: an interrupted run keeps what it finished
@@ -908,7 +925,7 @@ def strategies(family: Optional[str] = typer.Option(None, help="only this family
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], r["family"], r["exactness"], ",".join(r["targets"]), r["inverse"] or "-")
-    console.print(table)
+    _listing_console().print(table)
 
 
 @app.command()

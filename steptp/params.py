@@ -68,7 +68,25 @@ def search_args(p: Mapping[str, Any]) -> dict[str, Any]:
             "seconds": float(s.get("seconds", 60)), "seed": seed(p),
             "threads": None if s.get("threads") is None else int(s["threads"]),
             "max_actions": None if s.get("max_actions") is None else int(s["max_actions"]),
+            "rule": curate_config(p).rule().model_dump(),
+            "remeasure_rounds": int(s.get("remeasure_rounds", 3)),
+            "remeasure_pairs": int(s.get("remeasure_pairs", 6)),
+            "remeasure_seconds": float(s.get("remeasure_seconds", 30)),
             "max_kernels": None if mk is None else int(mk), "jobs": max(1, int(s.get("jobs", 1)))}
+
+
+def selection_args(p: Mapping[str, Any]) -> dict[str, Any]:
+    """Which kernels a release searches (``steptp.pipeline.choose_kernels``)."""
+    s = _section(p, "search")
+    ceil = s.get("max_time_ms", 200)
+    mk = s.get("max_kernels")
+    return {"max_kernels": None if mk is None else int(mk),
+            "floor_s": float(s.get("min_time_us", 20)) * 1e-6,
+            "ceiling_s": None if ceil is None else float(ceil) * 1e-3,
+            "max_per_family": s.get("max_per_family", 3),
+            "larger_size": s.get("larger_size", "default"),
+            "larger_max_workloads": int(s.get("larger_max_workloads", 12)),
+            "measure_candidates": int(s["measure_candidates"]) if s.get("measure_candidates") else None}
 
 
 def cot_args(p: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,12 +16,77 @@ def extract(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True, **k
     return X.extract(X.refs_for_zoo(zoo, size=size), jobs=jobs, check=check, **kw)
 
 
-def select_kernels(kernels: Sequence[KernelRecord], max_kernels: int | None) -> list[KernelRecord]:
-    """Kernels worth searching: raised and checked; the heaviest first (weight, then FLOPs), at
-    most ``max_kernels``; ties broken by id, so the choice is deterministic."""
-    ok = [k for k in kernels if k.raise_ok]
-    ok.sort(key=lambda k: (-k.weight, -k.flops, k.kernel_id))
-    return ok[:max_kernels] if max_kernels else ok
+def select_kernels(kernels: Sequence[KernelRecord], max_kernels: int | None,
+                   times: dict[str, float | None] | None = None, **kw) -> list[KernelRecord]:
+    """Kernels worth searching (``steptp.search.selection.select``: weight x unscheduled time,
+    a time floor and ceiling, a cap per operator family); deterministic."""
+    from .search.selection import select
+
+    return select(list(kernels), times or {}, max_kernels=max_kernels, **kw).chosen
+
+
+def time_unscheduled(kernels: Sequence[KernelRecord], threads: int | None = None
+                     ) -> dict[str, float | None]:
+    """Median time of each unscheduled kernel with the search's timing protocol, uncached: a
+    cached timing would become the search's baseline, timed minutes before its children."""
+    from .measure.significance import uncached_timer
+    from .search.evaluator import search_config, set_threads
+    from .tir.build import default_target
+
+    timer = uncached_timer(default_target(), search_config(set_threads(threads)))
+    out: dict[str, float | None] = {}
+    try:
+        for k in kernels:
+            t = timer(k.leir)
+            out[k.kernel_id] = t.median_s if t is not None else None
+    finally:
+        timer.close()
+    return out
+
+
+def choose_kernels(kernels: Sequence[KernelRecord], sel: dict[str, Any], extract_args: dict[str, Any],
+                   threads: int | None = None, *, extract_fn: Callable | None = None,
+                   time_fn: Callable | None = None, log: Callable[[str], None] = print
+                   ) -> tuple[list[KernelRecord], list[KernelRecord]]:
+    """The kernels a release searches (``steptp.params.selection_args`` gives ``sel``): operator
+    workloads all of whose kernels are below the time floor are extracted again at
+    ``larger_size``; the most promising by estimate are timed unscheduled; then the final pick by
+    weight x time, one per family first. Returns (chosen, every kernel with its
+    ``search_status``). ``extract_fn(zoo, size, jobs, check, ...)`` and ``time_fn(kernels,
+    threads)`` default to this module's (the Prefect flow passes its cached tasks)."""
+    from .search.selection import estimate_s, kernel_family, select
+
+    extract_fn = extract_fn or (lambda *a, **k: list(extract(*a, **k).records))
+    time_fn = time_fn or time_unscheduled
+    kernels = list(kernels)
+    floors = dict(floor_s=sel["floor_s"], ceiling_s=sel["ceiling_s"],
+                  max_per_family=sel["max_per_family"])
+    est = {k.kernel_id: estimate_s(k) for k in kernels if k.raise_ok}
+    larger = sel["larger_size"]
+    if larger and larger != extract_args.get("size", "tiny"):
+        wl = select(kernels, {}, max_kernels=None, estimates=est, **floors).larger_workloads(
+            sel["larger_max_workloads"])
+        if wl:
+            more = extract_fn(",".join(wl), larger, extract_args.get("jobs", 1),
+                              extract_args.get("check", True))
+            known = {k.kernel_id for k in kernels}
+            new = [k for k in more if k.kernel_id not in known]
+            est.update({k.kernel_id: estimate_s(k) for k in new if k.raise_ok})
+            kernels = kernels + new
+            log(f"search: {len(wl)} operator workloads below the time floor extracted at size "
+                f"{larger}: {len(new)} kernels")
+    # time the most promising by estimate (the estimate is rough: a wider window), then rank
+    max_k = sel["max_kernels"]
+    n_meas = sel["measure_candidates"] or 3 * (max_k or 10)
+    fam = floors["max_per_family"]
+    pre = select(kernels, {}, max_kernels=n_meas, estimates=est, floor_s=floors["floor_s"] / 4,
+                 ceiling_s=None if floors["ceiling_s"] is None else floors["ceiling_s"] * 4,
+                 max_per_family=None if not fam else 2 * fam)
+    times = time_fn(pre.chosen, threads)
+    final = select(kernels, times, max_kernels=max_k, estimates=est, **floors)
+    log(f"search: {len(final.chosen)} kernels selected ({len(times)} timed unscheduled): "
+        + ", ".join(f"{k.name} [{kernel_family(k)}]" for k in final.chosen))
+    return final.chosen, final.kernels
 
 
 def measurement_cache(max_age_s: float | None = None, clock_offset_s: float = 0.0,
@@ -38,11 +103,19 @@ def measurement_cache(max_age_s: float | None = None, clock_offset_s: float = 0.
 
 
 def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
-               threads: int | None = None, max_actions: int | None = None, *,
+               threads: int | None = None, max_actions: int | None = None,
+               rule: dict[str, float] | None = None, remeasure_rounds: int = 0,
+               remeasure_pairs: int = 6, remeasure_seconds: float = 30.0, *,
                max_age_s: float | None = None, clock_offset_s: float = 0.0,
-               not_before: float | None = None, on_progress: Callable | None = None
+               not_before: float | None = None, on_progress: Callable | None = None,
+               log: Callable[[str], None] = print
                ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
-    """Search one kernel; its steps, and its trajectory (none when the baseline failed)."""
+    """Search one kernel; its steps, and its trajectory (none when the baseline failed). Then
+    (``remeasure_rounds`` > 0) re-time, interleaved and uncached, the before/after pairs that
+    decide a role near the significance margin (``rule``) and the trajectory's first and final
+    program, within about ``remeasure_seconds``."""
+    from .curate.roles import confirm_roles, confirm_trajectory
+    from .measure.significance import SignificanceRule, uncached_timer
     from .search import Budget, default_evaluator, search_kernel
 
     ev = default_evaluator(num_threads=threads, cache=measurement_cache(max_age_s, clock_offset_s, not_before))
@@ -51,7 +124,24 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
                                     seed, ev, max_actions=max_actions, on_progress=on_progress)
     finally:
         ev.close()
-    return list(steps), [traj] if traj is not None else []
+    steps = list(steps)
+    roots = [st for st in steps if st.step_index == 0 and st.before is not None]
+    if remeasure_rounds > 0 and steps and roots and hasattr(ev, "config"):
+        # one timing costs about a build plus warm-up and repeats: keep the re-timing of a slow
+        # kernel within ``remeasure_seconds`` (3 programs per step, ``remeasure_rounds`` rounds)
+        per = 0.5 + 7 * roots[0].before.median_s
+        pairs = max(1, min(remeasure_pairs,
+                           int(remeasure_seconds / (3 * remeasure_rounds * per))))
+        timer = uncached_timer(ev.target, ev.config)
+        try:
+            steps, n = confirm_roles(steps, timer, SignificanceRule(**(rule or {})),
+                                     remeasure_rounds, pairs)
+            traj = confirm_trajectory(traj, timer, roots[0].before_leir, remeasure_rounds)
+        finally:
+            timer.close()
+        log(f"search {kernel.name}: {len(steps)} steps, {n} role-deciding pairs re-timed "
+            f"interleaved")
+    return steps, [traj] if traj is not None else []
 
 
 def by_trajectory(steps: Sequence[StepRecord]) -> list[tuple[str, list[StepRecord]]]:
@@ -82,7 +172,7 @@ def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 
     ``host`` (this machine, where the steps were timed) or ``generic``."""
     from .cot.facts import GENERIC, Hardware
     from .cot.run import write_cot
-    from .curate.core import step_key
+    from .records import step_key
 
     # a search's rows form a tree: many rows share (trajectory_id, step_index); key by step_key
     todo = [s for s in steps if s.verified]
@@ -93,5 +183,5 @@ def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 
     return [by_key.get(step_key(s), s) for s in steps], summary
 
 
-__all__ = ["by_trajectory", "cot_one", "extract", "make_writer", "measurement_cache", "search_one",
-           "select_kernels"]
+__all__ = ["by_trajectory", "choose_kernels", "cot_one", "extract", "make_writer",
+           "measurement_cache", "search_one", "select_kernels", "time_unscheduled"]

@@ -83,6 +83,8 @@ class KernelRecord(_Record):
     raise_max_abs_err: Optional[float] = None
     raise_reason: str = ""
     names: dict[str, Any] = Field(default_factory=dict, description="original names (canon metadata)")
+    search_status: str = Field("", description="searched, or why not (steptp.search.selection)")
+    unscheduled_s: Optional[float] = Field(None, description="measured median of the unscheduled kernel")
     schema_version: str = SCHEMA_VERSION
 
 
@@ -100,6 +102,10 @@ class Timing(BaseModel):
     noisy: bool = False
     suspect: bool = Field(False, description="below the machine's speed of light "
                                             "(steptp.measure.roofline): never an improvement")
+
+
+#: What a searched step is for a learner (``steptp.curate.roles``; "" = not assigned yet).
+Role = Literal["improving", "preparatory", "neutral", "regressing", "failed", ""]
 
 
 class StepRecord(_Record):
@@ -130,7 +136,27 @@ class StepRecord(_Record):
     cot: dict[str, Any] = Field(default_factory=dict)
     cot_text: str = ""
     cot_source: str = ""
+    role: Role = Field("", description="improving | preparatory | neutral | regressing | failed, "
+                                       "from the measurements (steptp.curate.roles)")
+    log_speedup: Optional[float] = Field(None, description="ln(before / after) the role was decided on")
+    best_descendant_speedup: Optional[float] = Field(
+        None, description="before / the fastest program measured through this step (itself or a descendant)")
+    role_detail: str = ""
+    paired_before: Optional[Timing] = Field(None, description="interleaved re-timing of the before-program")
+    paired_after: Optional[Timing] = Field(None, description="... of the after-program")
+    paired_best: Optional[Timing] = Field(None, description="... of the best descendant's program")
     schema_version: str = SCHEMA_VERSION
+
+
+def step_key(step: StepRecord) -> str:
+    """A row's identity (a search's rows share trajectory_id and step_index = depth)."""
+    import hashlib
+
+    blob = "|".join(str(p) for p in (step.trajectory_id, step.step_index, step.strategy,
+                                     json.dumps(step.site, sort_keys=True),
+                                     json.dumps(step.params, sort_keys=True), step.before_leir,
+                                     step.after_leir))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 class TrajectoryRecord(_Record):
@@ -148,6 +174,9 @@ class TrajectoryRecord(_Record):
     final_leir: str
     target: str = ""
     fingerprint: str = ""
+    remeasured_speedup: Optional[float] = Field(
+        None, description="baseline / final, re-timed interleaved at the end of the search")
+    remeasured_spread: Optional[float] = None
     schema_version: str = SCHEMA_VERSION
 
 

@@ -75,8 +75,9 @@ def kernel_record(name: str) -> KernelRecord:
 
 def trajectory(kernel: KernelRecord, steps: int = 2, seed: int = 0, policy: str = "greedy-test",
                with_cot: bool = True) -> tuple[list[StepRecord], TrajectoryRecord]:
-    """A short greedy walk: at each step, the first few candidates are verified and timed and the
-    fastest verified one is taken."""
+    """A short greedy search: at each state the first few candidates are verified and timed
+    (each one a row, as the search writes them: siblings share the before-program; a failed
+    verification is a failed row) and the fastest verified one is taken."""
     from steptp.measure.verify import verify
 
     tid = hashlib.sha256(f"{kernel.kernel_id}|{policy}|{seed}".encode()).hexdigest()[:16]
@@ -84,37 +85,40 @@ def trajectory(kernel: KernelRecord, steps: int = 2, seed: int = 0, policy: str 
     cur_t = _time(cur)
     base_t = cur_t
     out: list[StepRecord] = []
+    path: list[StepRecord] = []
     for i in range(steps):
         cands = S.candidates(parse(cur), seed=seed, max_per_site=1)[:4]
         best = None
         for c in cands:
             after = format_program(c.program)
+            st = S.get(c.strategy)
             v = verify(c.program, parse(kernel.leir), exactness=c.exactness, target=_target())
+            base = dict(trajectory_id=tid, step_index=i, kernel_id=kernel.kernel_id, before_leir=cur,
+                        after_leir=after, strategy=c.strategy, family=st.family, exactness=c.exactness,
+                        site=c.site.to_json(), params=dict(c.params), max_abs_err=v.max_abs_err,
+                        max_rel_err=v.max_rel_err, before=cur_t, target=_target().key, fingerprint="test",
+                        policy=policy)
             if not v.passed:
+                out.append(StepRecord(**base, outcome="failed_verify", verified=False, reason=v.reason or ""))
                 continue
             t = _time(after)
+            rec = StepRecord(**base, outcome="improved" if t.median_s < cur_t.median_s else "not_improved",
+                             verified=True, after=t, step_speedup=cur_t.median_s / t.median_s,
+                             cumulative_speedup=base_t.median_s / t.median_s)
+            out.append(rec)
             if best is None or t.median_s < best[1].median_s:
-                best = (c, t, after, v)
+                best = (rec, t, after)
         if best is None:
             break
-        c, t, after, v = best
-        st = S.get(c.strategy)
-        out.append(StepRecord(
-            trajectory_id=tid, step_index=i, kernel_id=kernel.kernel_id, before_leir=cur,
-            after_leir=after, strategy=c.strategy, family=st.family, exactness=c.exactness,
-            site=c.site.to_json(), params=dict(c.params),
-            outcome="improved" if t.median_s < cur_t.median_s else "not_improved",
-            verified=True, max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err,
-            before=cur_t, after=t, step_speedup=cur_t.median_s / t.median_s,
-            cumulative_speedup=base_t.median_s / t.median_s, target=_target().key,
-            fingerprint="test", policy=policy))
+        rec, t, after = best
+        path.append(rec)
         cur, cur_t = after, t
     if with_cot:
-        out = [with_template_cot(s) for s in out]
+        out = [with_template_cot(s) if s.verified else s for s in out]
+    best_s = min([base_t.median_s] + [s.after.median_s for s in path])
     traj = TrajectoryRecord(trajectory_id=tid, kernel_id=kernel.kernel_id, policy=policy, seed=seed,
-                            n_steps=len(out), strategies=[s.strategy for s in out],
-                            baseline_s=base_t.median_s, best_s=min([base_t.median_s] + [s.after.median_s for s in out]),
-                            speedup=base_t.median_s / min([base_t.median_s] + [s.after.median_s for s in out]),
+                            n_steps=len(path), strategies=[s.strategy for s in path],
+                            baseline_s=base_t.median_s, best_s=best_s, speedup=base_t.median_s / best_s,
                             final_leir=cur, target=_target().key, fingerprint="test")
     return out, traj
 

@@ -154,3 +154,18 @@ def test_apply_one_site_and_a_refusal(tmp_path):
     assert r.exit_code == 1 and "reduction" in r.output
     r = runner.invoke(app, ["apply", str(f), "-s", "no_such_strategy"])
     assert r.exit_code == 2 and "no_such_strategy" in r.output
+
+
+def test_listings_are_not_cut_when_piped():
+    """`steptp strategies | grep ...`: the real command with its stdout a pipe prints whole names."""
+    import subprocess
+    import sys
+
+    from steptp import strategies as S
+
+    r = subprocess.run([sys.executable, "-m", "steptp.cli", "strategies"], capture_output=True, text=True,
+                       timeout=300, env={**__import__("os").environ, "COLUMNS": "60"})
+    assert r.returncode == 0, r.stderr
+    longest = max((d["name"] for d in S.describe()), key=len)
+    assert len(longest) > 30 and longest in r.stdout
+    assert "…" not in r.stdout

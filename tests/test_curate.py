@@ -31,7 +31,8 @@ def _step(before, after, tid="t0", i=0, kid="k0", strategy="loop_reorder", sprea
           speedup=1.5, outcome="improved"):
     return StepRecord(trajectory_id=tid, step_index=i, kernel_id=kid, before_leir=before, after_leir=after,
                       strategy=strategy, family="loop", exactness="exact", site={"path": [0]}, params={},
-                      outcome=outcome, verified=verified, before=_t(spread=spread), after=_t(spread=spread),
+                      outcome=outcome, verified=verified, before=_t(spread=spread),
+                      after=_t(1e-5 / speedup if 0 < speedup < math.inf else 1e-5, spread=spread),
                       step_speedup=speedup, cumulative_speedup=speedup, target="cpu")
 
 
@@ -90,11 +91,15 @@ def test_search_tree_siblings_are_not_shortcuts(progs):
     a, b, c = progs
     d = S.candidates(parse(b), strategy="loop_split", seed=None)[1].program
     rows = [_step(a, b, "t", 0), _step(b, c, "t", 1, strategy="loop_split"),
-            _step(b, format_program(d), "t", 1, strategy="loop_split"),
+            _step(b, format_program(d), "t", 1, strategy="loop_split", speedup=2.0),
             _step(c, b, "t", 2, strategy="loop_fusion")]            # back to its grandparent's after
     res = curate([_kernel("k0", ["bert"])], rows, [], CFG)
-    assert [r.reason.split(":")[0] for r in res.rejects] == ["shortcut"]
-    assert res.rejects[0].step_index == 2 and len(res.steps) == 3
+    # siblings are no shortcut; one answer per prompt: the faster sibling (d) is the SFT answer
+    assert sorted((r.step_index, r.reason.split(":")[0]) for r in res.rejects) == [(1, "alternative"),
+                                                                                   (2, "shortcut")]
+    assert [s.after_leir for s in res.steps] == [b, format_program(d)]
+    alt = next(r for r in res.rejects if r.reason.startswith("alternative"))
+    assert alt.step_index == 1 and len(res.all_steps) == 4
 
 
 def test_cot_required(progs):
@@ -184,3 +189,29 @@ def test_splits_give_every_split_examples_when_most_kernels_have_no_steps():
     assert out["k00"] == "train"                           # the biggest group goes to train
     assert set(out) == {g[0] for g in groups}              # every kernel has a split
     assert out == assign_splits(groups, weights, fr, seed=0)  # deterministic
+
+
+def test_splits_follow_step_shares_and_test_gets_an_architecture_and_an_operator_group():
+    from steptp.curate.core import _group_kinds
+
+    ks = [_kernel("b1", ["bert"]), _kernel("b2", ["bert", "gpt2"]), _kernel("g1", ["gpt2"]),
+          _kernel("r1", ["resnet"]), _kernel("o1", ["softmax"]), _kernel("o2", ["layernorm"]),
+          _kernel("o3", ["conv2d"]), _kernel("o4", ["gelu"]), _kernel("l1", ["llama"])]
+    ks = [k.model_copy(update={"occurrences": [o.model_copy(update={"suite": "ops"}) for o in k.occurrences]})
+          if k.kernel_id.startswith("o") else k for k in ks]
+    groups = workload_groups(ks)
+    steps = {"b1": 30, "b2": 10, "g1": 20, "r1": 12, "o1": 6, "o2": 5, "o3": 9, "o4": 4, "l1": 8}
+    fr = {"train": 0.8, "validation": 0.1, "test": 0.1}
+    kinds = _group_kinds(ks)
+    for seed in range(4):
+        sp = assign_splits(groups, steps, fr, seed=seed, kinds=kinds)
+        share = {s: sum(n for k, n in steps.items() if sp[k] == s) / sum(steps.values()) for s in fr}
+        assert all(share[s] > 0 for s in fr), share                 # every split holds examples
+        assert share["train"] >= 0.6                                # close to 80%, whole groups
+        test = {k for k in sp if sp[k] == "test"}
+        assert any(kinds[k] == "arch" for k in test) and any(kinds[k] == "ops" for k in test)
+        # leak-free: an architecture's kernels are in one split
+        assert sp["b1"] == sp["b2"] == sp["g1"]
+    # three groups with steps: still every split gets one
+    few = assign_splits([["a"], ["b"], ["c"], ["d"]], {"a": 9, "b": 2, "c": 1}, fr, seed=0)
+    assert {few["a"], few["b"], few["c"]} == {"train", "validation", "test"} and few["a"] == "train"

@@ -81,7 +81,11 @@ def test_release_folder(release):
         assert (stage / f).is_file(), f
     assert (stage / "plots/strategies.png").read_bytes()[:4] == b"\x89PNG"
     steps = pl.read_parquet(stage / "data/steps.parquet")
-    assert len(steps) == len(res.steps) and steps["split"].null_count() == 0
+    # every searched step, with its role; the SFT ones flagged
+    assert len(steps) == len(res.all_steps) > len(res.steps) and steps["split"].null_count() == 0
+    assert steps["sft"].sum() == len(res.steps)
+    assert set(steps.filter(pl.col("sft"))["role"].to_list()) <= {"improving", "preparatory"}
+    assert "failed" in steps["role"].to_list()
     assert pl.read_parquet(stage / "data/rejects.parquet").columns[:5] == [
         "trajectory_id", "step_index", "kernel_id", "strategy", "reason"]
     n = 0
@@ -90,11 +94,13 @@ def test_release_folder(release):
             assert check_line(line) == []
             meta = json.loads(line)["meta"]
             assert meta["split"] == sp == res.splits[meta["kernel_id"]]
+            assert meta["role"] in ("improving", "preparatory") and meta["best_descendant_speedup"] > 1
             n += 1
     assert n == len(res.steps) == stats["counts"]["steps"]
     card = (stage / "README.md").read_text()
     for needle in ("## Strategies", "plots/speedups.png", "plots/tokens.png", "Test CPU", "load_dataset",
-                   "pl.read_parquet", "| train |", "distinct sentence templates"):
+                   "pl.read_parquet", "| train |", "distinct sentence templates", "## Step roles",
+                   "preference pairs", "| SFT examples |"):
         assert needle in card, needle
 
     # publish: manifest with checksums, atomic move, replaces an older release
@@ -111,3 +117,83 @@ def test_release_folder(release):
     (dest / "chat/train.jsonl").write_text("tampered\n")
     assert verify_checksums(dest) == ["chat/train.jsonl"]
     assert not [p for p in dest.parent.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.slow
+def test_pairs_file_is_a_dpo_dataset(release):
+    """chat/pairs-*.jsonl: TRL's conversational preference format (prompt, chosen, rejected
+    message lists), prompts equal to the SFT user turns, chosen better than rejected."""
+    from steptp.export.pairs import check_pair_line
+
+    d, res, stats = release
+    stage = d / "stage"
+    lines = [ln for sp in ("train", "validation", "test")
+             for ln in (stage / f"chat/pairs-{sp}.jsonl").read_text().splitlines()]
+    assert lines and len(lines) == stats["counts"]["pairs"] == len(res.pairs)
+    steps = pl.read_parquet(stage / "data/steps.parquet")
+    by_key = {r["step_key"]: r for r in steps.iter_rows(named=True)}
+    for ln in lines:
+        assert check_pair_line(ln) == []
+        ex = json.loads(ln)
+        c, r = by_key[ex["meta"]["chosen_step_key"]], by_key[ex["meta"]["rejected_step_key"]]
+        assert c["before_leir"] == r["before_leir"] and c["before_leir"] in ex["prompt"][1]["content"]
+        assert ex["prompt"][0]["content"] == SYSTEM_PROMPT
+        assert ex["chosen"][0]["content"] != ex["rejected"][0]["content"]
+        assert ex["meta"]["rejected_why"] in ("failed", "slower")
+        if ex["meta"]["rejected_why"] == "failed":
+            assert r["role"] == "failed"
+            assert ex["rejected"][0]["content"].startswith("<think>\n") and r["cot_source"] == "template"
+        else:
+            assert c["best_descendant_speedup"] > r["best_descendant_speedup"]
+    # the same release again: the same pairs (deterministic given the seed)
+    again = curate(*dataset_args(), CurateConfig())
+    assert again.pairs == res.pairs
+
+
+def dataset_args():
+    from _release_records import dataset
+
+    return dataset()
+
+
+@pytest.mark.slow
+def test_card_loading_snippet_runs_with_datasets(release):
+    """The card's loading snippet, executed as a user would (in the release folder), with the
+    Hugging Face ``datasets`` library and polars; the pairs load as a DPO dataset."""
+    import os
+    import re
+
+    d, res, stats = release
+    stage = d / "stage"
+    card = (stage / "README.md").read_text()
+    code = re.search(r"## Loading\n\n```python\n(.*?)```", card, re.S).group(1)
+    cwd = os.getcwd()
+    ns: dict = {}
+    try:
+        os.chdir(stage)
+        exec(compile(code, "card-snippet", "exec"), ns)  # our own card's snippet, not user input
+    finally:
+        os.chdir(cwd)
+    chat, pairs = ns["chat"], ns["pairs"]
+    n = sum(len(chat[s]) for s in chat)
+    assert n == stats["counts"]["steps"]
+    assert [m["role"] for m in chat["train"][0]["messages"]] == ["system", "user", "assistant"]
+    tr = next(pairs[s] for s in pairs if len(pairs[s]))
+    assert {"prompt", "chosen", "rejected"} <= set(tr.column_names)
+    row = tr[0]
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+    assert [m["role"] for m in row["chosen"]] == [m["role"] for m in row["rejected"]] == ["assistant"]
+    assert len(ns["steps"]) == stats["counts"]["searched_steps"]
+    assert len(ns["train"]) == stats["counts"]["examples_per_split"]["train"]
+
+
+def test_export_does_not_import_curation():
+    """One way: curation uses the chat format (token limits); export reads curated data only."""
+    import subprocess
+    import sys
+
+    code = ("import sys, steptp.export, steptp.export.pairs; "
+            "print(sorted(m for m in sys.modules if m.startswith('steptp.curate')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

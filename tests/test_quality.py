@@ -47,7 +47,7 @@ def test_good_release_passes_and_writes_data_docs(staged):
     rep = validate_release(staged / "good", {})
     assert rep.success, rep.failures
     assert (staged / "good/data_docs/index.html").is_file()
-    assert set(rep.suites) == {"kernels", "steps", "export"}
+    assert set(rep.suites) == {"kernels", "steps", "export", "roles", "pairs", "splits"}
     assert json.loads((staged / "good/validation.json").read_text())["success"] is True
 
 

@@ -15,24 +15,29 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..records import (KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, read_records, table,
-                       write_table, write_text_atomic)
+from ..records import (KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, read_records, step_key,
+                       table, write_table, write_text_atomic)
+
+from ..measure.significance import SignificanceRule
+from .roles import FAILED_OUTCOMES
 
 SPLITS = ("train", "validation", "test")
-FAILED_OUTCOMES = frozenset({"failed_verify", "failed_build", "timeout", "crashed", "illegal"})
 
 # reason code -> what it means (the card and the rejects table use the codes)
 REASONS: dict[str, str] = {
     "unverified": "not verified against the reference, or a failed outcome",
     "unmeasured": "missing timing, or a speedup that is not finite and positive",
-    "noisy": "a timing with spread (IQR/median) above the threshold",
+    "noisy": "its role-deciding timings are too noisy for the significance rule to decide",
     "no_op": "the after-program prints the same as the before-program",
     "rename_only": "the only change is renaming (equal canonical text)",
     "shortcut": "undoes an earlier step of its trajectory (returns to an ancestor program)",
     "no_cot": "no chain of thought",
     "cot_invalid": "the chain of thought does not parse with the CoT schema",
     "too_long": "the chat example exceeds the token limit",
+    "neutral": "not significantly faster, and nothing measured through it is (a negative)",
+    "regressing": "significantly slower, and nothing measured through it is faster (a negative)",
     "duplicate": "the canonical (before, after) pair is already in the release",
+    "alternative": "another child of the same program is the SFT answer to this prompt (pairs)",
     "unknown_kernel": "the step's kernel is not in the kernels table",
     "balance": "its strategy is above the balancing cap",
 }
@@ -44,7 +49,10 @@ class CurateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seed: int = 0
-    max_spread: float = Field(0.25, gt=0, description="reject timings with IQR/median above this")
+    max_spread: float = Field(0.25, gt=0, description="a timing with IQR/median above this decides nothing")
+    min_gain: float = Field(0.05, ge=0, description="significantly faster: more than this relative gain ...")
+    spread_factor: float = Field(1.0, ge=0, description="... and more than this x the larger spread")
+    max_pairs_per_state: int = Field(4, ge=0, description="preference pairs per prompt at most")
     balance_factor: float = Field(3.0, gt=0, description="cap = factor x median strategy count")
     balance_min_steps: int = Field(30, ge=0, description="balance only with at least this many steps")
     balance_min_strategies: int = Field(3, ge=1, description="... and this many strategies")
@@ -52,6 +60,10 @@ class CurateConfig(BaseModel):
     max_tokens: int = Field(16384, ge=1, description="token limit of one chat example (o200k_base)")
     splits: dict[str, float] = Field(default_factory=lambda: {"train": 0.8, "validation": 0.1,
                                                                "test": 0.1})
+
+    def rule(self) -> SignificanceRule:
+        return SignificanceRule(min_gain=self.min_gain, spread_factor=self.spread_factor,
+                                max_spread=self.max_spread)
 
 
 @dataclass
@@ -61,6 +73,8 @@ class CurateResult:
     splits: dict[str, str]                       # kernel_id -> split
     groups: list[dict[str, Any]]                 # the workload groups and their split
     report: dict[str, Any] = field(default_factory=dict)
+    all_steps: list[StepRecord] = field(default_factory=list)   # every input step, with its role
+    pairs: list[dict[str, Any]] = field(default_factory=list)    # preference pairs (step keys)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -100,12 +114,6 @@ def entropy(counts: Mapping[str, int]) -> float:
     """Shannon entropy (bits) of a count distribution."""
     n = sum(counts.values())
     return -sum((c / n) * math.log2(c / n) for c in counts.values() if c) if n else 0.0
-
-
-def step_key(step: StepRecord) -> str:
-    """A row's identity (a search's rows share trajectory_id and step_index = depth)."""
-    return _hkey(step.trajectory_id, step.step_index, step.strategy, json.dumps(step.site, sort_keys=True),
-                 json.dumps(step.params, sort_keys=True), step.before_leir, step.after_leir)[:16]
 
 
 def _reject(step: StepRecord, code: str, detail: str = "") -> RejectRecord:
@@ -164,12 +172,23 @@ def workload_groups(kernels: Sequence[KernelRecord]) -> list[list[str]]:
     return sorted(sorted(v) for v in comps.values())
 
 
+ARCH_SUITES = frozenset({"arch", "archs"})
+
+
+def _group_kinds(kernels: Sequence[KernelRecord]) -> dict[str, str]:
+    """kernel_id -> "arch" (occurs in an architecture) or "ops" (operator suites only)."""
+    return {k.kernel_id: "arch" if any(o.suite in ARCH_SUITES for o in k.occurrences) else "ops"
+            for k in kernels}
+
+
 def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], fractions: Mapping[str, float],
-                  seed: int = 0) -> dict[str, str]:
+                  seed: int = 0, kinds: Mapping[str, str] | None = None) -> dict[str, str]:
     """Assign whole groups to splits. Groups that carry steps (``weights``: steps per kernel) are
-    placed first, by their step counts, so every split with a positive fraction gets examples
-    whenever there are enough such groups; groups without steps are then placed by their kernel
-    counts (they only populate the kernels table)."""
+    placed first, by their step counts, so that the splits' step shares approach ``fractions``
+    and every split with a positive fraction gets examples whenever there are at least as many
+    such groups as splits; with ``kinds`` (kernel_id -> "arch" | "ops") and one group to spare,
+    the test split gets an architecture group and an operator group. Groups without steps are
+    then placed by their kernel counts (they only populate the kernels table)."""
     names = [s for s in fractions if fractions[s] > 0]
     if not names:
         raise ValueError("no split has a positive fraction")
@@ -179,39 +198,60 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
     def steps_of(g: Sequence[str]) -> int:
         return sum(weights.get(k, 0) for k in g)
 
-    out = _fill(names, frac, [g for g in groups if steps_of(g) > 0], steps_of, seed)
+    out = _fill(names, frac, [g for g in groups if steps_of(g) > 0], steps_of, seed, kinds)
     out.update(_fill(names, frac, [g for g in groups if steps_of(g) <= 0], len, seed))
     return out
 
 
 def _fill(names: list[str], frac: Mapping[str, float], groups: Sequence[Sequence[str]],
-          size, seed: int) -> dict[str, str]:
-    """Seeded order, then each group goes to the split furthest below its target share. When
-    there are at least as many groups as splits, every split gets a group first (smallest groups
-    to the smallest splits)."""
-    order = sorted(groups, key=lambda g: _hkey("split", seed, g[0]))
+          size, seed: int, kinds: Mapping[str, str] | None = None) -> dict[str, str]:
+    """When there are at least as many groups as splits, every split first gets one group (the
+    smallest ones, to the smallest splits; the test split an architecture and an operator group
+    when ``kinds`` says which and a group is to spare); the others go largest first to the split
+    furthest below its target share. Ties are broken by a seeded hash."""
+    order = sorted(groups, key=lambda g: (-max(1, size(g)), _hkey("split", seed, g[0])))
     w = [max(1, size(g)) for g in order]
     total = sum(w)
     got = {s: 0 for s in names}
     out: dict[str, str] = {}
-    idx = list(range(len(order)))
-    if len(order) >= len(names):
-        by_size = sorted(idx, key=lambda i: (w[i], _hkey("split", seed, order[i][0])))
-        for s, i in zip(sorted(names, key=lambda s: (frac[s], s)), by_size):
-            for k in order[i]:
-                out[k] = s
-            got[s] += w[i]
-            idx.remove(i)
-    for i in idx:
-        s = max(names, key=lambda s: (frac[s] * total - got[s], frac[s], s))
+    left = list(range(len(order)))
+
+    def put(i: int, s: str) -> None:
         for k in order[i]:
             out[k] = s
         got[s] += w[i]
+        left.remove(i)
+
+    if len(order) >= len(names):
+        def smallest(pred=lambda i: True):
+            c = sorted((i for i in left if pred(i)), key=lambda i: (w[i], _hkey("split", seed, order[i][0])))
+            return c[0] if c else None
+
+        if kinds and "test" in names and len(order) > len(names):
+            for kind in ("arch", "ops"):
+                i = smallest(lambda i: any(kinds.get(k) == kind for k in order[i]) if kind == "arch"
+                             else all(kinds.get(k) == "ops" for k in order[i]))
+                if i is not None and len(left) > len(names) - 1:
+                    put(i, "test")
+        for s in sorted(names, key=lambda s: (frac[s], s)):
+            if got[s] == 0:
+                put(smallest(), s)
+    for i in list(left):
+        s = max(names, key=lambda s: (frac[s] * total - got[s], frac[s], s))
+        put(i, s)
     return out
 
 
 # ---------------------------------------------------------------------------- the pipeline
+def _gain(s: StepRecord) -> float:
+    """The measured gain a step leads to (ln of its best-descendant speedup)."""
+    v = s.best_descendant_speedup
+    return math.log(v) if v and v > 0 and math.isfinite(v) else -math.inf
+
+
 def _balance(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[StepRecord], list[RejectRecord], dict]:
+    """Cap each strategy among ``steps`` (the SFT-eligible ones); within a strategy the steps with
+    the larger measured gain stay (ties: a seeded hash)."""
     counts = strategy_counts(steps)
     info: dict[str, Any] = {"applied": False, "cap": None}
     if len(steps) < cfg.balance_min_steps or len(counts) < cfg.balance_min_strategies:
@@ -226,23 +266,49 @@ def _balance(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[StepRecor
         if n <= cap:
             continue
         mine = sorted((s for s in steps if s.strategy == strat),
-                      key=lambda s: _hkey("balance", cfg.seed, step_key(s)))
+                      key=lambda s: (-_gain(s), _hkey("balance", cfg.seed, step_key(s))))
         drop.update(step_key(s) for s in mine[cap:])
     kept = [s for s in steps if step_key(s) not in drop]
     rej = [_reject(s, "balance", f"{s.strategy} above the cap of {cap} steps "
-                                 f"({cfg.balance_factor:g} x median {med:g})")
+                                 f"({cfg.balance_factor:g} x median {med:g}; smaller gains go first)")
            for s in steps if step_key(s) in drop]
     return kept, rej, info
+
+
+def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateConfig,
+                     hardware: str) -> tuple[str, str] | None:
+    """The rules about what a step says (not how it measured): no_op ... too_long."""
+    cb, ca = _canon(s.before_leir), _canon(s.after_leir)
+    if _plain(s.before_leir) == _plain(s.after_leir):
+        return "no_op", ""
+    if cb == ca:
+        return "rename_only", ""
+    if ca in (anc := ancestors_of(s)):
+        return "shortcut", f"returns to the program before step {anc[ca]}"
+    if cfg.require_cot and (cp := _cot_problem(s)) is not None:
+        return cp
+    if s.kernel_id not in known:
+        return "unknown_kernel", s.kernel_id
+    from ..export.chat import example_tokens
+
+    n = example_tokens(s, hardware)
+    if n > cfg.max_tokens:
+        return "too_long", f"{n} tokens > {cfg.max_tokens}"
+    return None
 
 
 def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
            trajectories: Sequence[TrajectoryRecord] = (), config: CurateConfig | None = None,
            hardware: str = "") -> CurateResult:
     """Apply the rules to ``steps``; see the package docstring. ``hardware`` is the description
-    the chat examples name (only used for the token limit)."""
+    the chat examples name (used for the token limit)."""
+    from .pairs import select_pairs
+    from .roles import SFT_ROLES, assign_roles, role_counts
+
     cfg = config or CurateConfig()
+    rule = cfg.rule()
     known = {k.kernel_id for k in kernels}
-    ordered = sorted(steps, key=lambda s: (s.trajectory_id, s.step_index))
+    ordered = assign_roles(sorted(steps, key=lambda s: (s.trajectory_id, s.step_index, step_key(s))), rule)
     # A search's rows form a tree (rows share a trajectory_id; step_index is the depth; a row's
     # before-program is its parent row's after-program). The ancestors of a row are the programs
     # on its path from the root: its before-program, its parent's before-program, ...
@@ -264,9 +330,9 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
         return seen
 
     rejects: list[RejectRecord] = []
-    kept: list[StepRecord] = []
-    pairs: dict[tuple[str, str], StepRecord] = {}
-    example = None
+    eligible: list[StepRecord] = []
+    content_ok: set[str] = set()
+    pairs_seen: dict[tuple[str, str], StepRecord] = {}
     for s in ordered:
         code, detail = None, ""
         if not s.verified or s.outcome in FAILED_OUTCOMES:
@@ -274,55 +340,73 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
         elif s.before is None or s.after is None or s.step_speedup is None \
                 or not math.isfinite(s.step_speedup) or s.step_speedup <= 0:
             code, detail = "unmeasured", f"speedup {s.step_speedup}"
-        elif (p := _spread_problem(s, cfg.max_spread)) is not None:
-            code, detail = "noisy", p
-        if code is None:
-            cb, ca = _canon(s.before_leir), _canon(s.after_leir)
-            if _plain(s.before_leir) == _plain(s.after_leir):
-                code = "no_op"
-            elif cb == ca:
-                code = "rename_only"
-            elif ca in (anc := ancestors_of(s)):
-                k = anc[ca]
-                code, detail = "shortcut", f"returns to the program before step {k}"
-            elif cfg.require_cot and (cp := _cot_problem(s)) is not None:
-                code, detail = cp
-            elif s.kernel_id not in known:
-                code, detail = "unknown_kernel", s.kernel_id
-            else:
-                if example is None:
-                    from ..export.chat import example_tokens as example
-                n = example(s, hardware)
-                if n > cfg.max_tokens:
-                    code, detail = "too_long", f"{n} tokens > {cfg.max_tokens}"
-                elif (cb, ca) in pairs:
-                    o = pairs[(cb, ca)]
-                    code, detail = "duplicate", f"same as {o.trajectory_id}:{o.step_index}"
+        elif (cp := _content_problem(s, ancestors_of, known, cfg, hardware)) is not None:
+            code, detail = cp
+        else:
+            content_ok.add(step_key(s))
+            if s.role not in SFT_ROLES:
+                b, a = s.paired_before or s.before, s.paired_after or s.after
+                if rule.compare(b, a) == "noisy":
+                    code, detail = "noisy", _spread_problem(s, rule.max_spread) or "paired re-timing too noisy"
                 else:
-                    pairs[(cb, ca)] = s
+                    code, detail = s.role, s.role_detail
+            elif (k := (_canon(s.before_leir), _canon(s.after_leir))) in pairs_seen:
+                o = pairs_seen[k]
+                code, detail = "duplicate", f"same as {o.trajectory_id}:{o.step_index}"
+            else:
+                pairs_seen[k] = s
         if code is None:
-            kept.append(s)
+            eligible.append(s)
         else:
             rejects.append(_reject(s, code, detail))
+
+    # one answer per distinct prompt (the user turn is the before-program): the child through
+    # which the search measured the fastest program is the SFT answer (siblings ranked on the
+    # search's own timings, see roles.search_best_s); the others go to the preference pairs
+    from .roles import search_best_s
+
+    fastest = dict(zip((step_key(s) for s in ordered), search_best_s(ordered)))
+    by_prompt: dict[str, list[StepRecord]] = {}
+    for s in eligible:
+        by_prompt.setdefault(s.before_leir, []).append(s)
+    kept: list[StepRecord] = []
+    for s in eligible:
+        group = by_prompt[s.before_leir]
+        best = min(group, key=lambda x: (fastest[step_key(x)], step_key(x)))
+        if best is s:
+            kept.append(s)
+        else:
+            rejects.append(_reject(s, "alternative", f"{best.trajectory_id}:{best.step_index} "
+                                                     f"({best.strategy}) is the answer to this prompt"))
 
     before_counts = strategy_counts(kept)
     kept, brej, binfo = _balance(kept, cfg)
     rejects += brej
     after_counts = strategy_counts(kept)
+    sft = {step_key(s) for s in kept}
+
+    all_steps, pairs = select_pairs(ordered, sft, content_ok, rule, cfg, hardware)
+    sft_steps = [s for s in all_steps if step_key(s) in sft]
 
     groups = workload_groups(kernels)
-    weights = Counter(s.kernel_id for s in kept)
-    splits = assign_splits(groups, weights, cfg.splits, cfg.seed) if groups else {}
+    weights = Counter(s.kernel_id for s in sft_steps)
+    kinds = _group_kinds(kernels)
+    splits = assign_splits(groups, weights, cfg.splits, cfg.seed, kinds=kinds) if groups else {}
     workloads_of = {k.kernel_id: sorted({o.workload for o in k.occurrences}) for k in kernels}
     group_rows = [{"kernels": g, "workloads": sorted({w for k in g for w in workloads_of[k]}),
+                   "kind": kinds.get(g[0], "ops"),
                    "split": splits[g[0]], "steps": sum(weights.get(k, 0) for k in g)} for g in groups]
 
     rejects.sort(key=lambda r: (r.trajectory_id, r.step_index))
     reason_counts = Counter(r.reason.split(":", 1)[0] for r in rejects)
-    split_steps = Counter(splits.get(s.kernel_id, "?") for s in kept)
+    split_steps = Counter(splits.get(s.kernel_id, "?") for s in sft_steps)
+    split_pairs = Counter(splits.get(p["kernel_id"], "?") for p in pairs)
     report = {
-        "input_steps": len(steps), "kept_steps": len(kept), "rejected_steps": len(rejects),
+        "input_steps": len(steps), "kept_steps": len(sft_steps), "rejected_steps": len(rejects),
         "rejects_by_reason": dict(sorted(reason_counts.items())),
+        "roles": role_counts(all_steps),
+        "sft_roles": {r: n for r, n in role_counts(sft_steps).items() if n},
+        "pairs": len(pairs),
         "strategy_counts_before_balance": before_counts,
         "strategy_counts_after_balance": after_counts,
         "entropy_before_bits": round(entropy(before_counts), 4),
@@ -330,19 +414,25 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
         "balance": binfo,
         "splits": {sp: {"kernels": sum(1 for v in splits.values() if v == sp),
                         "groups": sum(1 for g in group_rows if g["split"] == sp),
-                        "steps": split_steps.get(sp, 0)} for sp in cfg.splits},
+                        "step_groups": sum(1 for g in group_rows if g["split"] == sp and g["steps"]),
+                        "steps": split_steps.get(sp, 0), "pairs": split_pairs.get(sp, 0)}
+                   for sp in cfg.splits},
+        "groups_with_steps": sum(1 for g in group_rows if g["steps"]),
         "config": cfg.model_dump(),
     }
-    return CurateResult(kept, rejects, splits, group_rows, report)
+    return CurateResult(sft_steps, rejects, splits, group_rows, report, all_steps=all_steps, pairs=pairs)
 
 
 # ---------------------------------------------------------------------------- files
 def write_curated(result: CurateResult, out: str | Path, kernels: Sequence[KernelRecord],
                   trajectories: Sequence[TrajectoryRecord]) -> Path:
-    """``out/``: kernels, steps, trajectories, rejects (parquet), splits.json, report.json."""
+    """``out/``: kernels, steps (SFT), all-steps (every step with its role), trajectories,
+    rejects (parquet), pairs.json, splits.json, report.json."""
     out = Path(out)
     write_table(table(kernels, KernelRecord), out / "kernels.parquet")
     write_table(table(result.steps, StepRecord), out / "steps.parquet")
+    write_table(table(result.all_steps, StepRecord), out / "all-steps.parquet")
+    write_text_atomic(out / "pairs.json", json.dumps(result.pairs, indent=0, sort_keys=True) + "\n")
     write_table(table(trajectories, TrajectoryRecord), out / "trajectories.parquet")
     write_table(table(result.rejects, RejectRecord), out / "rejects.parquet")
     write_text_atomic(out / "splits.json", json.dumps({"splits": result.splits, "groups": result.groups},
@@ -356,6 +446,9 @@ def read_curated(path: str | Path) -> dict[str, Any]:
     sp = json.loads((path / "splits.json").read_text())
     return {"kernels": read_records(path / "kernels.parquet", KernelRecord),
             "steps": read_records(path / "steps.parquet", StepRecord),
+            "all_steps": (read_records(path / "all-steps.parquet", StepRecord)
+                          if (path / "all-steps.parquet").exists() else None),
+            "pairs": json.loads((path / "pairs.json").read_text()) if (path / "pairs.json").exists() else [],
             "trajectories": read_records(path / "trajectories.parquet", TrajectoryRecord),
             "rejects": read_records(path / "rejects.parquet", RejectRecord),
             "splits": sp["splits"], "groups": sp["groups"],

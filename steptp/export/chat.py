@@ -6,7 +6,10 @@
   ``{"strategy", "site", "params", "program"}`` (``program`` = the LEIR after the step).
 
 ``meta`` carries ids for joining back to the parquet tables (step_key, trajectory_id, step_index,
-kernel_id, split, exactness, step_speedup, token counts). Token counts use ``o200k_base``
+kernel_id, split), the step's ``role`` (improving or preparatory, ``steptp.curate.roles``), its
+measured ``step_speedup`` (the search's timings), ``log_speedup`` and ``best_descendant_speedup``
+(the timings the role was decided on: the interleaved re-timing when there is one), exactness
+and token counts. Token counts use ``o200k_base``
 (``bpe-openai``, offline).
 """
 
@@ -16,9 +19,21 @@ import functools
 import json
 from typing import Any
 
-from ..records import StepRecord
+from ..records import StepRecord, step_key as _step_key
 
 FORMAT_VERSION = "steptp-chat-1"
+
+
+
+def _vocabulary() -> str:
+    """The strategy registry by family, sorted (the same text in every example)."""
+    from .. import strategies as S
+
+    fams: dict[str, list[str]] = {}
+    for r in S.describe():
+        fams.setdefault(r["family"], []).append(r["name"])
+    return "\n".join(f"- {f}: {', '.join(sorted(n))}" for f, n in sorted(fams.items()))
+
 
 SYSTEM_PROMPT = (
     "You optimize tensor programs written in LEIR, one atomic step at a time. Given a kernel and "
@@ -26,7 +41,8 @@ SYSTEM_PROMPT = (
     "where it applies (site: the statement path and loop variables) and with which parameters, "
     "and give the rewritten program. The rewrite must compute the same outputs. Reason inside "
     "<think>...</think>, then answer with one JSON object: "
-    '{"strategy": ..., "site": ..., "params": ..., "program": ...}.')
+    '{"strategy": ..., "site": ..., "params": ..., "program": ...}.\n\n'
+    "Strategies (family: names):\n" + _vocabulary())
 
 
 def hardware_text(step: StepRecord, hardware: str = "") -> str:
@@ -91,14 +107,11 @@ def example(step: StepRecord, hardware: str = "", split: str = "") -> dict[str, 
                      "trajectory_id": step.trajectory_id,
                      "step_index": step.step_index, "kernel_id": step.kernel_id, "split": split,
                      "strategy": step.strategy, "exactness": step.exactness,
-                     "step_speedup": step.step_speedup, "target": step.target,
+                     "role": step.role, "step_speedup": step.step_speedup,
+                     "log_speedup": step.log_speedup,
+                     "best_descendant_speedup": step.best_descendant_speedup,
+                     "target": step.target,
                      "tokens": {**toks, "total": sum(toks.values())}}}
-
-
-def _step_key(step: StepRecord) -> str:
-    from ..curate.core import step_key
-
-    return step_key(step)
 
 
 def example_tokens(step: StepRecord, hardware: str = "") -> int:

@@ -17,11 +17,12 @@ from typing import Any, Mapping, Sequence
 
 import polars as pl
 
-from ..records import (SCHEMA_VERSION, KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, table,
-                       write_table, write_text_atomic)
+from ..records import (SCHEMA_VERSION, KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, step_key,
+                       table, write_table, write_text_atomic)
 from . import chat
 
 SPLITS = ("train", "validation", "test")
+ROLES = ("improving", "preparatory", "neutral", "regressing", "failed")
 MANIFEST = "manifest.json"
 
 
@@ -122,11 +123,14 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
     target = steps[0].target if steps else (kernels[0].target if kernels else "")
     hw = hardware_description(fingerprint, target)
 
-    write_table(_with_split(table(kernels, KernelRecord), splits), out / "data/kernels.parquet")
-    from ..curate.core import step_key
+    all_steps: list[StepRecord] = list(curated.get("all_steps") or steps)
+    pairs: list[dict[str, Any]] = list(curated.get("pairs") or [])
+    sft_keys = {step_key(s) for s in steps}
 
-    write_table(_with_split(table(steps, StepRecord), splits)
-                .with_columns(pl.Series("step_key", [step_key(s) for s in steps], dtype=pl.Utf8)),
+    write_table(_with_split(table(kernels, KernelRecord), splits), out / "data/kernels.parquet")
+    write_table(_with_split(table(all_steps, StepRecord), splits)
+                .with_columns(pl.Series("step_key", [step_key(s) for s in all_steps], dtype=pl.Utf8),
+                              pl.Series("sft", [step_key(s) in sft_keys for s in all_steps], dtype=pl.Boolean)),
                 out / "data/steps.parquet")
     write_table(_with_split(table(trajs, TrajectoryRecord), splits), out / "data/trajectories.parquet")
     write_table(table(rejects, RejectRecord), out / "data/rejects.parquet")
@@ -141,6 +145,31 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
     for sp, lines in by_split.items():
         write_text_atomic(out / "chat" / f"{sp}.jsonl", "".join(l + "\n" for l in lines))
 
+    from .pairs import pair_example
+
+    by_key = {step_key(s): s for s in all_steps}
+    pair_lines: dict[str, list[str]] = {s: [] for s in SPLITS}
+    for pr in pairs:
+        c, r = by_key.get(pr["chosen"]), by_key.get(pr["rejected"])
+        if c is None or r is None:
+            continue
+        sp = splits.get(c.kernel_id, "train")
+        pair_lines.setdefault(sp, []).append(chat.to_line(pair_example(pr, c, r, hw, sp)))
+    for sp, lines in pair_lines.items():
+        write_text_atomic(out / "chat" / f"pairs-{sp}.jsonl", "".join(l + "\n" for l in lines))
+
+    def _roles(rows) -> dict[str, int]:
+        c = Counter(s.role or "unassigned" for s in rows)
+        return {r: c[r] for r in ROLES + ("unassigned",) if c.get(r)}
+
+    role_stats = {
+        "all_steps": _roles(all_steps), "sft": _roles(steps),
+        "sft_per_split": {sp: _roles([s for s in steps if splits.get(s.kernel_id, "train") == sp]) for sp in SPLITS},
+        "all_per_split": {sp: _roles([s for s in all_steps if splits.get(s.kernel_id, "train") == sp])
+                          for sp in SPLITS},
+        "per_strategy": {k: _roles([s for s in all_steps if s.strategy == k])
+                         for k in sorted({s.strategy for s in all_steps})},
+    }
     before = report.get("strategy_counts_before_balance") or dict(Counter(s.strategy for s in steps))
     after = dict(Counter(s.strategy for s in steps))
     speedups = [s.step_speedup for s in steps if s.step_speedup is not None]
@@ -151,9 +180,18 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
         "counts": {"kernels": len(kernels), "steps": len(steps), "trajectories": len(trajs),
                    "rejects": len(rejects), "workloads": len({o.workload for k in kernels for o in k.occurrences}),
                    "examples_per_split": {sp: len(v) for sp, v in by_split.items()},
+                   "searched_steps": len(all_steps),
+                   "pairs": sum(len(v) for v in pair_lines.values()),
+                   "pairs_per_split": {sp: len(v) for sp, v in pair_lines.items()},
                    "kernels_per_split": {sp: sum(1 for k in kernels if splits.get(k.kernel_id) == sp)
                                          for sp in SPLITS}},
         "strategies": dict(sorted(after.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "roles": role_stats,
+        "significance": {k: (report.get("config") or {}).get(k) for k in ("min_gain", "spread_factor", "max_spread")},
+        "remeasured": {"steps": sum(1 for s in all_steps if s.paired_before is not None),
+                       "trajectories": sum(1 for t in trajs if t.remeasured_speedup is not None),
+                       "trajectory_speedup": _q([t.remeasured_speedup for t in trajs
+                                                 if t.remeasured_speedup is not None])},
         "strategies_before_balance": before,
         "entropy_bits": report.get("entropy_after_bits"),
         "entropy_before_bits": report.get("entropy_before_bits"),
@@ -211,11 +249,15 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "## Contents", "",
         "| | count |", "| --- | ---: |",
         f"| kernels | {c['kernels']} |", f"| workloads | {c['workloads']} |",
-        f"| trajectories | {c['trajectories']} |", f"| steps (examples) | {c['steps']} |",
-        f"| rejected steps (`data/rejects.parquet`) | {c['rejects']} |", "",
-        "| split | kernels | examples |", "| --- | ---: | ---: |",
-        *[f"| {sp} | {c['kernels_per_split'].get(sp, 0)} | {c['examples_per_split'].get(sp, 0)} |" for sp in SPLITS],
+        f"| trajectories | {c['trajectories']} |", f"| SFT examples (`chat/*.jsonl`) | {c['steps']} |",
+        f"| preference pairs (`chat/pairs-*.jsonl`) | {c.get('pairs', 0)} |",
+        f"| searched steps, every role (`data/steps.parquet`) | {c.get('searched_steps', c['steps'])} |",
+        f"| steps not used for SFT (`data/rejects.parquet`) | {c['rejects']} |", "",
+        "| split | kernels | SFT examples | pairs |", "| --- | ---: | ---: | ---: |",
+        *[f"| {sp} | {c['kernels_per_split'].get(sp, 0)} | {c['examples_per_split'].get(sp, 0)} | "
+          f"{(c.get('pairs_per_split') or {}).get(sp, 0)} |" for sp in SPLITS],
         "",
+        *_roles_section(stats),
         "Splits are by workload: kernels that occur in a common workload (an architecture, an operator "
         "suite entry) are in the same split, so no kernel and no architecture's kernels are in more "
         "than one split.", "",
@@ -238,7 +280,9 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         f"![tokens]({stats['plots']['tokens']})", "",
         f"Tokens per chat example (all three turns, `o200k_base`): min {_fmt(stats['tokens']['min'], '.0f')}, "
         f"median {_fmt(stats['tokens']['median'], '.0f')}, max {_fmt(stats['tokens']['max'], '.0f')}.", "",
-        "## Rejected steps", "",
+        "## Steps not used for SFT", "",
+        "Each with its reason in `data/rejects.parquet` (`alternative`: a sibling is the answer to that "
+        "prompt; it is in the preference pairs).", "",
         "| reason | steps |", "| --- | ---: |",
         *[f"| `{k}` | {v} |" for k, v in stats["rejects_by_reason"].items()],
         *_cot_lines(stats.get("cot_variety")),
@@ -251,16 +295,27 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "target hardware and the LEIR program; the assistant turn holds `<think>` + the chain of "
         "thought + `</think>` and then the answer JSON `{\"strategy\", \"site\", \"params\", "
         "\"program\"}` (`program` is the LEIR after the step). `meta` joins back to "
-        "`data/steps.parquet` by `step_key` (a search's rows form a tree: `step_index` is the depth, so (`trajectory_id`, `step_index`) alone is not unique).", "",
+        "`data/steps.parquet` by `step_key` (a search's rows form a tree: `step_index` is the depth, so (`trajectory_id`, `step_index`) alone is not unique) "
+        "and carries `role`, `step_speedup` and `best_descendant_speedup`. The system prompt lists the "
+        "strategy vocabulary.", "",
+        "`chat/pairs-{train,validation,test}.jsonl`: preference pairs in the conversational format "
+        "TRL's `DPOTrainer` reads: `prompt` (the system and user turns above), `chosen` and `rejected` "
+        "(one assistant turn each, same format). For a program with several measured children, "
+        "`chosen` is a child whose best measured program is significantly faster than the "
+        "`rejected` one's, or `rejected` failed to build, verify or finish (`meta.rejected_why`); "
+        "at most a few pairs per program.", "",
         "## Loading", "",
         "```python",
         "from datasets import load_dataset",
-        "chat = load_dataset(\"json\", data_files={s: f\"chat/{s}.jsonl\" for s in (\"train\", \"validation\", \"test\")})",
+        f"chat = load_dataset(\"json\", data_files={{s: f\"chat/{{s}}.jsonl\" for s in {_nonempty(c.get('examples_per_split'))}}})",
+        *([f"pairs = load_dataset(\"json\", data_files={{s: f\"chat/pairs-{{s}}.jsonl\" for s in "
+           f"{_nonempty(c.get('pairs_per_split'))}}})   # a DPO dataset: prompt, chosen, rejected"]
+          if c.get("pairs") else []),
         "steps = load_dataset(\"parquet\", data_files=\"data/steps.parquet\")[\"train\"]",
         "",
         "import polars as pl, json",
         "steps = pl.read_parquet(\"data/steps.parquet\")           # site, params, cot: JSON strings",
-        "train = steps.filter(pl.col(\"split\") == \"train\")",
+        "train = steps.filter((pl.col(\"split\") == \"train\") & pl.col(\"sft\"))",
         "params = [json.loads(p) for p in train[\"params\"]]",
         "```", "",
         "Tables: `data/kernels.parquet`, `data/steps.parquet`, `data/trajectories.parquet` (each with a "
@@ -271,6 +326,54 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "```json", json.dumps(dict(params), indent=1, sort_keys=True, default=str), "```", "",
     ]
     return "\n".join(lines)
+
+
+def _nonempty(per_split: Mapping[str, int] | None) -> str:
+    """The splits with rows, as a Python tuple literal (``datasets`` refuses an empty file)."""
+    names = [sp for sp in SPLITS if (per_split or {}).get(sp)]
+    return "(" + ", ".join(f'"{n}"' for n in names) + ("," if len(names) == 1 else "") + ")"
+
+
+def _roles_section(stats: Mapping[str, Any]) -> list[str]:
+    r = stats.get("roles") or {}
+    if not r:
+        return []
+    sig = stats.get("significance") or {}
+    rem = stats.get("remeasured") or {}
+    cols = ROLES
+    lines = [
+        "## Step roles", "",
+        "Every searched step has a `role`, computed from its measurements:", "",
+        "- `improving`: the after-program is significantly faster than the before-program;",
+        "- `preparatory`: not by itself, but the fastest program measured through it (its best "
+        "descendant in the same search tree) is significantly faster than its before-program; its "
+        "chain of thought names the later step it enables;",
+        "- `neutral` / `regressing`: neither (regressing: significantly slower); negatives;",
+        "- `failed`: did not build, verify, or finish in time (the reason is in `reason`); negatives.", "",
+        f"*Significantly faster*: with timings summarized as median and spread (interquartile range / "
+        f"median), the before-median must exceed the after-median by more than "
+        f"max({_fmt(sig.get('min_gain'))}, {_fmt(sig.get('spread_factor'))} × the larger spread); a "
+        f"timing with spread above {_fmt(sig.get('max_spread'))} decides nothing (`noisy`). The "
+        f"would-be SFT answers and the steps nearest that margin were re-timed interleaved (A, B, A, B, …, "
+        f"each round's common drift divided out) and decided on those timings: {rem.get('steps', 0)} steps; the first and final program of "
+        f"{rem.get('trajectories', 0)} trajectories were re-timed the same way "
+        f"(median re-timed trajectory speedup {_fmt((rem.get('trajectory_speedup') or {}).get('median'))}).", "",
+        "Only `improving` and `preparatory` steps are SFT examples, one answer per distinct prompt (the "
+        "best-measured child of that program; its siblings go to the preference pairs). "
+        "`data/steps.parquet` keeps every searched step with `role`, `log_speedup`, "
+        "`best_descendant_speedup` (for returns) and `sft` (whether it is a chat example).", "",
+        "| steps | " + " | ".join(cols) + " |", "| --- |" + " ---: |" * len(cols),
+        "| all searched | " + " | ".join(str((r.get("all_steps") or {}).get(k, 0)) for k in cols) + " |",
+        "| SFT examples | " + " | ".join(str((r.get("sft") or {}).get(k, 0)) for k in cols) + " |",
+        *[f"| {sp}: searched / SFT | " + " | ".join(
+            f"{(r.get('all_per_split') or {}).get(sp, {}).get(k, 0)} / {(r.get('sft_per_split') or {}).get(sp, {}).get(k, 0)}"
+            for k in cols) + " |" for sp in SPLITS],
+        "", "| strategy | " + " | ".join(cols) + " |", "| --- |" + " ---: |" * len(cols),
+        *[f"| `{k}` | " + " | ".join(str(v.get(x, 0)) for x in cols) + " |"
+          for k, v in (r.get("per_strategy") or {}).items()],
+        "",
+    ]
+    return lines
 
 
 # ---------------------------------------------------------------------------- manifest, publish

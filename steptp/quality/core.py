@@ -16,13 +16,13 @@ import polars as pl
 
 from ..records import write_text_atomic
 
-SUITES = ("kernels", "steps", "export")
+SUITES = ("kernels", "steps", "export", "roles", "pairs", "splits")
 _PARAM = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 
 # defaults of the parameters the suites read (params.yaml overrides)
 DEFAULT_PARAMS: dict[str, Any] = {
     "curate": {"max_spread": 0.25, "max_tokens": 16384, "balance_factor": 3.0, "balance_min_steps": 30,
-               "balance_min_strategies": 3},
+               "balance_min_strategies": 3, "min_gain": 0.05, "spread_factor": 1.0},
     "quality": {"min_kernels": 1, "min_steps": 1, "min_tokens": 50},
 }
 
@@ -89,7 +89,9 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
     release = Path(release)
     params = params or {}
     kernels = pl.read_parquet(release / "data/kernels.parquet")
-    steps = pl.read_parquet(release / "data/steps.parquet")
+    all_steps = _roles_table(pl.read_parquet(release / "data/steps.parquet"), params)
+    # the steps suite checks the SFT examples; the roles suite every searched step
+    steps = all_steps.filter(pl.col("sft")) if "sft" in all_steps.columns else all_steps
 
     # kernels: workload -> splits of its kernels
     wl_splits: dict[str, set] = defaultdict(set)
@@ -104,9 +106,6 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
         dtype=pl.Int64))
 
     # steps
-    def spread(t):
-        return None if t is None else float(t["spread"])
-
     report_path = release / "stats.json"
     cap = None
     if report_path.exists():
@@ -119,12 +118,7 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
     cot_ok = []
     for r in steps.select("cot", "cot_text").iter_rows(named=True):
         cot_ok.append(_cot_valid(r["cot"], r["cot_text"]))
-    sp_max = []
-    for b, a in zip(steps["before"].to_list(), steps["after"].to_list()):
-        vals = [v for v in (spread(b), spread(a)) if v is not None]
-        sp_max.append(max(vals) if vals else None)
     steps = steps.with_columns(
-        pl.Series("spread_max", sp_max, dtype=pl.Float64),
         pl.Series("speedup_finite", [x is not None and math.isfinite(x) for x in steps["step_speedup"].to_list()]),
         pl.Series("strategy_over_cap", [counts[s] - cap if cap else 0 for s in steps["strategy"].to_list()],
                   dtype=pl.Int64),
@@ -137,6 +131,8 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
     step_keys = set(steps["step_key"].to_list()) if "step_key" in steps.columns else set()
     rows = []
     for f in sorted((release / "chat").glob("*.jsonl")):
+        if f.name.startswith("pairs-"):
+            continue
         for line in f.read_text().splitlines():
             if not line.strip():
                 continue
@@ -166,7 +162,91 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
                                       "step_index": pl.Int64, "tokens": pl.Int64, "format_problems": pl.Utf8,
                                       "kernel_n_splits": pl.Int64, "workload_n_splits": pl.Int64,
                                       "split_matches_file": pl.Boolean, "in_steps_table": pl.Boolean})
-    return {"kernels": kernels, "steps": steps, "chat": chat}
+    pairs = _pairs_table(release, all_steps, split_of)
+    return {"kernels": kernels, "steps": steps, "chat": chat, "roles": all_steps, "pairs": pairs,
+            "splits": _splits_table(release, kernels, rows)}
+
+
+def _roles_table(df: pl.DataFrame, params: Mapping[str, Any]) -> pl.DataFrame:
+    """Every step with ``role_recomputed`` (the roles of the recorded timings, by the rule of
+    ``params``), ``role_consistent`` and ``spread_max`` (the larger spread of the timings the
+    role was decided on; None for a role no timing decided)."""
+    from ..curate.roles import Tree, assign_roles
+    from ..measure.significance import SignificanceRule
+    from ..records import StepRecord
+
+    cur = {k: _lookup(params, f"curate.{k}") for k in ("min_gain", "spread_factor", "max_spread")}
+    rule = SignificanceRule(**cur)
+    if "role" not in df.columns or df.is_empty():
+        return df.with_columns(pl.lit(None, dtype=pl.Utf8).alias("role_recomputed"),
+                               pl.lit(True).alias("role_consistent"),
+                               pl.lit(None, dtype=pl.Float64).alias("spread_max"))
+    fields = set(StepRecord.model_fields)
+    recs = [StepRecord.from_row({k: v for k, v in r.items() if k in fields})
+            for r in df.iter_rows(named=True)]
+    again = assign_roles(recs, rule)
+    tree = Tree(recs)
+    sp: list[float | None] = []
+    for i, (s, r) in enumerate(zip(recs, again)):
+        if r.role not in ("improving", "preparatory"):
+            sp.append(None)
+            continue
+        b = s.paired_before or s.before
+        other = (s.paired_after or s.after) if r.role == "improving" else (
+            s.paired_best or recs[tree.best_descendant(i)].after)
+        sp.append(max(b.spread, other.spread))
+    return df.with_columns(
+        pl.Series("role_recomputed", [r.role for r in again], dtype=pl.Utf8),
+        pl.Series("role_consistent", [r.role == s.role for r, s in zip(again, recs)], dtype=pl.Boolean),
+        pl.Series("spread_max", sp, dtype=pl.Float64))
+
+
+def _pairs_table(release: Path, all_steps: pl.DataFrame, split_of: Mapping[str, str]) -> pl.DataFrame:
+    from ..export.pairs import check_pair_line
+
+    before = (dict(zip(all_steps["step_key"].to_list(), all_steps["before_leir"].to_list()))
+              if "step_key" in all_steps.columns else {})
+    rows = []
+    for f in sorted((release / "chat").glob("pairs-*.jsonl")):
+        sp = f.stem[len("pairs-"):]
+        for line in f.read_text().splitlines():
+            if not line.strip():
+                continue
+            problems = check_pair_line(line)
+            try:
+                d = json.loads(line)
+                meta = d.get("meta", {})
+                user = d["prompt"][1]["content"]
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                d, meta, user = {}, {}, ""
+            c, r = meta.get("chosen_step_key"), meta.get("rejected_step_key")
+            rows.append({"file_split": sp, "pair_key": meta.get("pair_key"), "format_problems": "; ".join(problems),
+                         "joins_steps": c in before and r in before,
+                         "same_prompt": c in before and r in before and before[c] == before[r]
+                         and before[c].rstrip("\n") in user,
+                         "chosen_ne_rejected": c is not None and c != r,
+                         "split_matches_file": split_of.get(meta.get("kernel_id")) == sp})
+    return pl.DataFrame(rows, schema={"file_split": pl.Utf8, "pair_key": pl.Utf8, "format_problems": pl.Utf8,
+                                      "joins_steps": pl.Boolean, "same_prompt": pl.Boolean,
+                                      "chosen_ne_rejected": pl.Boolean, "split_matches_file": pl.Boolean})
+
+
+def _splits_table(release: Path, kernels: pl.DataFrame, chat_rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """One row per split: SFT examples, and whether the split must hold some (at least as many
+    workload groups carry examples as there are splits)."""
+    from ..curate.core import SPLITS, workload_groups
+    from ..records import KernelRecord
+
+    fields = set(KernelRecord.model_fields)
+    ks = [KernelRecord.from_row({k: v for k, v in r.items() if k in fields})
+          for r in kernels.iter_rows(named=True)]
+    with_steps = {r["kernel_id"] for r in chat_rows}
+    n_groups = sum(1 for g in workload_groups(ks) if with_steps & set(g))
+    counts = Counter(r["file_split"] for r in chat_rows)
+    required = n_groups >= len(SPLITS)
+    return pl.DataFrame([{"split": sp, "examples": counts.get(sp, 0), "groups_with_examples": n_groups,
+                          "required": required, "nonempty_or_exempt": counts.get(sp, 0) > 0 or not required}
+                         for sp in SPLITS])
 
 
 def _cot_valid(cot: str | None, cot_text: str | None) -> bool:

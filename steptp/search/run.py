@@ -33,13 +33,16 @@ from ..leir import ast as A
 from ..leir.canon import canonical_hash, canonical_text, canonicalize
 from ..records import StepRecord, Timing, TrajectoryRecord
 from ..strategies import Candidate, get
+from ..measure.significance import SignificanceRule
 from .cost_model import potential, predict
 from .ranker import Ranker
 from .evaluator import Evaluator
 from .space import actions
 
 EXACT_ORDER = {"exact": 0, "reassociation": 1, "algebraic": 2}
-IMPROVE_EPS = 0.02   # a step "improves" when it is more than 2% faster than its parent
+#: a step's ``improved`` outcome: significantly faster than its parent, by the one rule (the
+#: release's roles re-decide with the params' rule and any interleaved re-timing)
+IMPROVE_RULE = SignificanceRule()
 
 
 @dataclass(frozen=True)
@@ -253,7 +256,7 @@ class Search:
         after = tm.timing
         step = node.timing.median_s / after.median_s
         cum = self.root.timing.median_s / after.median_s
-        outcome = "improved" if step > 1.0 + IMPROVE_EPS else "not_improved"
+        outcome = "improved" if IMPROVE_RULE.faster(node.timing, after) else "not_improved"
         rec = StepRecord(**base, outcome=outcome, verified=True, after=after,
                          step_speedup=step, cumulative_speedup=cum,
                          reason=f"{step:.3f}x over the parent, {cum:.3f}x over the unscheduled kernel")

@@ -1,0 +1,66 @@
+"""THE preference-pair format of a release: ``chat/pairs-{split}.jsonl``.
+
+One JSON object per line in the conversational preference format TRL's ``DPOTrainer`` reads::
+
+    {"prompt":   [{"role": "system", ...}, {"role": "user", ...}],   # the SFT format's turns
+     "chosen":   [{"role": "assistant", "content": "<think>...</think>\\n{answer}"}],
+     "rejected": [{"role": "assistant", "content": ...}],
+     "meta": {"pair_key", "kernel_id", "split", "chosen_step_key", "rejected_step_key",
+              "chosen_role", "rejected_role", "rejected_why", "chosen_best_speedup", ...}}
+
+``prompt`` is exactly the system and user turns of ``steptp.export.chat`` for the shared
+before-program; ``chosen``/``rejected`` are assistant turns in the same format. Which pairs exist
+is curation's decision (``steptp.curate.pairs``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from ..records import StepRecord
+from . import chat
+
+PAIRS_FORMAT = "steptp-pairs-1"
+
+
+def pair_example(pair: Mapping[str, Any], chosen: StepRecord, rejected: StepRecord, hardware: str = "",
+                 split: str = "") -> dict[str, Any]:
+    msgs = chat.messages(chosen, hardware)
+    meta = {"format": PAIRS_FORMAT, "pair_key": pair["pair_key"], "kernel_id": chosen.kernel_id,
+            "split": split, "trajectory_id": chosen.trajectory_id, "step_index": chosen.step_index,
+            "chosen_step_key": pair["chosen"], "rejected_step_key": pair["rejected"],
+            "chosen_role": chosen.role, "rejected_role": rejected.role,
+            "chosen_strategy": chosen.strategy, "rejected_strategy": rejected.strategy,
+            "chosen_is_sft": bool(pair.get("chosen_is_sft")), "rejected_why": pair.get("rejected_why", ""),
+            "chosen_best_speedup": chosen.best_descendant_speedup,
+            "rejected_best_speedup": rejected.best_descendant_speedup}
+    return {"prompt": msgs[:2],
+            "chosen": [{"role": "assistant", "content": chat.assistant_turn(chosen)}],
+            "rejected": [{"role": "assistant", "content": chat.assistant_turn(rejected)}],
+            "meta": meta}
+
+
+def check_pair_line(line: str) -> list[str]:
+    """Problems with one pairs line (empty: valid)."""
+    try:
+        d = json.loads(line)
+    except ValueError as e:
+        return [f"not JSON: {e}"]
+    out = []
+    p, c, r = d.get("prompt"), d.get("chosen"), d.get("rejected")
+    if not isinstance(p, list) or [m.get("role") for m in p] != ["system", "user"]:
+        out.append("prompt must be system, user")
+    for name, m in (("chosen", c), ("rejected", r)):
+        if not isinstance(m, list) or [x.get("role") for x in m] != ["assistant"]:
+            out.append(f"{name} must be one assistant message")
+            continue
+        sft_like = json.dumps({"messages": (p or []) + m})
+        bad = [x for x in chat.check_line(sft_like) if not x.startswith("messages must")]
+        out += [f"{name}: {x}" for x in bad]
+    if not out and c[0]["content"] == r[0]["content"]:
+        out.append("chosen equals rejected")
+    return out
+
+
+__all__ = ["PAIRS_FORMAT", "pair_example", "check_pair_line"]

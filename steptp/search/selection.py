@@ -1,0 +1,183 @@
+"""Which kernels a release searches: where time goes in real models, at measurable sizes.
+
+    sel = select(kernels, times, max_kernels=10, floor_s=20e-6, ceiling_s=0.2, max_per_family=3)
+    sel.chosen          # KernelRecords to search, best first
+    sel.kernels         # every kernel, with ``search_status`` and ``unscheduled_s`` set
+
+* **score** = occurrence weight x unscheduled time: the measured time (``times``, the search
+  evaluator's timing of the unscheduled program) when there is one, else the analytic estimate
+  from FLOPs and bytes (``steptp.search.cost_model.predict``). Weight alone picks the many
+  25 ns reshapes of an architecture; time alone picks one big kernel that occurs once;
+* **floor**: below ``floor_s`` a timing is mostly call overhead and a step's gain is noise, so
+  such a kernel is not searched at that size (``search_status`` says so; the release flow then
+  extracts the operator workloads of such kernels at their larger size preset and offers those
+  kernels instead, see ``larger_workloads``);
+* **ceiling**: above ``ceiling_s`` one timing would eat the search budget; not searched either;
+* **families**: at most ``max_per_family`` kernels of one operator family (matmul, conv, norm,
+  softmax, ...) while other families have candidates, so a release covers several.
+
+Ties are broken by kernel id: the choice is deterministic given the times.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from ..records import KernelRecord
+
+ARCH_SUITES = frozenset({"arch", "archs"})
+
+# name fragments -> family, for kernels that only occur inside architectures (fused PrimFuncs)
+_NAME_FAMILIES = (("conv", "conv"), ("matmul", "matmul"), ("dense", "matmul"), ("gemm", "matmul"),
+                  ("gemv", "matmul"), ("softmax", "softmax"), ("attention", "attention"),
+                  ("layer_norm", "norm"), ("rms_norm", "norm"), ("norm", "norm"), ("pool", "pool"),
+                  ("gelu", "activation"), ("relu", "activation"), ("tanh", "activation"),
+                  ("sigmoid", "activation"), ("sum", "reduction"), ("mean", "reduction"),
+                  ("max", "reduction"), ("cumsum", "scan"), ("transpose", "layout"),
+                  ("reshape", "layout"), ("concat", "layout"), ("take", "gather"))
+
+
+def kernel_family(k: KernelRecord) -> str:
+    """The operator family of a kernel: its operator workload's family when it occurs in one
+    (``steptp.zoo.workloads``), else guessed from its name, else its fused chain's family."""
+    fused = None
+    try:
+        from ..zoo import workloads as W
+
+        for o in sorted(k.occurrences, key=lambda o: o.workload):
+            if o.suite in ARCH_SUITES:
+                continue
+            try:
+                fam = W.get(o.workload).family
+            except KeyError:
+                continue
+            if o.suite == "fused":
+                fused = fused or fam
+            else:
+                return fam
+    except ImportError:  # the zoo extra is not installed
+        pass
+    name = re.sub(r"\d+", "", k.name.lower())
+    for frag, fam in _NAME_FAMILIES:
+        if frag in name:
+            return fam
+    return fused or "other"
+
+
+def estimate_s(k: KernelRecord) -> Optional[float]:
+    """The analytic run-time estimate of the unscheduled kernel (None when it does not parse)."""
+    from ..leir import parse
+    from .cost_model import predict
+
+    try:
+        return float(predict(parse(k.leir)))
+    except Exception:  # noqa: BLE001 - an unparsable kernel is simply not ranked by estimate
+        return None
+
+
+@dataclass
+class Selection:
+    chosen: list[KernelRecord]
+    kernels: list[KernelRecord]                  # every input kernel, status set
+    skipped: dict[str, str] = field(default_factory=dict)   # kernel_id -> why not searched
+    time_s: dict[str, float] = field(default_factory=dict)  # kernel_id -> measured or estimated time
+
+    def larger_workloads(self, limit: int | None = None) -> list[str]:
+        """Operator workloads (not architectures) all of whose kernels are below the floor: the
+        ones worth extracting at a larger size. With ``limit``: one per operator family in turn
+        (operator suites before fused chains, heavier first), at most ``limit``."""
+        below: dict[str, bool] = {}
+        info: dict[str, tuple[int, float, str]] = {}
+        for k in self.kernels:
+            for o in k.occurrences:
+                if o.suite in ARCH_SUITES:
+                    continue
+                below[o.workload] = below.get(o.workload, True) and k.search_status.startswith("below_time_floor")
+                t = self.time_s.get(k.kernel_id) or 0.0
+                prev = info.get(o.workload)
+                info[o.workload] = (1 if o.suite == "fused" else 0, max(t, prev[1] if prev else 0.0),
+                                    kernel_family(k) if prev is None else prev[2])
+        names = sorted((w for w, b in below.items() if b), key=lambda w: (info[w][0], -info[w][1], w))
+        if limit is None:
+            return sorted(names)
+        out: list[str] = []
+        for fused in (0, 1):   # operator workloads first: a fused chain at full size is heavy
+            by_fam: dict[str, list[str]] = {}
+            for w in names:
+                if info[w][0] == fused:
+                    by_fam.setdefault(info[w][2], []).append(w)
+            while len(out) < limit and any(by_fam.values()):
+                for fam in sorted((f for f in by_fam if by_fam[f]), key=lambda f: names.index(by_fam[f][0])):
+                    if len(out) < limit:
+                        out.append(by_fam[fam].pop(0))
+        return sorted(out)
+
+
+def _us(s: float) -> str:
+    return f"{s * 1e6:.3g} µs"
+
+
+def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]] | None = None,
+           max_kernels: int | None = 10, floor_s: float = 20e-6, ceiling_s: float | None = 0.2,
+           max_per_family: int | None = 3, estimates: Mapping[str, Optional[float]] | None = None) -> Selection:
+    times = dict(times or {})
+    est = dict(estimates) if estimates is not None else {}
+    status: dict[str, str] = {}
+    unsched: dict[str, Optional[float]] = {}
+    tval: dict[str, float] = {}
+    tall: dict[str, float] = {}
+    pool = []
+    for k in kernels:
+        if not k.raise_ok:
+            status[k.kernel_id] = "not_raised: the kernel did not raise to LEIR and check"
+            continue
+        t = times.get(k.kernel_id)
+        measured = t is not None
+        if t is None:
+            t = est[k.kernel_id] if k.kernel_id in est else estimate_s(k)
+        unsched[k.kernel_id] = t if measured else None
+        if t is None:
+            status[k.kernel_id] = "unmeasured: no timing and no estimate"
+            continue
+        tall[k.kernel_id] = t
+        src = "measured" if measured else "estimated"
+        if t < floor_s:
+            status[k.kernel_id] = f"below_time_floor: {src} {_us(t)} < {_us(floor_s)}"
+            continue
+        if ceiling_s is not None and t > ceiling_s:
+            status[k.kernel_id] = f"above_time_ceiling: {src} {t * 1e3:.3g} ms > {ceiling_s * 1e3:.3g} ms"
+            continue
+        tval[k.kernel_id] = t
+        pool.append((-(k.weight * t), k.kernel_id, k))
+    pool.sort(key=lambda x: (x[0], x[1]))
+    fam = {k.kernel_id: kernel_family(k) for _, _, k in pool}
+    chosen: list[KernelRecord] = []
+    per: dict[str, int] = {}
+    limit = max_kernels if max_kernels else len(pool)
+    for _, kid, k in pool:
+        if len(chosen) >= limit:
+            break
+        if max_per_family and per.get(fam[kid], 0) >= max_per_family:
+            continue
+        chosen.append(k)
+        per[fam[kid]] = per.get(fam[kid], 0) + 1
+    if len(chosen) < limit:   # fewer families than slots: fill with the best of the rest
+        ids = {k.kernel_id for k in chosen}
+        chosen += [k for _, kid, k in pool if kid not in ids][:limit - len(chosen)]
+        chosen.sort(key=lambda k: (-(k.weight * tval[k.kernel_id]), k.kernel_id))
+    ids = {k.kernel_id for k in chosen}
+    for rank, (_, kid, k) in enumerate(pool):
+        if kid in ids:
+            status[kid] = f"searched: rank {rank + 1}, family {fam[kid]}"
+        else:
+            status[kid] = f"not_selected: rank {rank + 1}, family {fam[kid]}"
+    out = [k.model_copy(update={"search_status": status.get(k.kernel_id, ""),
+                                "unscheduled_s": unsched.get(k.kernel_id)}) for k in kernels]
+    by_id = {k.kernel_id: k for k in out}
+    return Selection([by_id[k.kernel_id] for k in chosen], out,
+                     {kid: st for kid, st in status.items() if not st.startswith("searched")}, tall)
+
+
+__all__ = ["Selection", "select", "kernel_family", "estimate_s"]

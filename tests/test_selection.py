@@ -1,0 +1,64 @@
+"""Which kernels a release searches: weight x unscheduled time, a time floor, families."""
+
+from __future__ import annotations
+
+from steptp.records import KernelRecord, Occurrence
+from steptp.search.selection import kernel_family, select
+
+
+def _k(kid, name, workloads, weight=1):
+    occ = [Occurrence(workload=w, suite=s, count=weight) for w, s in workloads]
+    return KernelRecord(kernel_id=kid, name=name, leir="", leir_hash=kid, tir_hash="", signature=[],
+                        occurrences=occ, weight=weight, flops=1, bytes_moved=1, tvmscript="", target="cpu",
+                        raise_ok=True)
+
+
+KS = [
+    _k("k_reshape", "reshape2", [("bert", "arch")], weight=12),          # many calls, 25 ns each
+    _k("k_mm_tiny", "matmul", [("matmul_square", "ops")], weight=1),     # 16x16: 2 µs
+    _k("k_mm", "matmul", [("matmul_square", "ops")], weight=1),          # 512x512: 30 ms
+    _k("k_ln", "layer_norm", [("layernorm", "ops")], weight=1),
+    _k("k_conv", "conv2d", [("conv2d", "ops")], weight=1),
+    _k("k_conv2", "fused_conv2d_add", [("resnet", "arch")], weight=3),
+    _k("k_conv3", "fused_conv2d_add1", [("resnet", "arch")], weight=3),
+    _k("k_sm", "softmax", [("softmax", "ops")], weight=1),
+    _k("k_huge", "matmul", [("matmul_transposed_b", "ops")], weight=1),
+    _k("k_bert_mm", "fused_matmul_add2", [("bert", "arch")], weight=8),  # 5 µs: below the floor
+]
+TIMES = {"k_reshape": 25e-9, "k_mm_tiny": 2e-6, "k_mm": 30e-3, "k_ln": 2e-3, "k_conv": 8e-3, "k_conv2": 1e-3,
+         "k_conv3": 0.9e-3, "k_sm": 5e-3, "k_huge": 3.0, "k_bert_mm": 5e-6}
+
+
+def test_rank_by_weight_times_time_with_floor_ceiling_and_family_cap():
+    sel = select(KS, TIMES, max_kernels=5, floor_s=20e-6, ceiling_s=0.2, max_per_family=2)
+    chosen = [k.kernel_id for k in sel.chosen]
+    # weight x time: the 30 ms matmul first, the 12 x 25 ns reshapes not at all
+    assert chosen[0] == "k_mm" and "k_reshape" not in chosen
+    st = {k.kernel_id: k.search_status for k in sel.kernels}
+    assert st["k_reshape"].startswith("below_time_floor") and st["k_bert_mm"].startswith("below_time_floor")
+    assert st["k_huge"].startswith("above_time_ceiling")
+    # three conv kernels are candidates, the family cap keeps two so that softmax and norm get in
+    assert sum(kernel_family(k) == "conv" for k in sel.chosen) == 2
+    assert {"k_sm", "k_ln"} <= set(chosen)
+    assert len({kernel_family(k) for k in sel.chosen}) >= 4
+    assert {k.kernel_id: k.unscheduled_s for k in sel.kernels}["k_mm"] == 30e-3
+    assert st["k_conv3"].startswith("not_selected")
+    # deterministic, and the order of the input does not matter
+    again = select(KS[::-1], TIMES, max_kernels=5, floor_s=20e-6, ceiling_s=0.2, max_per_family=2)
+    assert [k.kernel_id for k in again.chosen] == chosen
+
+
+def test_weight_alone_would_pick_the_reshapes():
+    # without the floor, weight x time still ranks the 25 ns reshapes last ...
+    sel = select(KS, TIMES, max_kernels=None, floor_s=0, ceiling_s=None, max_per_family=None)
+    assert [k.kernel_id for k in sel.chosen][-1] == "k_reshape"
+    assert [k.kernel_id for k in sel.chosen][0] == "k_huge"
+
+
+def test_larger_workloads_are_operator_workloads_below_the_floor():
+    sel = select(KS, TIMES, max_kernels=5, floor_s=20e-6, ceiling_s=0.2, max_per_family=2)
+    # matmul_square has a kernel above the floor (k_mm); bert is an architecture: neither
+    assert sel.larger_workloads() == []
+    sel = select([k for k in KS if k.kernel_id != "k_mm"], TIMES, max_kernels=5, floor_s=20e-6)
+    assert sel.larger_workloads() == ["matmul_square"]
+    assert kernel_family(KS[1]) == "matmul" and kernel_family(KS[5]) == "conv"
