@@ -10,7 +10,8 @@ matmul/conv workloads at default size.
 
 The search's own figures are the minimum over many single measurements, so they flatter the
 best program. The speedups quoted here come from re-measuring the unscheduled kernel and the
-best program after the search with the same protocol, interleaved (``measure_interleaved``);
+best program after the search with the same protocol, interleaved and uncached
+(``steptp.measure.significance.interleaved``, the re-timing the release uses);
 both are printed (``search x`` is the search's own figure, ``speedup`` the re-measured one).
 """
 
@@ -42,8 +43,9 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the per-kernel figures as JSON")
     args = ap.parse_args()
 
-    from steptp.leir import parse
-    from steptp.measure.timing import measure_interleaved, torch_eager_baseline
+    from steptp.leir import format_program
+    from steptp.measure.significance import interleaved, uncached_timer
+    from steptp.measure.timing import torch_eager_baseline
     from steptp.search import Budget, default_evaluator, search_kernel
     from steptp.search.batch import write
 
@@ -68,7 +70,14 @@ def main() -> None:
             print(f"{name:28s} failed: {res.error}")
             continue
         tr = res.trajectory
-        base_t, best_t = measure_interleaved([prog, parse(tr.final_leir)], ev.target, ev.config)
+        timer = uncached_timer(ev.target, ev.config)
+        try:
+            base_t, best_t = interleaved(timer, [format_program(prog), tr.final_leir], rounds=5)
+        finally:
+            timer.close()
+        if base_t is None or best_t is None:
+            print(f"{name:28s} re-timing failed")
+            continue
         torch_s = float("nan")
         if not args.no_torch:
             try:

@@ -5,8 +5,8 @@ in one run: our best time / MetaSchedule's best time per kernel, and the geometr
         --size default --budget 64
 
 Both best programs and the unscheduled kernel are re-measured after tuning with the same
-protocol, interleaved (``steptp.measure.timing.measure_interleaved``: A, B, C, A, B, C, ...;
-same thread count), so drift hits all three alike. MetaSchedule uses the recipe of /work/shared/notes/tvm-0.27.md (a build function
+protocol, interleaved and uncached (``steptp.measure.significance.interleaved``: A, B, C, A, B,
+C, ...; same thread count), so drift hits all three alike. MetaSchedule uses the recipe of /work/shared/notes/tvm-0.27.md (a build function
 that skips the slow tensor-intrinsic import). Goal (issue 5): geomean ratio <= 1.25.
 """
 
@@ -63,7 +63,8 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
-    from steptp.measure.timing import measure_interleaved
+    from steptp.leir import format_program
+    from steptp.measure.significance import interleaved, uncached_timer
     from steptp.search import Budget, default_evaluator, search_kernel
     from steptp.tir.lower import lower
 
@@ -82,8 +83,6 @@ def main() -> None:
         if res.trajectory is None:
             print(f"{name:24s} our search failed: {res.error}")
             continue
-        from steptp.leir import parse
-
         t0 = time.perf_counter()
         try:
             tuned = metaschedule(lower(prog, ev.target), ev.target, args.budget)
@@ -91,8 +90,15 @@ def main() -> None:
             print(f"{name:24s} MetaSchedule failed: {type(e).__name__}: {e}")
             continue
         ms_wall = time.perf_counter() - t0
-        base_t, ours_t, ms_t = measure_interleaved(
-            [prog, parse(res.trajectory.final_leir), tuned], ev.target, ev.config)
+        timer = uncached_timer(ev.target, ev.config)
+        try:
+            base_t, ours_t, ms_t = interleaved(
+                timer, [format_program(prog), res.trajectory.final_leir, tuned.script()], rounds=5)
+        finally:
+            timer.close()
+        if None in (base_t, ours_t, ms_t):
+            print(f"{name:24s} re-timing failed")
+            continue
         ours, ms_s = ours_t.median_s, ms_t.median_s
         row = {"workload": name, "kernel_id": kid, "baseline_s": base_t.median_s,
                "ours_spread": ours_t.spread, "ms_spread": ms_t.spread,

@@ -196,25 +196,6 @@ def measure(program: Any, target=None, config: MeasureConfig | None = None) -> T
     return repeat_until_quiet(repeats, number, config)
 
 
-def measure_interleaved(programs: Sequence[Any], target=None, config: MeasureConfig | None = None,
-                        rounds: int | None = None) -> list[Timing]:
-    """Time several kernels against each other: build each once, calibrate each, then take the
-    repeats in rounds, one repeat of each kernel per round (A, B, A, B, ...), so that drift of
-    the machine (another job, clocks, thermals) hits every kernel alike. Use it wherever two
-    timings are compared to quote a ratio (a baseline and a best program). ``rounds`` defaults
-    to ``config.repeats``. Runs in this process."""
-    from ..tir import build as B
-
-    target, config = _resolve(target, config)
-    rounds = int(rounds or config.repeats)
-    prepared = [_prepare(p, target, config) for p in programs]
-    samples: list[list[float]] = [[] for _ in prepared]
-    for _ in range(rounds):
-        for k, (built, inputs, number) in enumerate(prepared):
-            samples[k].append(B.time(built, inputs, number=number, repeat=1).median)
-    return [summarize(xs, p[2], config.max_spread) for xs, p in zip(samples, prepared)]
-
-
 def measure_isolated(program: str, target=None, config: MeasureConfig | None = None) -> Timing:
     """``measure`` in a fresh isolated worker (for one-off use; ``Measurer`` reuses workers)."""
     from .service import Measurer
