@@ -62,6 +62,13 @@ def release(tmp_path_factory):
     from _release_records import dataset
 
     ks, ss, ts = dataset()
+    # a candidate that failed verification (the verifier no longer rejects any of the walk's
+    # correct ones), as the search records it: kept as a negative with its reason
+    first = next(s for s in ss if s.verified)
+    ss.append(first.model_copy(update={
+        "verified": False, "outcome": "failed_verify", "after": None, "step_speedup": None,
+        "cumulative_speedup": None, "params": {**first.params, "deliberately": "wrong"},
+        "cot": {}, "reason": "seed 0 (standard normal inputs): output D: 3 of 8 elements differ"}))
     res = curate(ks, ss, ts, CurateConfig())
     d = tmp_path_factory.mktemp("exp")
     write_curated(res, d / "cur", ks, ts)
