@@ -36,6 +36,8 @@ REASONS: dict[str, str] = {
     "too_long": "the chat example exceeds the token limit",
     "neutral": "not significantly faster, and nothing measured through it is (a negative)",
     "regressing": "significantly slower, and nothing measured through it is faster (a negative)",
+    "prediction_disagrees": "its reasoning's cost-model prediction is contradicted by the "
+                            "measurement (a right step for a wrong stated reason; pairs/rewards)",
     "duplicate": "the canonical (before, after) pair is already in the release",
     "alternative": "another child of the same program is the SFT answer to this prompt (pairs)",
     "unknown_kernel": "the step's kernel is not in the kernels table",
@@ -350,6 +352,13 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
                     code, detail = "noisy", _spread_problem(s, rule.max_spread) or "paired re-timing too noisy"
                 else:
                     code, detail = s.role, s.role_detail
+            elif (s.cot or {}).get("measured", {}).get("prediction_agrees") is False:
+                # the reasoning states the cost model's prediction (no hindsight); an SFT answer
+                # whose stated expectation the measurement contradicts would teach the wrong why
+                m = s.cot["measured"]
+                code, detail = "prediction_disagrees", (
+                    f"the reasoning predicts {m.get('predicted_direction')}, the measurement says "
+                    f"{m.get('direction')} ({s.step_speedup:.3g}x)")
             elif (k := (_canon(s.before_leir), _canon(s.after_leir))) in pairs_seen:
                 o = pairs_seen[k]
                 code, detail = "duplicate", f"same as {o.trajectory_id}:{o.step_index}"
