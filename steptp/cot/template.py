@@ -353,7 +353,14 @@ class TemplateWriter:
                             f"traversal order changes.",
                             f"tiling by {fs} leaves the {_fmt_bytes(a.reuse_bytes)} between uses of "
                             f"`{a.text}` as it is.")
-            claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
+            claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses
+                          if a.reuse_loop is None)
+            if any(a.reuse_loop is not None for a in sf.accesses):
+                # only an accumulator the nest writes stays put: no read comes back
+                return pick(f"tiles of {fs} only change the traversal order: no read of this nest "
+                            f"is reused, so nothing is kept for later.",
+                            f"tiling by {fs}; with no read reused in this nest it changes the order "
+                            f"in which lines are touched, nothing more.")
             return pick(f"tiles of {fs} only change the traversal order: there is no reuse in this "
                         f"nest, so nothing is kept for later.",
                         f"tiling by {fs}; with no reuse in this nest it changes the order in which "
