@@ -66,3 +66,28 @@ def test_static_outcomes():
     j, cand = judge(other.strategy, good, dict(other.params), other.site.to_json())
     assert j.legal and j.faithful is False and cand == good and j.exactness == "algebraic"
     assert json.loads(json.dumps(site)) == site
+
+
+@pytest.mark.slow
+def test_cli_errors_name_the_input(tmp_path):
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "steptp.cli", "eval", *args], capture_output=True,
+                              text=True, cwd=tmp_path, timeout=120)
+
+    r = run()
+    assert r.returncode == 2 and "give exactly one input" in r.stderr
+    (tmp_path / "bad.leir").write_text("kernel k(A: f32[4]) -> B: f32[4]\n  B[i] = A[i] +\n")
+    r = run("--leir", "bad.leir", "--policy", "random")
+    assert r.returncode == 2 and "bad.leir: invalid LEIR" in r.stderr
+    (tmp_path / "k.leir").write_text(MM)
+    r = run("--leir", "k.leir", "--policy", "replay")
+    assert r.returncode == 2 and "replay policy needs a release" in r.stderr
+    r = run("--leir", "k.leir", "--policy", "openai", "--model", "m")
+    assert r.returncode == 2 and "OPENAI_API_KEY is not set and no --base-url" in r.stderr
+    (tmp_path / "p.yaml").write_text("eval:\n  sampels: 2\n")
+    r = run("--leir", "k.leir", "--params", "p.yaml")
+    assert r.returncode == 2 and "unknown keys sampels" in r.stderr
+    assert not (tmp_path / "eval").exists()  # nothing half-written

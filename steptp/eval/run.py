@@ -42,6 +42,8 @@ def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out
     from ..measure.service import Measurer
     from ..search.evaluator import search_config, set_threads
 
+    # policies first: a missing key or model is an error before anything is written
+    pols = dict(policies) if isinstance(policies, Mapping) else build_policies(policies, inputs, seed, llm)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(out / "eval.log")
@@ -55,7 +57,6 @@ def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out
         if on_progress is not None:
             on_progress(msg)
 
-    pols = dict(policies) if isinstance(policies, Mapping) else build_policies(policies, inputs, seed, llm)
     own = measurer is None
     if own:
         threads = set_threads(None)
