@@ -114,6 +114,18 @@ def test_random_below_search(kernel, measurer, tmp_path):
     assert p["search"]["multi"]["fast_p"]["1.5"] == 1.0
 
 
+@pytest.mark.slow
+def test_beam_keeps_the_fastest_states(kernel, measurer, tmp_path):
+    evaluate(from_leir([kernel]), ["search"], tmp_path / "b",
+             EvalConfig(mode="beam", samples=2, steps=2, width=2), measurer=measurer)
+    rows = pl.read_parquet(tmp_path / "b/proposals.parquet")
+    # depth 0: the root expanded with 2 proposals; depth 1: both verified children, 2 each
+    assert rows.group_by("depth").len().sort("depth")["len"].to_list() == [2, 4]
+    k = pl.read_parquet(tmp_path / "b/kernels.parquet").to_dicts()[0]
+    fastest = rows.filter(pl.col("outcome") == "verified")["after_s"].min()
+    assert k["final_s"] == pytest.approx(fastest) and k["final_speedup"] == pytest.approx(k["baseline_s"] / fastest)
+
+
 # ---------------------------------------------------------------------------- LLM policies
 def _replies():
     p = parse(MM)

@@ -26,6 +26,8 @@ from .judge import OUTCOMES
 
 FAST_P = (1.0, 1.5, 2.0, 5.0)
 ALL_OUTCOMES = OUTCOMES
+_COLORS = {"unparsable": "#9e9e9e", "bad_signature": "#ff9800", "illegal": "#9c27b0",
+           "failed_verification": "#e53935", "timeout": "#795548", "verified": "#43a047"}
 
 
 def _geomean(xs: Sequence[float]) -> Optional[float]:
@@ -159,7 +161,7 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
         for p in policies:
             pr = [r for r in rows if r["policy"] == p]
             vals.append(sum(1 for r in pr if r["outcome"] == o) / max(1, len(pr)))
-        ax.bar(policies, vals, bottom=bottom, label=o)
+        ax.bar(policies, vals, bottom=bottom, label=o, color=_COLORS.get(o))
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylabel("share of proposals")
     ax.set_title("outcomes")
