@@ -4,14 +4,12 @@ SDKs driven through their real HTTP layer (a loopback OpenAI chat-completions se
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
-import time
 
 import httpx2
 import polars as pl
 import pytest
+from _openai_server import OpenAIServer
 
 from steptp import strategies as S
 from steptp.cot.schema import answer_json
@@ -147,53 +145,15 @@ def _replies():
     ]
 
 
-class _OpenAIServer(http.server.ThreadingHTTPServer):
-    """Speaks POST /v1/chat/completions; answers the queued replies in order ("SLEEP": never in time)."""
-
-    def __init__(self, replies):
-        self.replies, self.requests, self.lock = list(replies), [], threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *a):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        with self.server.lock:
-            self.server.requests.append((self.path, dict(self.headers), body))
-            text = self.server.replies.pop(0)
-        if text == "SLEEP":
-            time.sleep(3)
-        out = json.dumps({"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-                          "choices": [{"index": 0, "finish_reason": "stop",
-                                       "message": {"role": "assistant", "content": text}}],
-                          "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}).encode()
-        try:
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-        except OSError:  # the client gave up (the timeout case)
-            pass
-
-
 @pytest.mark.slow
 def test_openai_policy_outcomes(kernel, measurer, tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     want = _replies()
-    srv = _OpenAIServer([t for _, t in want])
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    try:
-        llm = {"model": "my-sft", "base_url": f"http://127.0.0.1:{srv.server_address[1]}/v1",
-               "timeout_s": 1.0, "max_retries": 0, "cache_dir": str(tmp_path / "llm")}
+    with OpenAIServer([t for _, t in want]) as srv:
+        llm = {"model": "my-sft", "base_url": srv.base_url, "timeout_s": 1.0, "max_retries": 0,
+               "cache_dir": str(tmp_path / "llm")}
         s = evaluate(from_leir([kernel]), ["openai"], tmp_path / "o", EvalConfig(samples=len(want)),
                      measurer=measurer, llm=llm)
-    finally:
-        srv.shutdown()
     rows = pl.read_parquet(tmp_path / "o/proposals.parquet").sort("sample").to_dicts()
     assert [r["outcome"] for r in rows] == [w.split("-")[0] for w, _ in want[:2]] + [
         "verified", "failed_verification", "timeout", "verified"]

@@ -8,9 +8,10 @@ A reply may wrap the JSON in a Markdown fence or put text around it; the first J
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..llm.jsontext import first_json_object
 
 ANSWER_KEYS = ("strategy", "site", "params", "program")
 
@@ -29,18 +30,10 @@ class Answer:
 
 
 def _first_object(text: str) -> dict[str, Any]:
-    dec = json.JSONDecoder()
-    i = text.find("{")
-    last_error = "no JSON object"
-    while i >= 0:
-        try:
-            obj, _ = dec.raw_decode(text, i)
-            if isinstance(obj, dict):
-                return obj
-        except ValueError as e:
-            last_error = f"invalid JSON at character {i}: {e}"
-        i = text.find("{", i + 1)
-    raise ReplyError(last_error)
+    try:
+        return first_json_object(text)
+    except ValueError as e:
+        raise ReplyError(str(e)) from None
 
 
 def parse_reply(text: str) -> Answer:
