@@ -34,12 +34,14 @@ class NoReply(RuntimeError):
 
 
 def _measurer(cache: Optional[str]):
+    from steptp.eval.run import MEMORY_LIMIT_MB
     from steptp.measure.service import Measurer
     from steptp.search.evaluator import search_config, set_threads
 
     key = str(cache)
     if key not in _MEASURERS:
-        _MEASURERS[key] = Measurer(None, search_config(set_threads(None)), cache=cache or True)
+        _MEASURERS[key] = Measurer(None, search_config(set_threads(None)), cache=cache or True,
+                                    memory_limit_mb=MEMORY_LIMIT_MB)
     return _MEASURERS[key]
 
 
@@ -70,7 +72,10 @@ def _check_replies(loop, final: bool) -> None:
 def judge_state(policy: str, spec: dict[str, Any], cfg: dict[str, Any], state: dict[str, Any],
                 cache: Optional[str], sft_rows: list[dict[str, Any]], final: bool = False) -> list[dict]:
     loop = _loop(policy, spec, cfg, cache, sft_rows)
-    loop.single([_state(state)])
+    try:
+        loop.single([_state(state)])
+    finally:
+        loop.judge.close()
     _check_replies(loop, final)
     return loop.rows
 
@@ -81,7 +86,10 @@ def judge_kernel(policy: str, spec: dict[str, Any], cfg: dict[str, Any], root: d
                  final: bool = False) -> tuple[list[dict], list[dict]]:
     loop = _loop(policy, spec, cfg, cache, sft_rows)
     st = _state(root)
-    loop.multi([st], {st.kernel_id: best} if best else {})
+    try:
+        loop.multi([st], {st.kernel_id: best} if best else {})
+    finally:
+        loop.judge.close()
     _check_replies(loop, final)
     return loop.rows, loop.kernels
 

@@ -19,6 +19,7 @@ from steptp.eval.run import evaluate
 from steptp.export import chat
 from steptp.leir import format_program, parse
 from steptp.measure.service import Measurer
+from steptp.measure.significance import interleaved, uncached_timer
 from steptp.measure.timing import MeasureConfig
 from steptp.records import StepRecord, table, write_table
 
@@ -60,6 +61,11 @@ def release(tmp_path_factory):
     with Measurer(config=FAST, cache=d / "build-cache.sqlite") as m:
         assert all(v.passed for v in m.verify_many([(texts[0], t) for t in texts[1:]]))
         t = [o.timing for o in m.time_many(texts)]
+        timer = uncached_timer(m.target, FAST)  # paired, as the release re-times its steps
+        try:
+            paired = [interleaved(timer, texts[i:i + 2], 3) for i in range(2)]
+        finally:
+            timer.close()
     kid = "k0"
     steps = []
     for i, c in enumerate((c1, c2)):
@@ -69,7 +75,8 @@ def release(tmp_path_factory):
             site=c.site.to_json(), params=dict(c.params), outcome="improved", verified=True,
             before=t[i], after=t[i + 1], step_speedup=t[i].median_s / t[i + 1].median_s,
             cumulative_speedup=t[0].median_s / t[i + 1].median_s, target="cpu",
-            cot_text="<think>\nrecorded reasoning\n</think>", role="improving"))
+            cot_text="<think>\nrecorded reasoning\n</think>", role="improving",
+            paired_before=paired[i][0], paired_after=paired[i][1]))
     (d / "data").mkdir()
     write_table(pl.DataFrame({"kernel_id": [kid], "leir": [texts[0]], "raise_ok": [True],
                               "split": ["test"]}), d / "data/kernels.parquet")
@@ -89,12 +96,18 @@ def test_replay_reproduces_the_release(release, measurer, tmp_path):
     s = evaluate(inp, ["replay"], tmp_path / "r", EvalConfig(), measurer=measurer)
     r = s["policies"]["replay"]
     assert r["proposals"] == 2 and r["verified_rate"] == 1.0 and r["faithful_rate"] == 1.0
-    assert r["reproduced_rate"] == 1.0, pl.read_parquet(tmp_path / "r/proposals.parquet").select(
-        "step_speedup", "recorded_step_speedup").to_dicts()
+    rows = pl.read_parquet(tmp_path / "r/proposals.parquet")
+    assert r["reproduced_rate"] == 1.0, rows.select("paired_step_speedup", "recorded_paired_step_speedup",
+                                                    "step_speedup", "recorded_step_speedup").to_dicts()
+    assert rows["paired_step_speedup"].null_count() == 0
     # multi-step chain follows the recorded trajectory to its end, then stops (no row for the end state)
     s = evaluate(inp, ["replay"], tmp_path / "m", EvalConfig(mode="chain", steps=4), measurer=measurer)
     k = pl.read_parquet(tmp_path / "m/kernels.parquet").to_dicts()[0]
-    assert k["steps"] == 2 and k["path"] == ["loop_reorder", "loop_split"] and k["proposals"] == 2
+    m = pl.read_parquet(tmp_path / "m/proposals.parquet").sort("depth")
+    assert m["strategy"].to_list() == ["loop_reorder", "loop_split"] and m["chosen"].all()
+    # the final state is the fastest along the path (the recorded split is about neutral)
+    assert k["proposals"] == 2 and k["path"] == ["loop_reorder", "loop_split"][:k["steps"]]
+    assert k["final_s"] == pytest.approx(m["after_s"].min())
     assert 0.5 < k["ratio_to_dataset_best"] < 2.0
     for f in ("summary.json", "report.md", "plots/outcomes.png", "plots/step_speedups.png",
               "plots/final_speedups.png"):

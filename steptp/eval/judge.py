@@ -75,6 +75,8 @@ class Judgement:
     faster: Optional[bool] = None
     verify_cached: Optional[bool] = None
     time_cached: Optional[bool] = None
+    paired_step_speedup: Optional[float] = None   # from interleaved re-timing (``retime``)
+    paired_spread: Optional[float] = None
 
     @property
     def verified(self) -> bool:
@@ -145,18 +147,40 @@ def static_judgement(state_prog: A.Program, original: A.Program, exactness: str,
 class Judge:
     """Judges replies at a state with one :class:`~steptp.measure.service.Measurer`."""
 
-    def __init__(self, measurer, seeds: Sequence[int] = (0, 1, 2), rule=None):
+    def __init__(self, measurer, seeds: Sequence[int] = (0, 1, 2), rule=None, retime_rounds: int = 3):
         from ..measure.significance import SignificanceRule
 
         self.measurer = measurer
         self.seeds = tuple(seeds)
         self.rule = rule or SignificanceRule()
+        self.retime_rounds = int(retime_rounds)
+        self._timer = None
+
+    def retime(self, before: str, after: str) -> tuple[Optional[float], Optional[float]]:
+        """(before / after, the larger spread) from interleaved, uncached re-timing: drift of the
+        machine between two timings taken apart divides out (as the release's paired timings)."""
+        from ..measure.significance import interleaved, uncached_timer
+
+        if self._timer is None:
+            self._timer = uncached_timer(self.measurer.target, self.measurer.config)
+        b, a = interleaved(self._timer, [before, after], self.retime_rounds)
+        if b is None or a is None or a.median_s <= 0:
+            return None, None
+        return b.median_s / a.median_s, max(b.spread, a.spread)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.close()
+            self._timer = None
 
     def time_state(self, program: str) -> tuple[Optional[Timing], str]:
         oc = self.measurer.time_many([program])[0]
         return oc.timing, (oc.reason or oc.status or "")
 
-    def judge_many(self, state: State, replies: Sequence[str]) -> list[Judgement]:
+    def judge_many(self, state: State, replies: Sequence[str],
+                   retime: Sequence[bool] = ()) -> list[Judgement]:
+        """``retime[k]``: also re-time reply k's program interleaved with the state's (when it
+        verifies and ``retime_rounds`` > 0)."""
         from ..leir import parse
         from ..measure.service import VerifyJob
 
@@ -198,6 +222,8 @@ class Judge:
                 j.faster = self.rule.faster(state.timing, t.timing)
             if state.baseline is not None and t.timing.median_s > 0:
                 j.speedup = state.baseline.median_s / t.timing.median_s
+            if self.retime_rounds > 0 and i < len(retime) and retime[i]:
+                j.paired_step_speedup, j.paired_spread = self.retime(state.program, j.program)
         return out
 
 

@@ -72,14 +72,19 @@ REPRODUCE_FLOOR = 0.10
 
 
 def _within_spread(measured: Optional[float], j: Judgement, state: State, p: Proposal) -> Optional[bool]:
-    """Does a replayed step reproduce its recorded step speedup? Within the larger of
-    ``REPRODUCE_FLOOR`` and twice the summed spreads of the four timings involved (recorded
-    before/after, now before/after)."""
-    rec = p.meta.get("recorded_step_speedup")
+    """Does a replayed step reproduce its recorded step speedup? The paired (interleaved)
+    figures are compared when both sides have them, else the plain timings; within the larger of
+    ``REPRODUCE_FLOOR`` and twice the summed spreads of the timings involved."""
+    rec = p.meta.get("recorded_paired_step_speedup") or p.meta.get("recorded_step_speedup")
+    if j.paired_step_speedup is not None and p.meta.get("recorded_paired_step_speedup"):
+        measured = j.paired_step_speedup
+        spreads = [p.meta.get("recorded_paired_spread") or 0.0, j.paired_spread or 0.0]
+    else:
+        rec = p.meta.get("recorded_step_speedup")
+        spreads = [p.meta.get("recorded_before_spread") or 0.0, p.meta.get("recorded_after_spread") or 0.0,
+                   state.timing.spread if state.timing else 0.0, j.after.spread if j.after else 0.0]
     if rec is None or measured is None or rec <= 0 or measured <= 0:
         return None
-    spreads = [p.meta.get("recorded_before_spread") or 0.0, p.meta.get("recorded_after_spread") or 0.0,
-               state.timing.spread if state.timing else 0.0, j.after.spread if j.after else 0.0]
     return abs(math.log(measured / rec)) <= math.log1p(max(REPRODUCE_FLOOR, 2 * sum(spreads)))
 
 
@@ -95,6 +100,8 @@ def _row(run: str, mode: str, policy: str, state: State, k: int, p: Proposal, j:
             "step_speedup": j.step_speedup, "speedup": j.speedup, "faster": j.faster,
             "max_abs_err": j.max_abs_err, "tokens": p.tokens, "reply_cached": p.cached,
             "recorded_step_speedup": p.meta.get("recorded_step_speedup"),
+            "paired_step_speedup": j.paired_step_speedup,
+            "recorded_paired_step_speedup": p.meta.get("recorded_paired_step_speedup"),
             "within_spread": _within_spread(j.step_speedup, j, state, p),
             "chosen": chosen, "program_hash": (canonical_hash(_parse(j.program))[:16] if j.program else ""),
             "reply": p.reply}
@@ -104,7 +111,7 @@ ROW_COLUMNS = (
     "run", "mode", "policy", "kernel_id", "state_id", "depth", "sample", "outcome", "reason",
     "strategy", "legal", "faithful", "exactness", "before_s", "after_s", "after_spread",
     "step_speedup", "speedup", "faster", "max_abs_err", "tokens", "reply_cached",
-    "recorded_step_speedup", "within_spread", "chosen", "program_hash", "reply")
+    "recorded_step_speedup", "paired_step_speedup", "recorded_paired_step_speedup", "within_spread", "chosen", "program_hash", "reply")
 KERNEL_COLUMNS = ("run", "mode", "policy", "kernel_id", "steps", "path", "proposals", "baseline_s",
                   "final_s", "final_speedup", "dataset_best_speedup", "ratio_to_dataset_best")
 
@@ -157,7 +164,9 @@ class Loop:
         props = pol.propose(state, n, offset=offset)
         budget.spend(props)
         have = [(k, p) for k, p in enumerate(props, start=offset) if p.error is None]
-        js = self.judge.judge_many(state, [p.reply for _, p in have]) if have else []
+        # proposals with a recorded speedup (replay) are re-timed interleaved to compare like with like
+        js = self.judge.judge_many(state, [p.reply for _, p in have],
+                                   [p.meta.get("recorded_step_speedup") is not None for _, p in have]) if have else []
         by_k = {k: j for (k, _), j in zip(have, js)}
         return [(k, p, by_k.get(k) or _no_reply(p)) for k, p in enumerate(props, start=offset)]
 
@@ -204,7 +213,7 @@ class Loop:
                             if c.state_id not in seen:  # each state expanded once
                                 seen.add(c.state_id)
                                 children.append(c)
-                            if width == 1:
+                            if width == 1 and children:  # chain: the fastest new state
                                 break
                     if not children:
                         break

@@ -18,6 +18,8 @@ from .policies.base import Policy, make_policy
 from .report import write_report
 
 log = logging.getLogger("steptp.eval")
+#: a model's program is untrusted: its verification and timing workers get a memory cap too
+MEMORY_LIMIT_MB = 4096
 
 
 def build_policies(names: Sequence[str], inputs: Inputs, seed: int = 0,
@@ -38,7 +40,7 @@ def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out
              measure_config=None, target=None, cache: Any = True, jobs: int = 1,
              verify_seeds: Sequence[int] = (0, 1, 2), llm: Mapping[str, Any] | None = None,
              measurer=None, on_progress: Optional[Callable[[str], None]] = None,
-             plots: bool = True) -> dict[str, Any]:
+             plots: bool = True, memory_limit_mb: Optional[int] = MEMORY_LIMIT_MB, retime_rounds: int = 3) -> dict[str, Any]:
     from ..measure.service import Measurer
     from ..search.evaluator import search_config, set_threads
 
@@ -60,9 +62,11 @@ def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out
     own = measurer is None
     if own:
         threads = set_threads(None)
-        measurer = Measurer(target, measure_config or search_config(threads), cache=cache, jobs=jobs)
+        measurer = Measurer(target, measure_config or search_config(threads), cache=cache, jobs=jobs,
+                            memory_limit_mb=memory_limit_mb)
     try:
-        loop = Loop(Judge(measurer, verify_seeds), pols, config, run or out.name, say)
+        judge = Judge(measurer, verify_seeds, retime_rounds=retime_rounds)
+        loop = Loop(judge, pols, config, run or out.name, say)
         roots = inputs.roots
         if config.mode == "single":
             loop.single(inputs.states)
@@ -77,6 +81,8 @@ def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out
                 "usage": {n: p.usage() for n, p in pols.items() if p.usage()}}
         summary = write_report(out, loop.rows, loop.kernels, meta, plots=plots)
     finally:
+        if "judge" in locals():
+            judge.close()
         for p in pols.values():
             p.close()
         if own:

@@ -33,5 +33,8 @@ class ReplayPolicy(Policy):
             meta = {"recorded_step_speedup": s.step_speedup, "recorded_kernel_id": s.kernel_id,
                     "recorded_before_spread": s.before.spread if s.before else None,
                     "recorded_after_spread": s.after.spread if s.after else None}
+            if s.paired_before is not None and s.paired_after is not None and s.paired_after.median_s > 0:
+                meta["recorded_paired_step_speedup"] = s.paired_before.median_s / s.paired_after.median_s
+                meta["recorded_paired_spread"] = max(s.paired_before.spread, s.paired_after.spread)
             out.append(Proposal(chat.assistant_turn(s), meta=meta))
         return out
