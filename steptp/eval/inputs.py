@@ -126,7 +126,10 @@ def from_leir(paths: Sequence[str | Path], target: str = "cpu", hardware: str = 
 
 
 def select(inputs: Inputs, max_kernels: Optional[int] = None, max_states: Optional[int] = None) -> Inputs:
-    roots = inputs.roots[:max_kernels] if max_kernels else inputs.roots
+    # kernels with release SFT states first: a cut keeps what replay can answer
+    with_states = {s.kernel_id for s in inputs.sft_steps}
+    ordered = sorted(inputs.roots, key=lambda r: r.kernel_id not in with_states)
+    roots = ordered[:max_kernels] if max_kernels else inputs.roots
     keep = {r.kernel_id for r in roots}
     states = [s for s in inputs.states if s.kernel_id in keep]
     return Inputs(roots, states[:max_states] if max_states else states, inputs.sft_steps,
