@@ -164,10 +164,12 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str,
 # ---------------------------------------------------------------------------- CoT
 @task(cache_policy=cache_policy("cot"), persist_result=True, retries=3, retry_delay_seconds=10)
 def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 2,
-            cache_dir: str | None = None) -> list[StepRecord]:
+            cache_dir: str | None = None, model: str | None = None,
+            base_url: str | None = None) -> list[StepRecord]:
     """The CoT of one trajectory's steps (``steptp.pipeline.cot_one``), describing the CPU the
     steps were timed on (as ``steptp cot --hardware host`` does)."""
-    return pipeline.cot_one(steps, writer, seed, max_retries, cache_dir, hardware="host")[0]
+    return pipeline.cot_one(steps, writer, seed, max_retries, cache_dir, hardware="host",
+                            model=model, base_url=base_url)[0]
 
 
 @flow(name="cot")

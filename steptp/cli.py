@@ -1004,6 +1004,64 @@ def apply(program: Path = typer.Argument(..., help="a LEIR file"),
         raise typer.Exit(1)
 
 
+@app.command("eval")
+def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a release folder: its "
+                                                 "split's kernels, SFT prompts and trajectories"),
+          split: Optional[str] = typer.Option(None, help="release split (default test)"),
+          kernels: Optional[Path] = typer.Option(None, "--kernels", help="any kernels table"),
+          leir: list[Path] = typer.Option([], "--leir", help="user LEIR kernels (repeatable)"),
+          policy: list[str] = typer.Option([], "--policy", help="openai, anthropic, replay, random, "
+                                           "search; repeat or comma-separate to compare side by side"),
+          model: Optional[str] = typer.Option(None, help="model name (openai / anthropic)"),
+          base_url: Optional[str] = typer.Option(None, "--base-url", help="an OpenAI-compatible "
+                                                 "server, e.g. http://localhost:8000/v1 (vLLM)"),
+          mode: Optional[str] = typer.Option(None, help="single (each prompt once) or multi (from "
+                                             "the unscheduled kernel, up to --steps)"),
+          multi: Optional[str] = typer.Option(None, help="multi-step search: chain or beam"),
+          samples: Optional[int] = typer.Option(None, min=1, help="proposals per state (best-of-n)"),
+          steps: Optional[int] = typer.Option(None, min=1, help="multi: steps per kernel"),
+          width: Optional[int] = typer.Option(None, min=1, help="beam width"),
+          max_proposals: Optional[int] = typer.Option(None, help="budget: proposals per kernel"),
+          max_tokens: Optional[int] = typer.Option(None, help="budget: LLM tokens per kernel"),
+          wall_s: Optional[float] = typer.Option(None, help="budget: wall seconds per kernel"),
+          temperature: Optional[float] = typer.Option(None, help="LLM sampling temperature"),
+          max_kernels: Optional[int] = typer.Option(None, help="only the first N kernels"),
+          seed: Optional[int] = typer.Option(None, help="seed of the random/search policies"),
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="reports go to OUT/<run>/ "
+                                             "(default eval)"),
+          run: Optional[str] = typer.Option(None, help="run name (default: policies and mode)"),
+          params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (its eval: section)"),
+          no_cache: bool = typer.Option(False, "--no-cache", help="re-verify and re-time everything")):
+    """Score policies in the closed loop: each proposes steps in the release's chat format, and
+    the verifier and timer that built the data judge them (unparsable, bad_signature, illegal,
+    failed_verification, timeout, verified + speedup). Writes OUT/<run>/proposals.parquet,
+    summary.json, report.md and plots/. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY only.
+
+    Examples: steptp eval --release releases/X --policy openai --model M --base-url URL;
+    steptp eval --kernels kernels.parquet --policy anthropic --model claude-sonnet-4-6 --mode multi
+    --steps 8; steptp eval --release releases/X --policy replay,random,search"""
+    from .eval.command import run_command
+    from .eval.inputs import EvalInputError
+    from .eval.report import markdown_table
+    from .llm.chat import LLMError
+
+    cli = {"split": split, "mode": mode, "multi": multi, "samples": samples, "steps": steps,
+           "width": width, "max_proposals": max_proposals, "max_tokens": max_tokens,
+           "wall_s": wall_s, "temperature": temperature, "max_kernels": max_kernels, "seed": seed,
+           "out": str(out) if out else None, "policies": list(policy)}
+    try:
+        summary, folder = run_command(release=release, kernels=kernels, leir=leir,
+                                      params=_load_params(params), cli=cli, model=model,
+                                      base_url=base_url, run=run, cache=not no_cache,
+                                      llm_cache_dir=None,
+                                      on_progress=lambda m: console.print(escape(m)))
+    except (EvalInputError, ValueError, LLMError) as e:
+        _err(f"steptp eval: {e}")
+        raise typer.Exit(2) from None
+    typer.echo(markdown_table(summary))
+    typer.echo(f"wrote {folder}/report.md, summary.json, proposals.parquet, plots/")
+
+
 def main() -> None:
     app()
 

@@ -91,8 +91,11 @@ def selection_args(p: Mapping[str, Any]) -> dict[str, Any]:
 
 def cot_args(p: Mapping[str, Any]) -> dict[str, Any]:
     c = _section(p, "cot")
-    return {"writer": str(c.get("writer", "template")), "seed": int(c.get("seed", seed(p))),
-            "max_retries": int(c.get("max_retries", 2)), "cache_dir": c.get("cache_dir")}
+    out = {"writer": str(c.get("writer", "template")), "seed": int(c.get("seed", seed(p))),
+           "max_retries": int(c.get("max_retries", 2)), "cache_dir": c.get("cache_dir")}
+    if out["writer"] == "openai":  # an OpenAI-compatible server (vLLM, SGLang, ...)
+        out.update(model=c.get("model"), base_url=c.get("base_url"))
+    return out
 
 
 def curate_config(p: Mapping[str, Any]):

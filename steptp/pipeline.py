@@ -152,21 +152,31 @@ def by_trajectory(steps: Sequence[StepRecord]) -> list[tuple[str, list[StepRecor
     return [(tid, sorted(groups[tid], key=lambda s: s.step_index)) for tid in sorted(groups)]
 
 
-def make_writer(writer: str, cache_dir: str | None = None):
-    """None = the template writer (offline, deterministic); ``anthropic`` = the LLM writer (reads
-    ANTHROPIC_API_KEY; responses cached under ``cache_dir``)."""
+def make_writer(writer: str, cache_dir: str | None = None, model: str | None = None,
+                base_url: str | None = None):
+    """None = the template writer (offline, deterministic); ``anthropic`` = the Anthropic writer
+    (reads ANTHROPIC_API_KEY); ``openai`` = a model behind an OpenAI-compatible server
+    (``model``, ``base_url``: a vLLM or SGLang endpoint). LLM responses are cached under
+    ``cache_dir``."""
     if writer == "template":
         return None
     if writer == "anthropic":
         from .cot.anthropic_writer import AnthropicWriter
 
         return AnthropicWriter(cache_dir=cache_dir)
-    raise ValueError(f"unknown cot writer {writer!r}: use template or anthropic")
+    if writer == "openai":
+        if not model:
+            raise ValueError("cot.writer openai needs cot.model (and cot.base_url for a local "
+                             "server) in params.yaml")
+        from .cot.openai_writer import OpenAIWriter
+
+        return OpenAIWriter(model, base_url=base_url, cache_dir=cache_dir)
+    raise ValueError(f"unknown cot writer {writer!r}: use template, anthropic or openai")
 
 
 def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 2,
-            cache_dir: str | None = None, hardware: str = "host"
-            ) -> tuple[list[StepRecord], dict[str, Any]]:
+            cache_dir: str | None = None, hardware: str = "host", model: str | None = None,
+            base_url: str | None = None) -> tuple[list[StepRecord], dict[str, Any]]:
     """The CoT of one trajectory's steps (validated, the template writer as the fallback).
     Unverified steps are passed through untouched. ``hardware``: the CPU the reasoning describes,
     ``host`` (this machine, where the steps were timed) or ``generic``."""
@@ -177,7 +187,8 @@ def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 
     # a search's rows form a tree: many rows share (trajectory_id, step_index); key by step_key
     todo = [s for s in steps if s.verified]
     hw = Hardware.current() if hardware == "host" else GENERIC
-    done, summary = write_cot(todo, make_writer(writer, cache_dir), max_retries=max_retries,
+    done, summary = write_cot(todo, make_writer(writer, cache_dir, model, base_url),
+                              max_retries=max_retries,
                               seed=seed, hardware=hw)
     by_key = {step_key(s): s for s in done}
     return [by_key.get(step_key(s), s) for s in steps], summary

@@ -26,10 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..records import StepRecord
@@ -82,109 +79,9 @@ class CotWriterError(RuntimeError):
     """An API call failed for good (after the SDK's retries). The message never holds the key."""
 
 
-# ============================================================================ redaction
-_KEY_SHAPE = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}")
-
-
-def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
-    for s in secrets:
-        if s:
-            text = text.replace(s, "[REDACTED]")
-    return _KEY_SHAPE.sub("[REDACTED]", text)
-
-
-class RedactingFilter(logging.Filter):
-    """Formats a record's message and removes the secrets from it (and from exception text)."""
-
-    def __init__(self, secrets: tuple[str, ...]):
-        super().__init__()
-        self.secrets = secrets
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            msg = record.getMessage()
-        except Exception:  # noqa: BLE001 - a broken record is still scrubbed as best we can
-            msg = str(record.msg)
-        record.msg, record.args = scrub(msg, self.secrets), None
-        if record.exc_info:
-            import traceback
-
-            record.exc_text = scrub("".join(traceback.format_exception(*record.exc_info)), self.secrets)
-            record.exc_info = None
-        return True
-
-
-_REDACTED_LOGGERS = ("steptp.cot", "anthropic", "anthropic._base_client", "anthropic._response",
-                     "httpx2", "httpx", "httpcore")
-
-
-def install_redaction(secret: str) -> None:
-    for name in _REDACTED_LOGGERS:
-        lg = logging.getLogger(name)
-        if not any(isinstance(f, RedactingFilter) and secret in f.secrets for f in lg.filters):
-            lg.addFilter(RedactingFilter((secret,)))
-
-
-# ============================================================================ accounting
-@dataclass
-class Meter:
-    """Requests, tokens and cost of one writer (thread-safe)."""
-
-    requests: int = 0
-    cache_hits: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cost_usd: float = 0.0
-    batches: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, usage: dict[str, Any], prices, factor: float = 1.0) -> float:
-        i = int(usage.get("input_tokens") or 0)
-        o = int(usage.get("output_tokens") or 0)
-        cr = int(usage.get("cache_read_input_tokens") or 0)
-        cw = int(usage.get("cache_creation_input_tokens") or 0)
-        cost = 0.0
-        if prices is not None:
-            cost = factor * (i * prices.input + o * prices.output + cr * prices.cache_read
-                             + cw * prices.cache_write) / 1e6
-        with self._lock:
-            self.requests += 1
-            self.input_tokens += i
-            self.output_tokens += o
-            self.cache_read_tokens += cr
-            self.cache_write_tokens += cw
-            self.cost_usd += cost
-        return cost
-
-    def hit(self) -> None:
-        with self._lock:
-            self.cache_hits += 1
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"requests": self.requests, "cache_hits": self.cache_hits, "batches": self.batches,
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cache_read_tokens": self.cache_read_tokens,
-                "cache_write_tokens": self.cache_write_tokens, "cost_usd": round(self.cost_usd, 8)}
-
-
-class _RateLimiter:
-    def __init__(self, per_minute: Optional[float], sleep: Callable[[float], None]):
-        self.interval = 60.0 / per_minute if per_minute else 0.0
-        self.next = 0.0
-        self.lock = threading.Lock()
-        self.sleep = sleep
-
-    def wait(self) -> None:
-        if not self.interval:
-            return
-        with self.lock:
-            now = time.monotonic()
-            delay = self.next - now
-            self.next = max(now, self.next) + self.interval
-        if delay > 0:
-            self.sleep(delay)
+# redaction and accounting live in the LLM client layer (shared with steptp.eval)
+from ..llm.meter import Meter, RateLimiter as _RateLimiter  # noqa: E402
+from ..llm.redact import RedactingFilter, install_redaction, scrub  # noqa: E402,F401
 
 
 # ============================================================================ prompt

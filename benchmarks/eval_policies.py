@@ -1,0 +1,67 @@
+"""The offline reference policies side by side: replay / random / search, judged by the
+verifier and timer that built the data, on a release's test split (default: the release
+``make run`` builds, ``releases/<name>-<version>`` from params.yaml).
+
+    python benchmarks/eval_policies.py                      # default release, single + chain
+    python benchmarks/eval_policies.py --release releases/X --samples 4 --steps 6
+    python benchmarks/eval_policies.py --leir steptp/examples/softmax.leir   # no release: random/search
+
+Prints, per mode, the report's table (parse / faithful / verified rates, step speedups,
+best-of-n, fast_p, final speedups and the ratio to the dataset's best trajectory) and where the
+full report was written. Expect: replay 100% verified and reproducing its recorded speedups;
+random below search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    import yaml
+
+    from steptp.eval.inputs import from_leir, from_release, select
+    from steptp.eval.loop import EvalConfig
+    from steptp.eval.report import markdown_table
+    from steptp.eval.run import evaluate
+
+    p = yaml.safe_load((ROOT / "params.yaml").read_text())
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--release", type=Path, default=ROOT / "releases" / f"{p['name']}-{p['version']}")
+    ap.add_argument("--leir", type=Path, nargs="*", default=[])
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--max-kernels", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=ROOT / "eval" / "benchmark")
+    a = ap.parse_args()
+    if a.leir:
+        inputs, policies = from_leir(a.leir), ["random", "search"]
+    else:
+        if not (a.release / "data" / "kernels.parquet").is_file():
+            sys.exit(f"{a.release}: no release there (build one with `make run`, or pass --leir FILES)")
+        inputs, policies = from_release(a.release, a.split), ["replay", "random", "search"]
+    inputs = select(inputs, a.max_kernels)
+    print(f"{inputs.source}: {len(inputs.roots)} kernels, {len(inputs.states)} single-step states")
+    for mode in ("single", "chain"):
+        t0 = time.monotonic()
+        s = evaluate(inputs, policies, a.out / mode, EvalConfig(mode=mode, samples=a.samples, steps=a.steps),
+                     seed=a.seed, on_progress=lambda m: print("  " + m, flush=True))
+        print(f"\n## {mode} ({time.monotonic() - t0:.0f} s; {a.out / mode}/report.md)\n")
+        print(markdown_table(s))
+        for name, ps in s["policies"].items():
+            if "reproduced_rate" in ps:
+                print(f"\n{name}: {100 * ps['reproduced_rate']:.0f}% of replayed steps reproduce the "
+                      "recorded step speedup within spread")
+        print()
+
+
+if __name__ == "__main__":
+    main()

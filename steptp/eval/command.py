@@ -1,0 +1,82 @@
+"""What ``steptp eval`` does, apart from option parsing (kept here so cli.py holds one command).
+
+Settings come from, in order: the command line, the ``eval:`` section of params.yaml, the
+defaults in ``DEFAULTS``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from .inputs import EvalInputError, Inputs, from_kernels, from_leir, from_release, select
+from .loop import EvalConfig
+
+DEFAULTS: dict[str, Any] = {"split": "test", "mode": "single", "multi": "chain", "samples": 1,
+                            "steps": 4, "width": 2, "seed": 0, "max_kernels": None,
+                            "max_states": None, "max_proposals": None, "max_tokens": None,
+                            "wall_s": None, "temperature": None, "reply_tokens": 4096,
+                            "timeout_s": 120.0, "policies": ["replay", "random", "search"],
+                            "out": "eval"}
+_RUN_NAME = re.compile(r"^[A-Za-z0-9._-]{1,80}$")
+
+
+def settings(cli: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict[str, Any]:
+    sec = dict((params or {}).get("eval") or {})
+    unknown = sorted(set(sec) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"params.yaml eval: unknown keys {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(DEFAULTS))}")
+    out = {**DEFAULTS, **sec}
+    out.update({k: v for k, v in cli.items() if v is not None and v != []})
+    return out
+
+
+def load_inputs(release: Optional[Path], kernels: Optional[Path], leir: Sequence[Path],
+                split: str) -> Inputs:
+    given = [x for x in (release, kernels, list(leir) or None) if x]
+    if len(given) != 1:
+        raise EvalInputError("give exactly one input: --release FOLDER, --kernels TABLE or --leir FILE...")
+    if release is not None:
+        return from_release(release, split)
+    if kernels is not None:
+        return from_kernels(kernels)
+    return from_leir(list(leir))
+
+
+def policy_names(values: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        out.extend(x.strip() for x in str(v).split(",") if x.strip())
+    return out
+
+
+def run_command(*, release, kernels, leir, params: Mapping[str, Any] | None, cli: Mapping[str, Any],
+                model: Optional[str], base_url: Optional[str], run: Optional[str],
+                cache: bool, llm_cache_dir: Optional[str], on_progress=None) -> tuple[dict, Path]:
+    from .run import evaluate
+
+    s = settings(cli, params)
+    pols = policy_names(s["policies"] if isinstance(s["policies"], list) else [s["policies"]])
+    if release is None and not cli.get("policies") and "replay" in pols:
+        pols = [p for p in pols if p != "replay"]  # replay needs a release's rows
+    inputs = select(load_inputs(release, kernels, leir, s["split"]), s["max_kernels"], s["max_states"])
+    mode = "single" if s["mode"] == "single" else s["multi"]
+    if s["mode"] not in ("single", "multi"):
+        raise ValueError(f"--mode {s['mode']!r}: single or multi")
+    cfg = EvalConfig(mode=mode, samples=int(s["samples"]), steps=int(s["steps"]), width=int(s["width"]),
+                     max_proposals=s["max_proposals"], max_tokens=s["max_tokens"], wall_s=s["wall_s"])
+    if run is None:
+        run = "-".join(pols) + f"-{mode}"
+    if not _RUN_NAME.match(run):
+        raise ValueError(f"--run {run!r}: letters, digits, '.', '_' and '-' only")
+    out = Path(s["out"]) / run
+    llm = {"model": model, "base_url": base_url, "temperature": s["temperature"],
+           "max_tokens": int(s["reply_tokens"]), "timeout_s": float(s["timeout_s"]),
+           "cache_dir": llm_cache_dir or str(Path(s["out"]) / "llm-cache")}
+    summary = evaluate(inputs, pols, out, cfg, run=run, seed=int(s["seed"]), cache=cache, llm=llm,
+                       on_progress=on_progress)
+    return summary, out
+
+
+__all__ = ["DEFAULTS", "settings", "load_inputs", "policy_names", "run_command"]

@@ -1,0 +1,96 @@
+"""One call for the CLI, the Prefect flow and the benchmark: ``evaluate(inputs, policies, ...)``.
+
+It opens ONE :class:`~steptp.measure.service.Measurer` (cached, fingerprinted, isolated
+workers with time and memory limits), builds the policies, runs the loop and writes the report
+to ``out`` (``eval/<run>/``). Progress goes to the ``steptp.eval`` logger and ``out/eval.log``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from .inputs import Inputs
+from .judge import Judge
+from .loop import EvalConfig, Loop
+from .policies.base import Policy, make_policy
+from .report import write_report
+
+log = logging.getLogger("steptp.eval")
+#: a model's program is untrusted: its verification and timing workers get a memory cap too
+MEMORY_LIMIT_MB = 4096
+
+
+def build_policies(names: Sequence[str], inputs: Inputs, seed: int = 0,
+                   llm: Mapping[str, Any] | None = None) -> dict[str, Policy]:
+    out: dict[str, Policy] = {}
+    for n in names:
+        if n in out:
+            continue
+        if n == "replay" and not inputs.sft_steps:
+            raise ValueError("the replay policy needs a release (--release): it answers with "
+                             "the release's own SFT rows")
+        out[n] = make_policy(n, steps=inputs.sft_steps, seed=seed, **dict(llm or {}))
+    return out
+
+
+def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out: str | Path,
+             config: EvalConfig = EvalConfig(), *, run: Optional[str] = None, seed: int = 0,
+             measure_config=None, target=None, cache: Any = True, jobs: int = 1,
+             verify_seeds: Sequence[int] = (0, 1, 2), llm: Mapping[str, Any] | None = None,
+             measurer=None, on_progress: Optional[Callable[[str], None]] = None,
+             plots: bool = True, memory_limit_mb: Optional[int] = MEMORY_LIMIT_MB, retime_rounds: int = 3) -> dict[str, Any]:
+    from ..measure.service import Measurer
+    from ..search.evaluator import search_config, set_threads
+
+    # policies first: a missing key or model is an error before anything is written
+    pols = dict(policies) if isinstance(policies, Mapping) else build_policies(policies, inputs, seed, llm)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(out / "eval.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    if log.level == logging.NOTSET or log.level > logging.INFO:
+        log.setLevel(logging.INFO)
+
+    def say(msg: str) -> None:
+        log.info("%s", msg)
+        if on_progress is not None:
+            on_progress(msg)
+
+    own = measurer is None
+    if own:
+        threads = set_threads(None)
+        measurer = Measurer(target, measure_config or search_config(threads), cache=cache, jobs=jobs,
+                            memory_limit_mb=memory_limit_mb)
+    try:
+        judge = Judge(measurer, verify_seeds, retime_rounds=retime_rounds)
+        loop = Loop(judge, pols, config, run or out.name, say)
+        roots = inputs.roots
+        if config.mode == "single":
+            loop.single(inputs.states)
+        else:
+            loop.multi(roots, inputs.dataset_best)
+        fp = measurer.fingerprint
+        meta = {"run": run or out.name, "source": inputs.source, "mode": config.mode,
+                "samples": config.samples, "steps": config.steps if config.mode != "single" else None,
+                "width": config.width if config.mode == "beam" else None, "seed": seed,
+                "hardware": (roots[0].hardware if roots else ""), "fingerprint": fp.id,
+                "target": measurer.target.key,
+                "usage": {n: p.usage() for n, p in pols.items() if p.usage()}}
+        summary = write_report(out, loop.rows, loop.kernels, meta, plots=plots)
+    finally:
+        if "judge" in locals():
+            judge.close()
+        for p in pols.values():
+            p.close()
+        if own:
+            measurer.close()
+        log.removeHandler(handler)
+        handler.close()
+    say(f"wrote {out}/summary.json, report.md, proposals.parquet")
+    return summary
+
+
+__all__ = ["evaluate", "build_policies"]
