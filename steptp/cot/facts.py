@@ -507,7 +507,12 @@ def element_counts(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
                 fl = fl[mask] if mask is not None else fl.reshape(-1)
                 flats.append(fl[fl >= 0])
         if flats is not None:
-            total += int(np.unique(np.concatenate([f.reshape(-1) for f in flats])).size) * isz
+            # element numbers lie in [0, t.size): a bitmap counts the distinct ones in linear
+            # time (np.unique sorts: it took 96 of 110 s of one trajectory's reasoning)
+            seen = np.zeros(max(int(t.size), 1), dtype=bool)
+            for f in flats:
+                seen[f.reshape(-1)] = True
+            total += int(np.count_nonzero(seen)) * isz
             touched += sum(int(f.size) for f in flats) * isz
             continue
         exact = False
