@@ -641,6 +641,14 @@ class LoopVectorization(_KindChange):
         outer, _ = _kinds_around(program, site.path)
         if "vectorized" in outer:
             return refuse(f"cannot vectorize {loop.var}: it is inside a vectorized loop")
+        st = loop.body[0]
+        if st.is_reduction and loop.var not in {v for i in st.index for v in A.free_vars(i)}:
+            # the lowering's own rule (tir.lower): whatever the dependence test concludes, lanes
+            # of a loop absent from the left-hand side would all update one element (found by
+            # the coverage benchmark: a candidate the test passed did not lower)
+            return refuse(f"cannot vectorize {loop.var}: it is a reduction axis of "
+                          f"`{format_stmt(st).strip()}` (every lane would update the same "
+                          f"{st.tensor} element)")
         return _carried_reason(program, site.path, loop, "vectorize")
 
 
