@@ -548,7 +548,9 @@ def main() -> int:
     from steptp.cot.run import template_counts
     from steptp.records import StepRecord
 
-    recs = [StepRecord.from_row(r) for r in rows]
+    # a release's data/steps.parquet adds split, step_key and sft: read the record's own fields
+    fields = set(StepRecord.model_fields)
+    recs = [StepRecord.from_row({k: v for k, v in r.items() if k in fields}) for r in rows]
     tc = template_counts(recs)
     total = sum(v[0] for v in tally.values())
     bad = sum(v[1] for v in tally.values())
