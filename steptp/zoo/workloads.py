@@ -49,7 +49,7 @@ TINY_SUITE: tuple[str, ...] = (
     "gemm_bias_gelu", "conv2d_bn_relu", "attention_block", "swiglu_mlp", "layernorm_residual",
     "bert", "resnet",
     "fused_attention_decode", "generalized_box_iou", "rlhf_token_kl", "gp_product_kernel",
-    "softmax_running_max",
+    "softmax_running_max", "gamma_nll",
 )
 
 SUITE_NAMES = ("ops", "fused", "arch", "leir", "user", "tiny", "default", "all")
