@@ -138,7 +138,7 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str,
     night = b.get("night")
     chosen, every = pipeline.choose_kernels(
         kernels, P.selection_args(p), P.extract_args(p), a["threads"],
-        extract_fn=lambda *x, **k: extract_kernels(*x, **k),
+        extract_fn=extract_kernels,
         time_fn=lambda ks, threads: time_unscheduled(ks, threads, night), log=_log)
     max_age = P.max_age_s(p)
     a.update(night=night,

@@ -216,30 +216,8 @@ def test_gather_bounds_follow_copies():
 
 
 # ----------------------------------------------------------------------------- KernelBench folders
-PROBLEM = '''
-import torch
-import torch.nn as nn
-
-M = 64
-N = 32
-
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-
-def get_inputs():
-    return [torch.randn(M, N)]
-
-
-def get_init_inputs():
-    return [N]
-'''
+PROBLEM = (__import__("pathlib").Path(__file__).parent / "fixtures" / "problems_bounds"
+           / "linear_relu.py").read_text()  # a linear + relu KernelBench-style problem
 
 
 def test_cli_extract_problems_folder_scaled(tmp_path):

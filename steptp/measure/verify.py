@@ -441,6 +441,16 @@ def compare_outputs(outs, got, want, exactness: str, rerun_alt, bounds=None, can
     return results
 
 
+def static_problem(cand_sig, ref_sig, cand_prog: A.Program | None, target) -> str | None:
+    """What is wrong with a candidate before it runs: a signature other than the reference's, or
+    (a LEIR candidate on a CPU) a racing parallel loop; None when nothing is."""
+    problem = _signature_problem(cand_sig, ref_sig)
+    if problem is None and cand_prog is not None and not target.is_gpu:
+        races = parallel_races(cand_prog)
+        problem = f"race: {races[0]}" if races else None
+    return problem
+
+
 def _reference_program(ref_prog, cand_prog):
     """The LEIR program whose error bound is the slack: the reference's, else the candidate's
     (an extracted kernel checked against TVM's own PrimFunc)."""
@@ -544,15 +554,10 @@ def verify(candidate, reference, exactness: str = "exact", target=None,
     except Exception as e:  # noqa: BLE001
         res.reason = f"signature: {type(e).__name__}: {e}"
         return res
-    problem = _signature_problem(cand_sig, ref_sig)
+    problem = static_problem(cand_sig, ref_sig, cand_prog, target)
     if problem:
         res.reason = problem
         return res
-    if cand_prog is not None and not target.is_gpu:
-        races = parallel_races(cand_prog)
-        if races:
-            res.reason = f"race: {races[0]}"
-            return res
     built = {}
     for role, k in (("candidate", cand_kernel), ("reference", ref_kernel)):
         try:

@@ -162,7 +162,7 @@ class InProcessEvaluator:
 
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
         from ..leir import parse
-        from ..measure.verify import _signature_problem, judge, parallel_races
+        from ..measure.verify import judge, static_problem
         from ..tir import build as B
 
         t0 = _time.perf_counter()
@@ -175,10 +175,7 @@ class InProcessEvaluator:
                                  status="failed_build", wall_s=_time.perf_counter() - t0)
         try:
             prog = parse(candidate)
-            problem = _signature_problem(B.program_signature(prog), ref_sig)
-            if not problem and not self.target.is_gpu:
-                races = parallel_races(prog)
-                problem = f"race: {races[0]}" if races else None
+            problem = static_problem(B.program_signature(prog), ref_sig, prog, self.target)
             if problem:
                 return VerifyOutcome(False, reason=problem, status="failed_verify",
                                      wall_s=_time.perf_counter() - t0)
