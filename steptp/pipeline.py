@@ -113,12 +113,14 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
     """Search one kernel; its steps, and its trajectory (none when the baseline failed). Then
     (``remeasure_rounds`` > 0) re-time, interleaved and uncached, the before/after pairs that
     decide a role near the significance margin (``rule``) and the trajectory's first and final
-    program, within about ``remeasure_seconds``."""
+    program, within about ``remeasure_seconds``. Those re-timings are remembered in the
+    measurement cache like single timings, so a second build of the same night decides alike."""
     from .curate.roles import confirm_roles, confirm_trajectory
-    from .measure.significance import SignificanceRule, uncached_timer
+    from .measure.significance import SignificanceRule, interleaved, remembered, uncached_timer
     from .search import Budget, default_evaluator, search_kernel
 
-    ev = default_evaluator(num_threads=threads, cache=measurement_cache(max_age_s, clock_offset_s, not_before))
+    cache = measurement_cache(max_age_s, clock_offset_s, not_before)
+    ev = default_evaluator(num_threads=threads, cache=cache)
     try:
         steps, traj = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
                                     seed, ev, max_actions=max_actions, on_progress=on_progress)
@@ -133,10 +135,12 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
         pairs = max(1, min(remeasure_pairs,
                            int(remeasure_seconds / (3 * remeasure_rounds * per))))
         timer = uncached_timer(ev.target, ev.config)
+        again = remembered(interleaved, cache, ev.target.key, ev.fingerprint, ev.config.hash)
         try:
             steps, n = confirm_roles(steps, timer, SignificanceRule(**(rule or {})),
-                                     remeasure_rounds, pairs)
-            traj = confirm_trajectory(traj, timer, roots[0].before_leir, remeasure_rounds)
+                                     remeasure_rounds, pairs, interleave=again)
+            traj = confirm_trajectory(traj, timer, roots[0].before_leir, remeasure_rounds,
+                                      interleave=again)
         finally:
             timer.close()
         log(f"search {kernel.name}: {len(steps)} steps, {n} role-deciding pairs re-timed "

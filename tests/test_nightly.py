@@ -372,6 +372,10 @@ def test_dvc_repro_equals_steptp_release_then_versioned_and_restored(tmp_path):
     _run(["git", "commit", "-qm", "project"], repo, env)
 
     _run([dvc, "repro"], repo, env, timeout=1800)
+    man = json.loads((repo / "release/manifest.json").read_text())
+    assert man["validation"]["success"] and man["counts"]["steps"] >= 1
+    assert (repo / "release/data_docs/index.html").is_file()
+    assert "up to date" in _run([dvc, "repro"], repo, env)     # nothing changed, nothing reruns
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "dvc repro"], repo, env)
     # the Prefect flow on the same params, reading the measurements dvc repro made

@@ -206,3 +206,39 @@ def test_retimed_sibling_stays_the_answer_when_the_search_measured_it_fastest():
     res = curate([k], [x, y], [], CurateConfig(require_cot=False))
     assert [s.after_leir for s in res.steps] == ["X"]
     assert res.steps[0].best_descendant_speedup == pytest.approx(0.8 / 0.55, rel=0.05)  # the re-timed gain
+
+
+def test_remembered_re_timings_decide_a_second_build_of_the_night_alike(tmp_path):
+    """``dvc repro`` and then the Prefect flow on the same night must decide on the same
+    interleaved re-timings, not on a second draw of the noise; the next night times again."""
+    from steptp.measure.cache import Cache
+    from steptp.measure.significance import remembered
+
+    a = "kernel f32 f(A[8]) -> B[8]\n for i in 8:\n  B[i] = A[i] + 1.0\n"
+    b = "kernel f32 f(A[8]) -> B[8]\n for i in 8:\n  B[i] = A[i] * 2.0\n"
+    calls: list[str] = []
+
+    def time_fn(p: str) -> Timing:
+        calls.append(p)
+        return repeats((1.0 if p == a else 0.9) * 1e-3, 0.05, seed=len(calls))
+
+    now = [1000.0]
+    db = tmp_path / "cache.sqlite"
+    tonight = Cache(db, clock=lambda: now[0], not_before=900.0)
+    first = remembered(interleaved, tonight, "llvm", "fp", "cfg")(time_fn, [a, b], 2)
+    assert len(calls) == 4 and all(t is not None for t in first)
+    again = remembered(interleaved, Cache(db, clock=lambda: now[0], not_before=900.0), "llvm", "fp",
+                       "cfg")(time_fn, [a, b], 2)
+    assert len(calls) == 4 and again == first          # remembered, not re-timed
+    # another order, other rounds or another fingerprint is another group: timed
+    remembered(interleaved, tonight, "llvm", "fp", "cfg")(time_fn, [b, a], 2)
+    remembered(interleaved, tonight, "llvm", "fp2", "cfg")(time_fn, [a, b], 2)
+    assert len(calls) == 12
+    now[0] = 2000.0
+    nxt = remembered(interleaved, Cache(db, clock=lambda: now[0], not_before=1500.0), "llvm", "fp",
+                     "cfg")(time_fn, [a, b], 2)
+    assert len(calls) == 16 and nxt != first            # the next night measures again
+    # a failed program keeps nothing: the group is timed again next time
+    fails = remembered(interleaved, tonight, "llvm", "fp", "cfg")(lambda p: None, [a, b], 1)
+    assert fails == [None, None]
+    assert remembered(interleaved, tonight, "llvm", "fp", "cfg")(lambda p: None, [a, b], 1) == [None, None]

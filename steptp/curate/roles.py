@@ -185,10 +185,12 @@ def to_confirm(steps: Sequence[StepRecord], rule: SignificanceRule | None = None
 
 def confirm_roles(steps: Sequence[StepRecord], time_fn: Callable[[str], Optional[Timing]],
                   rule: SignificanceRule | None = None, rounds: int = 3,
-                  max_pairs: int = 6) -> tuple[list[StepRecord], int]:
+                  max_pairs: int = 6, interleave: Callable = interleaved
+                  ) -> tuple[list[StepRecord], int]:
     """Re-time, interleaved, the programs that decide the roles that matter most
     (:func:`to_confirm`, at most ``max_pairs`` steps): before, after and best descendant,
-    ``rounds`` times round-robin with ``time_fn`` (uncached). Returns the steps with ``paired_*``
+    ``rounds`` times round-robin with ``time_fn`` (uncached) through ``interleave``
+    (:func:`~steptp.measure.significance.interleaved`, or a :func:`remembered` one). Returns the steps with ``paired_*``
     set and roles assigned, and the number of steps re-timed."""
     rule = rule or SignificanceRule()
     steps = list(steps)
@@ -196,7 +198,7 @@ def confirm_roles(steps: Sequence[StepRecord], time_fn: Callable[[str], Optional
     for i, d in todo:
         s = steps[i]
         progs = [s.before_leir, s.after_leir] + ([steps[d].after_leir] if d != i else [])
-        ts = interleaved(time_fn, progs, rounds)
+        ts = interleave(time_fn, progs, rounds)
         if any(t is None for t in ts):
             continue
         steps[i] = s.model_copy(update={"paired_before": ts[0], "paired_after": ts[1],
@@ -205,12 +207,12 @@ def confirm_roles(steps: Sequence[StepRecord], time_fn: Callable[[str], Optional
 
 
 def confirm_trajectory(traj, time_fn: Callable[[str], Optional[Timing]], baseline_leir: str,
-                       rounds: int = 3):
+                       rounds: int = 3, interleave: Callable = interleaved):
     """The trajectory with its first and final programs re-timed interleaved
     (``remeasured_speedup``, ``remeasured_spread``); unchanged when either fails."""
     if traj is None or traj.final_leir == baseline_leir:
         return traj
-    tb, tf = interleaved(time_fn, [baseline_leir, traj.final_leir], rounds)
+    tb, tf = interleave(time_fn, [baseline_leir, traj.final_leir], rounds)
     if tb is None or tf is None:
         return traj
     return traj.model_copy(update={"remeasured_speedup": tb.median_s / tf.median_s,

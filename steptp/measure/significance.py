@@ -25,6 +25,7 @@ rounds' remaining disagreement).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from typing import Callable, Literal, Optional, Sequence
@@ -135,6 +136,31 @@ def interleaved(time_fn: Callable[[str], Optional[Timing]], programs: Sequence[s
     return out
 
 
+def remembered(interleave: Callable[..., list[Optional[Timing]]], cache, target_key: str,
+               fingerprint_id: str, config_hash: str) -> Callable[..., list[Optional[Timing]]]:
+    """``interleave`` whose complete results are kept in the measurement ``cache`` (under the
+    group of programs, the rounds, the fingerprint and the timing config), so a second build
+    of the same night (``dvc repro``, then the Prefect flow) decides on the same re-timings
+    instead of a second draw of the noise. The cache's age and night rules apply as for
+    single timings; an incomplete group (a program failed) is not kept."""
+    from .cache import program_hash
+
+    def run(time_fn: Callable[[str], Optional[Timing]], programs: Sequence[str],
+            rounds: int = 3) -> list[Optional[Timing]]:
+        group = "\n".join([f"interleaved/{max(1, rounds)}"] + [program_hash(p) for p in programs])
+        key = "interleaved:" + hashlib.sha256(group.encode()).hexdigest()[:32]
+        hit = cache.get_timing(key, target_key, fingerprint_id, config_hash)
+        if hit is not None and len(hit.get("timings", ())) == len(programs):
+            return [Timing(**t) for t in hit["timings"]]
+        out = interleave(time_fn, programs, rounds)
+        if out and all(t is not None for t in out):
+            cache.put_timing(key, target_key, fingerprint_id, config_hash,
+                             {"timings": [t.model_dump() for t in out]})
+        return out
+
+    return run
+
+
 def uncached_timer(target, config) -> Callable[[str], Optional[Timing]]:
     """A ``time_fn`` for :func:`interleaved`: the Measurer service (isolated worker, device
     lock) without its result cache, so every call really times. Close it with ``.close()``."""
@@ -149,4 +175,4 @@ def uncached_timer(target, config) -> Callable[[str], Optional[Timing]]:
     return time_fn
 
 
-__all__ = ["SignificanceRule", "Verdict", "combine", "interleaved", "uncached_timer"]
+__all__ = ["SignificanceRule", "Verdict", "combine", "interleaved", "remembered", "uncached_timer"]
