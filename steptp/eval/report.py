@@ -6,7 +6,8 @@
 * ``summary.json`` — per policy: outcome counts; parse / signature / legal / faithful / verified /
   faster rates; step-speedup distribution; best-of-n; ``fast_p`` for p in ``FAST_P`` (share of
   states — single — or kernels — multi — strictly above p x); replay's reproduction rate;
-* ``report.md`` — the same side by side, with the plots under ``plots/``.
+* ``report.md`` — the same side by side, with the plots under ``plots/``; a run comparing
+  multi-step searches (chain, beam, mcts at equal proposals) reports each ``policy/mode``.
 
 Every file is written atomically (temp file, rename).
 """
@@ -17,7 +18,7 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import polars as pl
 
@@ -90,12 +91,23 @@ def policy_summary(rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mapping[
     return out
 
 
+def labeller(rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mapping[str, Any]] = ()
+             ) -> Callable[[Mapping[str, Any]], str]:
+    """What a row is reported under: its policy, or ``policy/mode`` in a run that compares
+    multi-step searches (``--multi chain,mcts``), so each pair stands side by side."""
+    modes = {r["mode"] for r in rows} | {k["mode"] for k in kernels}
+    if len(modes) > 1:
+        return lambda r: f"{r['policy']}/{r['mode']}"
+    return lambda r: r["policy"]
+
+
 def summarize(rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mapping[str, Any]] = (),
               meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    policies = list(dict.fromkeys([r["policy"] for r in rows] + [k["policy"] for k in kernels]))
+    lab = labeller(rows, kernels)
+    policies = list(dict.fromkeys([lab(r) for r in rows] + [lab(k) for k in kernels]))
     return {**dict(meta or {}),
-            "policies": {p: policy_summary([r for r in rows if r["policy"] == p],
-                                           [k for k in kernels if k["policy"] == p]) for p in policies}}
+            "policies": {p: policy_summary([r for r in rows if lab(r) == p],
+                                           [k for k in kernels if lab(k) == p]) for p in policies}}
 
 
 def _f(x: Any, spec: str = ".2f") -> str:
@@ -144,7 +156,8 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
 
     pdir = out / "plots"
     pdir.mkdir(parents=True, exist_ok=True)
-    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    lab = labeller(rows, kernels)
+    policies = list(dict.fromkeys(lab(r) for r in rows))
     made = []
 
     def save(fig, name):
@@ -159,7 +172,7 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
     for o in ALL_OUTCOMES:
         vals = []
         for p in policies:
-            pr = [r for r in rows if r["policy"] == p]
+            pr = [r for r in rows if lab(r) == p]
             vals.append(sum(1 for r in pr if r["outcome"] == o) / max(1, len(pr)))
         ax.bar(policies, vals, bottom=bottom, label=o, color=_COLORS.get(o))
         bottom = [b + v for b, v in zip(bottom, vals)]
@@ -170,7 +183,7 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
     save(fig, "outcomes.png")
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    data = [[math.log2(r["step_speedup"]) for r in rows if r["policy"] == p and r["step_speedup"]]
+    data = [[math.log2(r["step_speedup"]) for r in rows if lab(r) == p and r["step_speedup"]]
             for p in policies]
     if any(data):
         ax.boxplot([d or [0.0] for d in data], tick_labels=policies)
@@ -185,7 +198,7 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
         kids = list(dict.fromkeys(k["kernel_id"] for k in kernels))
         w = 0.8 / max(1, len(policies))
         for i, p in enumerate(policies):
-            by = {k["kernel_id"]: k["final_speedup"] for k in kernels if k["policy"] == p}
+            by = {k["kernel_id"]: k["final_speedup"] for k in kernels if lab(k) == p}
             ax.bar([x + i * w for x in range(len(kids))], [by.get(k, 0.0) for k in kids], w, label=p)
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.set_xticks([x + 0.4 - w / 2 for x in range(len(kids))], [k[:8] for k in kids], fontsize=7)
