@@ -11,9 +11,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 from .inputs import EvalInputError, Inputs, from_kernels, from_leir, from_release, select
 from .loop import EvalConfig
+from .mcts import C_DEFAULT
 
 DEFAULTS: dict[str, Any] = {"split": "test", "mode": "single", "multi": "chain", "samples": 1,
-                            "steps": 4, "width": 2, "mcts_c": 0.5, "seed": 0, "max_kernels": None,
+                            "steps": 4, "width": 2, "mcts_c": C_DEFAULT, "seed": 0, "max_kernels": None,
                             "max_states": None, "max_proposals": None, "max_tokens": None,
                             "wall_s": None, "temperature": None, "reply_tokens": 4096,
                             "timeout_s": 120.0, "policies": ["replay", "random", "search"],
