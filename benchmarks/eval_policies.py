@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--max-kernels", type=int, default=None, help="only the first N kernels (default: all)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mcts-c", type=float, default=p.get("eval", {}).get("mcts_c", 0.25))
+    ap.add_argument("--mcts-c", type=float, default=p.get("eval", {}).get("mcts_c", 0.1))
     ap.add_argument("--out", type=Path, default=ROOT / "eval" / "benchmark")
     a = ap.parse_args()
     if a.leir:

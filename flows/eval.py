@@ -104,7 +104,7 @@ def _state_dict(s) -> dict[str, Any]:
 def eval_flow(release: Optional[str] = None, kernels: Optional[str] = None,
               leir: Optional[list[str]] = None, split: str = "test",
               policies: tuple[str, ...] = ("replay", "random", "search"), mode: str = "single",
-              samples: int = 1, steps: int = 4, width: int = 2, seed: int = 0, mcts_c: float = 0.25,
+              samples: int = 1, steps: int = 4, width: int = 2, seed: int = 0, mcts_c: float = 0.1,
               llm: Optional[dict[str, Any]] = None, out: str = "eval", run: str = "flow",
               cache: Optional[str] = None, max_kernels: Optional[int] = None) -> dict[str, Any]:
     """Judge ``policies`` on a release split / kernels table / LEIR files; writes

@@ -167,7 +167,14 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
         tmp.replace(pdir / name)
         made.append(f"plots/{name}")
 
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    def tilt(ax):  # policy/mode labels are long: slanted, right-aligned under their bars
+        for t in ax.get_xticklabels():
+            t.set_rotation(25)
+            t.set_horizontalalignment("right")
+            t.set_fontsize(8)
+
+    wide = max(6.0, 2.5 + 0.8 * len(policies))
+    fig, ax = plt.subplots(figsize=(wide, 3.4))
     bottom = [0.0] * len(policies)
     for o in ALL_OUTCOMES:
         vals = []
@@ -179,10 +186,11 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
     ax.set_ylabel("share of proposals")
     ax.set_title("outcomes")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+    tilt(ax)
     fig.tight_layout()
     save(fig, "outcomes.png")
 
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, ax = plt.subplots(figsize=(wide, 3.4))
     data = [[math.log2(r["step_speedup"]) for r in rows if lab(r) == p and r["step_speedup"]]
             for p in policies]
     if any(data):
@@ -190,20 +198,30 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
     ax.axhline(0.0, color="gray", lw=0.8)
     ax.set_ylabel("log2 step speedup (verified)")
     ax.set_title("step speedups")
+    tilt(ax)
     fig.tight_layout()
     save(fig, "step_speedups.png")
 
     if kernels:
-        fig, ax = plt.subplots(figsize=(6, 3.2))
         kids = list(dict.fromkeys(k["kernel_id"] for k in kernels))
+        fig, ax = plt.subplots(figsize=(max(6.0, 3.0 + 0.55 * len(kids)), 3.4))
         w = 0.8 / max(1, len(policies))
         for i, p in enumerate(policies):
             by = {k["kernel_id"]: k["final_speedup"] for k in kernels if lab(k) == p}
-            ax.bar([x + i * w for x in range(len(kids))], [by.get(k, 0.0) for k in kids], w, label=p)
+            xs = [x for x, k in enumerate(kids) if by.get(k)]
+            # bars from 1x on a log axis: a slowdown hangs below the line, a speedup stands above
+            ax.bar([x + i * w for x in xs], [by[kids[x]] - 1.0 for x in xs], w, bottom=1.0, label=p)
+        ax.set_yscale("log")
+        top = max([k["final_speedup"] for k in kernels] + [1.0])
+        ax.set_yticks([t for t in (1, 1.5, 2, 5, 10, 20, 50, 100) if t <= 1.3 * top] or [1],
+                      [f"{t:g}x" for t in (1, 1.5, 2, 5, 10, 20, 50, 100) if t <= 1.3 * top] or ["1x"])
+        ax.minorticks_off()
         ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_xticks([x + 0.4 - w / 2 for x in range(len(kids))], [k[:8] for k in kids], fontsize=7)
+        ax.set_xticks([x + 0.4 - w / 2 for x in range(len(kids))], [k[:8] for k in kids], fontsize=7,
+                      rotation=45, ha="right")
         ax.set_ylabel("final speedup over unscheduled")
-        ax.legend(fontsize=7)
+        ax.set_title("multi-step: final speedup per kernel")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
         fig.tight_layout()
         save(fig, "final_speedups.png")
     return made
