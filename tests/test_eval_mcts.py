@@ -124,3 +124,14 @@ def test_mcts_beside_chain_through_the_command(tmp_path):
     cols = ["mode", "state_id", "sample", "program_hash", "outcome", "chosen", "after_s"]
     assert rows2.select(cols).to_dicts() == rows.select(cols).to_dicts()
     assert kern2.drop("run").to_dicts() == kern.drop("run").to_dicts()
+
+
+def test_unknown_search_is_a_clear_error(tmp_path):
+    from steptp.eval.command import run_command
+
+    (tmp_path / "mm.leir").write_text(MM)
+    with pytest.raises(ValueError, match="--multi 'dfs': chain, beam or mcts"):
+        run_command(release=None, kernels=None, leir=[tmp_path / "mm.leir"], params={},
+                    cli={"mode": "multi", "multi": "chain,dfs", "policies": ["search"], "out": str(tmp_path)},
+                    model=None, base_url=None, run=None, cache=False, llm_cache_dir=None)
+    assert not any(tmp_path.glob("*/report.md"))
