@@ -104,7 +104,7 @@ def _state_dict(s) -> dict[str, Any]:
 def eval_flow(release: Optional[str] = None, kernels: Optional[str] = None,
               leir: Optional[list[str]] = None, split: str = "test",
               policies: tuple[str, ...] = ("replay", "random", "search"), mode: str = "single",
-              samples: int = 1, steps: int = 4, width: int = 2, seed: int = 0,
+              samples: int = 1, steps: int = 4, width: int = 2, seed: int = 0, mcts_c: float = 0.1,
               llm: Optional[dict[str, Any]] = None, out: str = "eval", run: str = "flow",
               cache: Optional[str] = None, max_kernels: Optional[int] = None) -> dict[str, Any]:
     """Judge ``policies`` on a release split / kernels table / LEIR files; writes
@@ -116,7 +116,7 @@ def eval_flow(release: Optional[str] = None, kernels: Optional[str] = None,
     inputs = select(load_inputs(Path(release) if release else None, Path(kernels) if kernels else None,
                                 [Path(p) for p in leir or []], split), max_kernels)
     sft_rows = [s.model_dump() for s in inputs.sft_steps]
-    cfg = {"mode": mode, "samples": samples, "steps": steps, "width": width}
+    cfg = {"mode": mode, "samples": samples, "steps": steps, "width": width, "mcts_c": mcts_c, "seed": seed}
     rows: list[dict] = []
     kern: list[dict] = []
     try:

@@ -1017,11 +1017,16 @@ def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a rele
                                                  "server, e.g. http://localhost:8000/v1 (vLLM)"),
           mode: Optional[str] = typer.Option(None, help="single (each prompt once) or multi (from "
                                              "the unscheduled kernel, up to --steps)"),
-          multi: Optional[str] = typer.Option(None, help="multi-step search: chain or beam"),
+          multi: Optional[str] = typer.Option(None, help="multi-step search: chain, beam or mcts "
+                                              "(UCT over the policy's verified proposals); "
+                                              "comma-separate to compare, e.g. chain,mcts"),
           samples: Optional[int] = typer.Option(None, min=1, help="proposals per state (best-of-n)"),
           steps: Optional[int] = typer.Option(None, min=1, help="multi: steps per kernel"),
           width: Optional[int] = typer.Option(None, min=1, help="beam width"),
-          max_proposals: Optional[int] = typer.Option(None, help="budget: proposals per kernel"),
+          mcts_c: Optional[float] = typer.Option(None, "--mcts-c", min=0.0, help="mcts exploration "
+                                                 "constant (rewards are log speedups)"),
+          max_proposals: Optional[int] = typer.Option(None, help="budget: proposals per kernel "
+                                                      "(mcts default: samples x steps)"),
           max_tokens: Optional[int] = typer.Option(None, help="budget: LLM tokens per kernel"),
           wall_s: Optional[float] = typer.Option(None, help="budget: wall seconds per kernel"),
           temperature: Optional[float] = typer.Option(None, help="LLM sampling temperature"),
@@ -1046,7 +1051,7 @@ def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a rele
     from .llm.chat import LLMError
 
     cli = {"split": split, "mode": mode, "multi": multi, "samples": samples, "steps": steps,
-           "width": width, "max_proposals": max_proposals, "max_tokens": max_tokens,
+           "width": width, "mcts_c": mcts_c, "max_proposals": max_proposals, "max_tokens": max_tokens,
            "wall_s": wall_s, "temperature": temperature, "max_kernels": max_kernels, "seed": seed,
            "out": str(out) if out else None, "policies": list(policy)}
     try:

@@ -234,3 +234,28 @@ def test_missing_key_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     with pytest.raises(CotWriterError, match="ANTHROPIC_API_KEY is not set"):
         AnthropicWriter(AnthropicConfig())
+
+
+def test_the_writer_calls_through_the_llm_client_layer(step, tmp_path):
+    """One client layer: the CoT writer's requests are rate-capped, metered and cached by
+    ``steptp.llm.chat.AnthropicChat`` — the same client the eval policies use — so a layer client
+    on the same cache answers the writer's request without HTTP, and the layer's meter holds the
+    writer's tokens."""
+    from steptp.llm.chat import AnthropicChat
+
+    replay = Replay((*MSG, "message_bad_decision.json"), (*MSG, "message_ok.json"))
+    sleeps = []
+    w = AnthropicWriter(AnthropicConfig(http_max_retries=0, requests_per_minute=600),
+                        http_client=httpx2.Client(transport=httpx2.MockTransport(replay)),
+                        cache_dir=str(tmp_path / "cache"), sleep=sleeps.append)
+    out, summary = write_cot([step], w, max_retries=1)
+    assert out[0].cot_source == "anthropic" and len(replay.requests) == 2
+    assert len(sleeps) == 1 and 0.0 < sleeps[0] <= 0.1       # the layer's 600/min cap
+    assert isinstance(w.client, AnthropicChat) and w.meter is w.client.meter
+    assert w.client.meter.output_tokens == 605 + 612 and w.client.meter.cache_read_tokens == 1890
+    layer = AnthropicChat("claude-sonnet-4-6", cache_dir=str(tmp_path / "cache"),
+                          http_client=httpx2.Client(transport=httpx2.MockTransport(Replay())))
+    req = w.request(step, facts(step))
+    msg, cached = layer.message(req, w.request_key(req))
+    assert cached and msg["content"] == fixture("message_bad_decision.json")["body"]["content"]
+    assert layer.meter.cache_hits == 1 and layer.meter.requests == 0

@@ -114,6 +114,12 @@ def test_replay_reproduces_the_release(release, measurer, tmp_path):
         assert (tmp_path / "m" / f).is_file(), f
     assert (tmp_path / "m/plots/outcomes.png").read_bytes()[:4] == b"\x89PNG"
     assert "| replay |" in (tmp_path / "m/report.md").read_text()
+    # mcts with the replay policy walks the same recorded path (cached timings), then the tree is done
+    evaluate(inp, ["replay"], tmp_path / "t", EvalConfig(mode="mcts", steps=4), measurer=measurer)
+    t = pl.read_parquet(tmp_path / "t/proposals.parquet")
+    assert t["strategy"].to_list() == ["loop_reorder", "loop_split"] and t["outcome"].to_list() == ["verified"] * 2
+    kt = pl.read_parquet(tmp_path / "t/kernels.parquet").to_dicts()[0]
+    assert (kt["final_s"], kt["path"]) == (k["final_s"], k["path"]) and kt["proposals"] == 2
 
 
 @pytest.mark.slow

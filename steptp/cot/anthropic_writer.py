@@ -1,20 +1,19 @@
-"""The Anthropic writer: an LLM fills the CoT schema from the facts, through the ``anthropic`` SDK.
+"""The Anthropic writer: an LLM fills the CoT schema from the facts, through the shared LLM
+client layer (:class:`steptp.llm.chat.AnthropicChat`, the ``anthropic`` SDK).
 
 * Model, sampling parameters, limits and prices come from :class:`~steptp.cot.config.AnthropicConfig`.
 * The static instructions are a system prompt block marked ``cache_control: ephemeral`` (prompt
   caching); the tool definition (whose ``input_schema`` is ``Cot.model_json_schema()``) precedes it
   in the cached prefix, and ``tool_choice`` forces the answer into the schema.
-* 408/409/429/5xx/529 (``overloaded_error``) are retried by the SDK's own retry loop with
-  exponential backoff that honours ``retry-after`` (``http_max_retries``); a client-side
-  ``requests_per_minute`` cap and a ``concurrency`` limit apply on top.
-* Large runs use the Message Batches API (:meth:`AnthropicWriter.propose_batch`): create, poll
-  ``retrieve`` until ``processing_status == "ended"``, then stream ``results``.
-* Every call's input/output/cache tokens and cost (from the config's price table; batch calls at
-  the batch discount) are added to :attr:`AnthropicWriter.meter`.
-* Responses are cached on disk by SHA-256 of (writer version, prompt, model, params).
-* The API key is read from ``ANTHROPIC_API_KEY`` only. Errors are re-raised as
-  :class:`CotWriterError` with the key scrubbed and no chained SDK exception (which holds the
-  request); a logging filter scrubs it from the SDK's and this package's log records.
+* What the layer does for every caller (``steptp.eval`` too): 408/409/429/5xx/529 retried by the
+  SDK's own loop with exponential backoff that honours ``retry-after`` (``http_max_retries``), a
+  client-side ``requests_per_minute`` cap, responses cached on disk by SHA-256 of (writer version,
+  prompt, model, params), tokens and cost metered (:attr:`AnthropicWriter.meter`, the layer's;
+  batch calls at the batch discount), the key read from ``ANTHROPIC_API_KEY`` only and scrubbed
+  from errors and log records, errors raised as :class:`CotWriterError` (the layer's ``LLMError``)
+  with no chained SDK exception (which holds the request).
+* Large runs use the Message Batches API (:meth:`AnthropicWriter.propose_batch`, the layer's
+  ``batch``): create, poll ``retrieve`` until ``processing_status == "ended"``, stream ``results``.
 
 The HTTP client is injectable (``http_client=``): tests pass an ``httpx2.Client`` (the HTTP
 library SDK 2.x is built on) whose ``MockTransport`` serves recorded API responses, so the SDK's
@@ -24,20 +23,19 @@ real request, retry and parsing code runs without a network.
 from __future__ import annotations
 
 import json
-import logging
-import os
 import time
 from typing import Any, Callable, Optional
 
+# one error type for every LLM call: the client layer's
+from ..llm.cache import cache_key
+from ..llm.chat import AnthropicChat, LLMError as CotWriterError
 from ..records import StepRecord
-from .cache import ResponseCache, cache_key
 from .config import AnthropicConfig
 from .facts import Facts
 from .schema import SCHEMA_VERSION, Cot
 
 WRITER_VERSION = f"anthropic-2/{SCHEMA_VERSION}"
 TOOL_NAME = "write_step_reasoning"
-log = logging.getLogger("steptp.cot")
 
 SYSTEM_PROMPT = f"""You write the reasoning of one step of a tensor-program optimization dataset \
 (Step-TP). Each step applies one atomic rewrite (a strategy at a site with parameters) to a kernel \
@@ -73,15 +71,6 @@ the step. Never claim reuse where FACTS show none, "short" for a loop over 16 it
 innermost loop a reorder does not produce.
 7. check: the step's exactness class and all kernel outputs, and why they stay equal.
 Be concrete and brief: one or two sentences per text field."""
-
-
-class CotWriterError(RuntimeError):
-    """An API call failed for good (after the SDK's retries). The message never holds the key."""
-
-
-# redaction and accounting live in the LLM client layer (shared with steptp.eval)
-from ..llm.meter import Meter, RateLimiter as _RateLimiter  # noqa: E402
-from ..llm.redact import RedactingFilter, install_redaction, scrub  # noqa: E402,F401
 
 
 # ============================================================================ prompt
@@ -123,22 +112,12 @@ class AnthropicWriter:
 
     def __init__(self, config: Optional[AnthropicConfig] = None, *, http_client: Any = None,
                  cache_dir: Optional[str] = None, sleep: Callable[[float], None] = time.sleep):
-        import anthropic
-
-        self.config = config or AnthropicConfig()
-        key = os.environ.get("ANTHROPIC_API_KEY", "")
-        if not key:
-            raise CotWriterError("ANTHROPIC_API_KEY is not set; the anthropic writer reads the key "
-                                 "from the environment only")
-        self._secrets = (key,)
-        install_redaction(key)
-        self.client = anthropic.Anthropic(api_key=key, http_client=http_client,
-                                          max_retries=self.config.http_max_retries,
-                                          timeout=self.config.timeout_s)
-        self.cache = ResponseCache(cache_dir)
-        self.meter = Meter()
-        self._sleep = sleep
-        self._limiter = _RateLimiter(self.config.requests_per_minute, sleep)
+        self.config = c = config or AnthropicConfig()
+        self.client = AnthropicChat(c.model, http_client=http_client, max_tokens=c.max_tokens,
+                                    temperature=c.temperature, max_retries=c.http_max_retries,
+                                    timeout_s=c.timeout_s, requests_per_minute=c.requests_per_minute,
+                                    cache_dir=cache_dir, prices=c.price(), sleep=sleep)
+        self.meter = self.client.meter
         self._tool = tool_definition()
 
     def __repr__(self) -> str:
@@ -150,15 +129,6 @@ class AnthropicWriter:
         if self.config.temperature is not None:
             p["temperature"] = self.config.temperature
         return p
-
-    @staticmethod
-    def _sdk_kwargs(req: dict[str, Any]) -> dict[str, Any]:
-        """``messages.create`` keyword arguments: sampling parameters the SDK has no argument for
-        travel in ``extra_body``."""
-        kw = dict(req)
-        if "temperature" in kw:
-            kw["extra_body"] = {"temperature": kw.pop("temperature")}
-        return kw
 
     def request(self, step: StepRecord, f: Facts,
                 history: list[tuple[dict[str, Any], str]] = ()) -> dict[str, Any]:
@@ -181,42 +151,14 @@ class AnthropicWriter:
                 "tools": [self._tool], "tool_choice": {"type": "tool", "name": TOOL_NAME},
                 "messages": messages}
 
-    def _key(self, req: dict[str, Any]) -> str:
+    def request_key(self, req: dict[str, Any]) -> str:
+        """The disk-cache key of a request (the layer caches under it)."""
         prompt = {k: req[k] for k in ("system", "tools", "tool_choice", "messages")}
         return cache_key(self.version, req["model"], self._params(), prompt)
 
-    def _fail(self, e: Exception) -> CotWriterError:
-        """A CotWriterError describing an SDK error, key scrubbed, no reference to the SDK error."""
-        status = getattr(e, "status_code", None)
-        body = getattr(e, "body", None)
-        etype = None
-        if isinstance(body, dict):
-            etype = (body.get("error") or {}).get("type")
-        what = f"HTTP {status}" + (f" {etype}" if etype else "") if status else type(e).__name__
-        return CotWriterError(scrub(f"Anthropic API call failed ({what}): {e}", self._secrets))
-
     def call(self, req: dict[str, Any]) -> dict[str, Any]:
         """One ``messages.create`` (or its cached response) as the API's JSON message."""
-        key = self._key(req)
-        hit = self.cache.get(key)
-        if hit is not None:
-            self.meter.hit()
-            return hit
-        import anthropic
-
-        self._limiter.wait()
-        failure: Optional[CotWriterError] = None
-        try:
-            msg = self.client.messages.create(**self._sdk_kwargs(req)).model_dump(mode="json",
-                                                                                  exclude_none=True)
-        except anthropic.AnthropicError as e:
-            failure = self._fail(e)
-        if failure is not None:  # raised outside the except block: no chained SDK exception
-            log.warning("%s", failure)
-            raise failure
-        self.meter.add(msg.get("usage") or {}, self.config.price())
-        self.cache.put(key, msg)
-        return msg
+        return self.client.message(req, self.request_key(req))[0]
 
     def propose(self, step: StepRecord, f: Facts,
                 history: list[tuple[dict[str, Any], str]] = ()) -> tuple[Optional[dict], dict]:
@@ -230,60 +172,12 @@ class AnthropicWriter:
         """First attempts of many steps through the Message Batches API. ``items`` are
         (custom_id, step, facts); custom ids must match ``[A-Za-z0-9_-]{1,64}``. Cached requests
         are not resubmitted. Returns custom_id -> (tool input, message) or the error."""
-        import anthropic
-
-        out: dict[str, Any] = {}
-        pending: dict[str, tuple[str, dict]] = {}
-        for cid, step, f in items:
-            req = self.request(step, f)
-            key = self._key(req)
-            hit = self.cache.get(key)
-            if hit is not None:
-                self.meter.hit()
-                out[cid] = (tool_input(hit)[0], hit)
-            else:
-                pending[cid] = (key, req)
-        if not pending:
-            return out
-        failure: Optional[CotWriterError] = None
-        try:
-            batch = self.client.messages.batches.create(
-                requests=[{"custom_id": cid, "params": req} for cid, (_, req) in pending.items()])
-            self.meter.batches += 1
-            log.info("submitted message batch %s with %d requests", batch.id, len(pending))
-            start = time.monotonic()
-            while batch.processing_status != "ended":
-                if time.monotonic() - start > self.config.batch_timeout_s:
-                    raise CotWriterError(f"message batch {batch.id} did not end within "
-                                         f"{self.config.batch_timeout_s:.0f} s")
-                self._sleep(self.config.batch_poll_s)
-                batch = self.client.messages.batches.retrieve(batch.id)
-            prices = self.config.price()
-            for line in self.client.messages.batches.results(batch.id):
-                cid = line.custom_id
-                if cid not in pending:
-                    continue
-                res = line.result
-                if res.type == "succeeded":
-                    msg = res.message.model_dump(mode="json", exclude_none=True)
-                    self.meter.add(msg.get("usage") or {}, prices, self.config.batch_discount)
-                    self.cache.put(pending[cid][0], msg)
-                    out[cid] = (tool_input(msg)[0], msg)
-                else:
-                    detail = ""
-                    if res.type == "errored":
-                        err = res.error.model_dump(mode="json") if hasattr(res.error, "model_dump") else res.error
-                        detail = ": " + json.dumps(err)
-                    out[cid] = CotWriterError(scrub(f"batch request {cid} {res.type}{detail}", self._secrets))
-        except anthropic.AnthropicError as e:
-            failure = self._fail(e)
-        if failure is not None:
-            log.warning("%s", failure)
-            raise failure
-        for cid in pending:
-            out.setdefault(cid, CotWriterError(f"batch request {cid}: no result returned"))
-        return out
+        reqs = [(cid, self.request(step, f)) for cid, step, f in items]
+        res = self.client.batch([(cid, self.request_key(req), req) for cid, req in reqs],
+                                poll_s=self.config.batch_poll_s, timeout_s=self.config.batch_timeout_s,
+                                discount=self.config.batch_discount)
+        return {cid: (r if isinstance(r, CotWriterError) else (tool_input(r)[0], r)) for cid, r in res.items()}
 
 
-__all__ = ["AnthropicWriter", "CotWriterError", "Meter", "SYSTEM_PROMPT", "TOOL_NAME", "WRITER_VERSION",
-           "scrub", "tool_definition", "tool_input", "user_prompt"]
+__all__ = ["AnthropicWriter", "CotWriterError", "SYSTEM_PROMPT", "TOOL_NAME", "WRITER_VERSION",
+           "tool_definition", "tool_input", "user_prompt"]

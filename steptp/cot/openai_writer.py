@@ -17,10 +17,10 @@ import json
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from ..llm.chat import LLMError, OpenAIChat
+from ..llm.chat import OpenAIChat
 from ..llm.jsontext import first_json_object
 from ..records import StepRecord
-from .anthropic_writer import SYSTEM_PROMPT as _TOOL_PROMPT, TOOL_NAME, CotWriterError, user_prompt
+from .anthropic_writer import SYSTEM_PROMPT as _TOOL_PROMPT, TOOL_NAME, user_prompt
 from .facts import Facts
 from .schema import SCHEMA_VERSION, Cot
 
@@ -42,13 +42,10 @@ class OpenAIWriter:
     def __init__(self, model: str, base_url: Optional[str] = None, *, http_client: Any = None,
                  cache_dir: Optional[str] = None, max_tokens: int = 2048,
                  temperature: Optional[float] = None, max_retries: int = 6, timeout_s: float = 120.0):
-        try:
-            self.client = OpenAIChat(model, base_url=base_url, http_client=http_client,
-                                     cache_dir=cache_dir, max_tokens=max_tokens,
-                                     temperature=temperature, max_retries=max_retries,
-                                     timeout_s=timeout_s)
-        except LLMError as e:
-            raise CotWriterError(str(e)) from None
+        self.client = OpenAIChat(model, base_url=base_url, http_client=http_client,
+                                 cache_dir=cache_dir, max_tokens=max_tokens,
+                                 temperature=temperature, max_retries=max_retries,
+                                 timeout_s=timeout_s)
         self.meter = self.client.meter
         self.config = SimpleNamespace(model=model, base_url=base_url)
         self._system = system_prompt()
@@ -68,10 +65,7 @@ class OpenAIWriter:
 
     def propose(self, step: StepRecord, f: Facts,
                 history: list[tuple[dict[str, Any], str]] = ()) -> tuple[Optional[dict], dict]:
-        try:
-            r = self.client.complete(self.messages(step, f, history))[0]
-        except LLMError as e:
-            raise CotWriterError(str(e)) from None
+        r = self.client.complete(self.messages(step, f, history))[0]  # LLMError is CotWriterError
         msg = {"text": r.text, "stop_reason": r.finish_reason}
         try:
             return first_json_object(r.text), msg

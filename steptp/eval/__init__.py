@@ -6,7 +6,8 @@ chat format; the verifier and timer that built the data judge them.
 * :mod:`.judge` — one proposal's outcome (unparsable / bad_signature / illegal /
   failed_verification / timeout / verified + speedup) and ``faithful``;
 * :mod:`.policies` — the policy interface and its implementations;
-* :mod:`.loop` — modes ``single`` (best-of-n), ``chain`` and ``beam``, with budgets;
+* :mod:`.loop` — modes ``single`` (best-of-n), ``chain``, ``beam`` and ``mcts``, with budgets;
+* :mod:`.mcts` — the UCT tree of the ``mcts`` mode;
 * :mod:`.inputs` — release splits, kernels tables and LEIR files as loop states;
 * :mod:`.report` — ``eval/<run>/``: parquet, summary.json, report.md, plots;
 * :mod:`.run` — ``evaluate(...)``, used by the CLI, the Prefect flow and the benchmark.

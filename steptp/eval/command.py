@@ -11,9 +11,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 from .inputs import EvalInputError, Inputs, from_kernels, from_leir, from_release, select
 from .loop import EvalConfig
+from .mcts import C_DEFAULT
 
 DEFAULTS: dict[str, Any] = {"split": "test", "mode": "single", "multi": "chain", "samples": 1,
-                            "steps": 4, "width": 2, "seed": 0, "max_kernels": None,
+                            "steps": 4, "width": 2, "mcts_c": C_DEFAULT, "seed": 0, "max_kernels": None,
                             "max_states": None, "max_proposals": None, "max_tokens": None,
                             "wall_s": None, "temperature": None, "reply_tokens": 4096,
                             "timeout_s": 120.0, "policies": ["replay", "random", "search"],
@@ -61,11 +62,18 @@ def run_command(*, release, kernels, leir, params: Mapping[str, Any] | None, cli
     if release is None and not cli.get("policies") and "replay" in pols:
         pols = [p for p in pols if p != "replay"]  # replay needs a release's rows
     inputs = select(load_inputs(release, kernels, leir, s["split"]), s["max_kernels"], s["max_states"])
-    mode = "single" if s["mode"] == "single" else s["multi"]
     if s["mode"] not in ("single", "multi"):
         raise ValueError(f"--mode {s['mode']!r}: single or multi")
-    cfg = EvalConfig(mode=mode, samples=int(s["samples"]), steps=int(s["steps"]), width=int(s["width"]),
-                     max_proposals=s["max_proposals"], max_tokens=s["max_tokens"], wall_s=s["wall_s"])
+    modes = ["single"] if s["mode"] == "single" else policy_names(
+        s["multi"] if isinstance(s["multi"], list) else [s["multi"]])
+    bad = [m for m in modes if m not in ("single", "chain", "beam", "mcts")] or \
+        (["single"] if s["mode"] == "multi" and "single" in modes else [])
+    if bad or not modes:
+        raise ValueError(f"--multi {bad[0] if bad else ''!r}: chain, beam or mcts (comma-separate to compare)")
+    cfgs = [EvalConfig(mode=m, samples=int(s["samples"]), steps=int(s["steps"]), width=int(s["width"]),
+                       max_proposals=s["max_proposals"], max_tokens=s["max_tokens"], wall_s=s["wall_s"],
+                       mcts_c=float(s["mcts_c"]), seed=int(s["seed"])) for m in dict.fromkeys(modes)]
+    mode = "-".join(c.mode for c in cfgs)
     if run is None:
         run = "-".join(pols) + f"-{mode}"
     if not _RUN_NAME.match(run):
@@ -74,7 +82,7 @@ def run_command(*, release, kernels, leir, params: Mapping[str, Any] | None, cli
     llm = {"model": model, "base_url": base_url, "temperature": s["temperature"],
            "max_tokens": int(s["reply_tokens"]), "timeout_s": float(s["timeout_s"]),
            "cache_dir": llm_cache_dir or str(Path(s["out"]) / "llm-cache")}
-    summary = evaluate(inputs, pols, out, cfg, run=run, seed=int(s["seed"]), cache=cache, llm=llm,
+    summary = evaluate(inputs, pols, out, cfgs, run=run, seed=int(s["seed"]), cache=cache, llm=llm,
                        on_progress=on_progress)
     return summary, out
 

@@ -5,7 +5,11 @@
 * ``chain`` — from the unscheduled program, up to ``steps`` steps; each step takes the fastest
   verified proposal of ``samples`` (the run stops at a state where none verifies);
 * ``beam`` — keeps the ``width`` fastest verified states per depth (by measured time), each
-  expanded with ``samples`` proposals.
+  expanded with ``samples`` proposals;
+* ``mcts`` — a seeded UCT over states (:mod:`.mcts`) whose children are the policy's verified
+  proposals, valued by measured log speedup over the unscheduled kernel, ``steps`` deep, with
+  exploration constant ``mcts_c``; its proposal budget is ``max_proposals``, or when unset
+  ``samples x steps`` (what a chain spends at most), so the two compare at equal proposals.
 
 Budgets per kernel (and policy): ``max_proposals``, ``max_tokens`` (LLM tokens, cache hits free),
 ``wall_s``. Every proposal is one row (``ROW_COLUMNS``), whatever its outcome; multi-step modes
@@ -22,10 +26,11 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ..leir.canon import canonical_hash
 from .judge import Judge, Judgement, State, worse
+from .mcts import C_DEFAULT, Tree
 from .policies.base import Policy, Proposal
 
 log = logging.getLogger("steptp.eval")
-MODES = ("single", "chain", "beam")
+MODES = ("single", "chain", "beam", "mcts")
 
 
 @dataclass(frozen=True)
@@ -37,12 +42,22 @@ class EvalConfig:
     max_proposals: Optional[int] = None
     max_tokens: Optional[int] = None
     wall_s: Optional[float] = None
+    mcts_c: float = C_DEFAULT
+    seed: int = 0                     # mcts: breaks UCT ties
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r}: one of {', '.join(MODES)}")
         if self.samples < 1 or self.steps < 1 or self.width < 1:
             raise ValueError("samples, steps and width must be at least 1")
+        if not self.mcts_c >= 0:
+            raise ValueError(f"mcts_c {self.mcts_c!r}: an exploration constant >= 0")
+
+    @property
+    def proposal_cap(self) -> Optional[int]:
+        if self.max_proposals is not None:
+            return self.max_proposals
+        return self.samples * self.steps if self.mode == "mcts" else None
 
 
 class _Budget:
@@ -56,8 +71,8 @@ class _Budget:
             return 0
         if c.max_tokens is not None and self.tokens >= c.max_tokens:
             return 0
-        if c.max_proposals is not None:
-            return max(0, c.max_proposals - self.proposals)
+        if c.proposal_cap is not None:
+            return max(0, c.proposal_cap - self.proposals)
         return 1 << 30
 
     def spend(self, props: Sequence[Proposal]) -> None:
@@ -193,37 +208,11 @@ class Loop:
     def multi(self, kernels: Iterable[State], dataset_best: dict[str, float] | None = None) -> None:
         roots = [s for s in (self.prepare(s) for s in kernels) if s is not None]
         best_known = dataset_best or {}
-        width = 1 if self.cfg.mode == "chain" else self.cfg.width
         for name, pol in self.policies.items():
             for root in roots:
                 b = _Budget(self.cfg)
-                frontier, best = [root], root
-                seen = {root.state_id}
-                for depth in range(self.cfg.steps):
-                    children: list[State] = []
-                    for st in frontier:
-                        res = self._expand(name, pol, st, b)
-                        ok = [(k, p, j) for k, p, j in res if j.verified and j.after is not None]
-                        pick = min(ok, key=lambda t: t[2].after.median_s)[0] if ok else None
-                        for k, p, j in res:
-                            chosen = (width == 1 and k == pick)
-                            self.rows.append(_row(self.run, self.cfg.mode, name, st, k, p, j, chosen))
-                        for k, p, j in sorted(ok, key=lambda t: t[2].after.median_s):
-                            c = self._child(st, j)
-                            if c.state_id not in seen:  # each state expanded once
-                                seen.add(c.state_id)
-                                children.append(c)
-                            if width == 1 and children:  # chain: the fastest new state
-                                break
-                    if not children:
-                        break
-                    frontier = sorted(children, key=lambda s: s.timing.median_s)[:width]
-                    if frontier[0].timing.median_s < best.timing.median_s:
-                        best = frontier[0]
-                    self._say(f"[{name}] {root.kernel_id} depth {depth + 1}: best "
-                              f"{root.baseline.median_s / best.timing.median_s:.2f}x")
-                    if b.left() <= 0:
-                        break
+                best = self._mcts(name, pol, root, b) if self.cfg.mode == "mcts" else \
+                    self._frontier(name, pol, root, b)
                 final = root.baseline.median_s / best.timing.median_s
                 ref = best_known.get(root.kernel_id)
                 self.kernels.append({
@@ -232,6 +221,64 @@ class Loop:
                     "baseline_s": root.baseline.median_s, "final_s": best.timing.median_s,
                     "final_speedup": final, "dataset_best_speedup": ref,
                     "ratio_to_dataset_best": (final / ref) if ref else None})
+
+    def _frontier(self, name: str, pol: Policy, root: State, b: _Budget) -> State:
+        """chain (width 1) and beam: depth by depth; returns the fastest state reached."""
+        width = 1 if self.cfg.mode == "chain" else self.cfg.width
+        frontier, best = [root], root
+        seen = {root.state_id}
+        for depth in range(self.cfg.steps):
+            children: list[State] = []
+            for st in frontier:
+                res = self._expand(name, pol, st, b)
+                ok = [(k, p, j) for k, p, j in res if j.verified and j.after is not None]
+                pick = min(ok, key=lambda t: t[2].after.median_s)[0] if ok else None
+                for k, p, j in res:
+                    chosen = (width == 1 and k == pick)
+                    self.rows.append(_row(self.run, self.cfg.mode, name, st, k, p, j, chosen))
+                for k, p, j in sorted(ok, key=lambda t: t[2].after.median_s):
+                    c = self._child(st, j)
+                    if c.state_id not in seen:  # each state expanded once
+                        seen.add(c.state_id)
+                        children.append(c)
+                    if width == 1 and children:  # chain: the fastest new state
+                        break
+            if not children:
+                break
+            frontier = sorted(children, key=lambda s: s.timing.median_s)[:width]
+            if frontier[0].timing.median_s < best.timing.median_s:
+                best = frontier[0]
+            self._say(f"[{name}] {root.kernel_id} depth {depth + 1}: best "
+                      f"{root.baseline.median_s / best.timing.median_s:.2f}x")
+            if b.left() <= 0:
+                break
+        return best
+
+    def _mcts(self, name: str, pol: Policy, root: State, b: _Budget) -> State:
+        """UCT over states (:class:`.mcts.Tree`); returns the fastest state in the tree and marks
+        the proposals along the path to it ``chosen``."""
+        first = len(self.rows)
+
+        def expand(st: State, offset: int) -> tuple[int, int, list[State]]:
+            asked = min(self.cfg.samples, b.left())
+            res = self._expand(name, pol, st, b, offset=offset)
+            for k, p, j in res:
+                self.rows.append(_row(self.run, "mcts", name, st, k, p, j))
+            return len(res), asked, [self._child(st, j) for _, _, j in res if j.verified and j.after is not None]
+
+        tree = Tree(root, expand, steps=self.cfg.steps, c=self.cfg.mcts_c, seed=self.cfg.seed, policy=name)
+        while b.left() > 0 and tree.step():
+            pass
+        node = tree.best()
+        edges = {(a.state.state_id, c.state.state_id) for a, c in zip(tree.path(node), tree.path(node)[1:])}
+        for r in self.rows[first:]:
+            e = (r["state_id"], r["program_hash"])
+            if r["outcome"] == "verified" and e in edges:
+                r["chosen"] = True
+                edges.discard(e)
+        self._say(f"[{name}] {root.kernel_id} mcts: {tree.iterations} expansions, {len(tree.nodes)} states, "
+                  f"best {root.baseline.median_s / node.state.timing.median_s:.2f}x at depth {node.state.depth}")
+        return node.state
 
     def run_all(self, states: Sequence[State], dataset_best: dict[str, float] | None = None) -> None:
         if self.cfg.mode == "single":

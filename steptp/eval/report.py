@@ -6,7 +6,8 @@
 * ``summary.json`` — per policy: outcome counts; parse / signature / legal / faithful / verified /
   faster rates; step-speedup distribution; best-of-n; ``fast_p`` for p in ``FAST_P`` (share of
   states — single — or kernels — multi — strictly above p x); replay's reproduction rate;
-* ``report.md`` — the same side by side, with the plots under ``plots/``.
+* ``report.md`` — the same side by side, with the plots under ``plots/``; a run comparing
+  multi-step searches (chain, beam, mcts at equal proposals) reports each ``policy/mode``.
 
 Every file is written atomically (temp file, rename).
 """
@@ -17,7 +18,7 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import polars as pl
 
@@ -90,12 +91,23 @@ def policy_summary(rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mapping[
     return out
 
 
+def labeller(rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mapping[str, Any]] = ()
+             ) -> Callable[[Mapping[str, Any]], str]:
+    """What a row is reported under: its policy, or ``policy/mode`` in a run that compares
+    multi-step searches (``--multi chain,mcts``), so each pair stands side by side."""
+    modes = {r["mode"] for r in rows} | {k["mode"] for k in kernels}
+    if len(modes) > 1:
+        return lambda r: f"{r['policy']}/{r['mode']}"
+    return lambda r: r["policy"]
+
+
 def summarize(rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mapping[str, Any]] = (),
               meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    policies = list(dict.fromkeys([r["policy"] for r in rows] + [k["policy"] for k in kernels]))
+    lab = labeller(rows, kernels)
+    policies = list(dict.fromkeys([lab(r) for r in rows] + [lab(k) for k in kernels]))
     return {**dict(meta or {}),
-            "policies": {p: policy_summary([r for r in rows if r["policy"] == p],
-                                           [k for k in kernels if k["policy"] == p]) for p in policies}}
+            "policies": {p: policy_summary([r for r in rows if lab(r) == p],
+                                           [k for k in kernels if lab(k) == p]) for p in policies}}
 
 
 def _f(x: Any, spec: str = ".2f") -> str:
@@ -144,7 +156,8 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
 
     pdir = out / "plots"
     pdir.mkdir(parents=True, exist_ok=True)
-    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    lab = labeller(rows, kernels)
+    policies = list(dict.fromkeys(lab(r) for r in rows))
     made = []
 
     def save(fig, name):
@@ -154,43 +167,61 @@ def _plots(out: Path, rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mappi
         tmp.replace(pdir / name)
         made.append(f"plots/{name}")
 
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    def tilt(ax):  # policy/mode labels are long: slanted, right-aligned under their bars
+        for t in ax.get_xticklabels():
+            t.set_rotation(25)
+            t.set_horizontalalignment("right")
+            t.set_fontsize(8)
+
+    wide = max(6.0, 2.5 + 0.8 * len(policies))
+    fig, ax = plt.subplots(figsize=(wide, 3.4))
     bottom = [0.0] * len(policies)
     for o in ALL_OUTCOMES:
         vals = []
         for p in policies:
-            pr = [r for r in rows if r["policy"] == p]
+            pr = [r for r in rows if lab(r) == p]
             vals.append(sum(1 for r in pr if r["outcome"] == o) / max(1, len(pr)))
         ax.bar(policies, vals, bottom=bottom, label=o, color=_COLORS.get(o))
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylabel("share of proposals")
     ax.set_title("outcomes")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+    tilt(ax)
     fig.tight_layout()
     save(fig, "outcomes.png")
 
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    data = [[math.log2(r["step_speedup"]) for r in rows if r["policy"] == p and r["step_speedup"]]
+    fig, ax = plt.subplots(figsize=(wide, 3.4))
+    data = [[math.log2(r["step_speedup"]) for r in rows if lab(r) == p and r["step_speedup"]]
             for p in policies]
     if any(data):
         ax.boxplot([d or [0.0] for d in data], tick_labels=policies)
     ax.axhline(0.0, color="gray", lw=0.8)
     ax.set_ylabel("log2 step speedup (verified)")
     ax.set_title("step speedups")
+    tilt(ax)
     fig.tight_layout()
     save(fig, "step_speedups.png")
 
     if kernels:
-        fig, ax = plt.subplots(figsize=(6, 3.2))
         kids = list(dict.fromkeys(k["kernel_id"] for k in kernels))
+        fig, ax = plt.subplots(figsize=(max(6.0, 3.0 + 0.55 * len(kids)), 3.4))
         w = 0.8 / max(1, len(policies))
         for i, p in enumerate(policies):
-            by = {k["kernel_id"]: k["final_speedup"] for k in kernels if k["policy"] == p}
-            ax.bar([x + i * w for x in range(len(kids))], [by.get(k, 0.0) for k in kids], w, label=p)
+            by = {k["kernel_id"]: k["final_speedup"] for k in kernels if lab(k) == p}
+            xs = [x for x, k in enumerate(kids) if by.get(k)]
+            # bars from 1x on a log axis: a slowdown hangs below the line, a speedup stands above
+            ax.bar([x + i * w for x in xs], [by[kids[x]] - 1.0 for x in xs], w, bottom=1.0, label=p)
+        ax.set_yscale("log")
+        top = max([k["final_speedup"] for k in kernels] + [1.0])
+        ax.set_yticks([t for t in (1, 1.5, 2, 5, 10, 20, 50, 100) if t <= 1.3 * top] or [1],
+                      [f"{t:g}x" for t in (1, 1.5, 2, 5, 10, 20, 50, 100) if t <= 1.3 * top] or ["1x"])
+        ax.minorticks_off()
         ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_xticks([x + 0.4 - w / 2 for x in range(len(kids))], [k[:8] for k in kids], fontsize=7)
+        ax.set_xticks([x + 0.4 - w / 2 for x in range(len(kids))], [k[:8] for k in kids], fontsize=7,
+                      rotation=45, ha="right")
         ax.set_ylabel("final speedup over unscheduled")
-        ax.legend(fontsize=7)
+        ax.set_title("multi-step: final speedup per kernel")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
         fig.tight_layout()
         save(fig, "final_speedups.png")
     return made

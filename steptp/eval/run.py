@@ -36,7 +36,7 @@ def build_policies(names: Sequence[str], inputs: Inputs, seed: int = 0,
 
 
 def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out: str | Path,
-             config: EvalConfig = EvalConfig(), *, run: Optional[str] = None, seed: int = 0,
+             config: EvalConfig | Sequence[EvalConfig] = EvalConfig(), *, run: Optional[str] = None, seed: int = 0,
              measure_config=None, target=None, cache: Any = True, jobs: int = 1,
              verify_seeds: Sequence[int] = (0, 1, 2), llm: Mapping[str, Any] | None = None,
              measurer=None, on_progress: Optional[Callable[[str], None]] = None,
@@ -44,6 +44,10 @@ def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out
     from ..measure.service import Measurer
     from ..search.evaluator import search_config, set_threads
 
+    configs = [config] if isinstance(config, EvalConfig) else list(config)
+    modes = [c.mode for c in configs]
+    if not configs or ("single" in modes and len(configs) > 1) or len(set(modes)) < len(modes):
+        raise ValueError(f"modes {modes}: one single-step run, or distinct multi-step searches")
     # policies first: a missing key or model is an error before anything is written
     pols = dict(policies) if isinstance(policies, Mapping) else build_policies(policies, inputs, seed, llm)
     out = Path(out)
@@ -66,20 +70,28 @@ def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out
                             memory_limit_mb=memory_limit_mb)
     try:
         judge = Judge(measurer, verify_seeds, retime_rounds=retime_rounds)
-        loop = Loop(judge, pols, config, run or out.name, say)
         roots = inputs.roots
-        if config.mode == "single":
-            loop.single(inputs.states)
-        else:
-            loop.multi(roots, inputs.dataset_best)
+        rows: list[dict[str, Any]] = []
+        kernels: list[dict[str, Any]] = []
+        for cfg in configs:  # several searches share the judge: a state is verified and timed once
+            loop = Loop(judge, pols, cfg, run or out.name, say)
+            if cfg.mode == "single":
+                loop.single(inputs.states)
+            else:
+                loop.multi(roots, inputs.dataset_best)
+            rows += loop.rows
+            kernels += loop.kernels
+        config = configs[0]
         fp = measurer.fingerprint
-        meta = {"run": run or out.name, "source": inputs.source, "mode": config.mode,
+        meta = {"run": run or out.name, "source": inputs.source, "mode": "+".join(modes),
                 "samples": config.samples, "steps": config.steps if config.mode != "single" else None,
-                "width": config.width if config.mode == "beam" else None, "seed": seed,
+                "width": config.width if "beam" in modes else None,
+                "mcts_c": config.mcts_c if "mcts" in modes else None,
+                "max_proposals": config.max_proposals, "seed": seed,
                 "hardware": (roots[0].hardware if roots else ""), "fingerprint": fp.id,
                 "target": measurer.target.key,
                 "usage": {n: p.usage() for n, p in pols.items() if p.usage()}}
-        summary = write_report(out, loop.rows, loop.kernels, meta, plots=plots)
+        summary = write_report(out, rows, kernels, meta, plots=plots)
     finally:
         if "judge" in locals():
             judge.close()
