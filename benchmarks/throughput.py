@@ -17,7 +17,8 @@ under the device lock), lock waits, and the evaluator's wall time as the search 
 A core-hour is wall time times the cores this process may run on (``sched_getaffinity``): the
 run occupies them all (compile/verify workers, then the timing threads). The machine may be
 shared (other processes compete for the same cores; the load average is printed): the figure is
-what this run got.
+what this run got. Also printed: the CPU time this run's processes really used, and the figure
+per CPU core-hour used (in a Dask pass, the workers' CPU time is not collected: wall only).
 
 ``--dask N``: the same kernels as independent searches on a ``dask.distributed`` LocalCluster,
 first with 1 worker then with N (each worker: one search at a time with its own Measurer of one
@@ -101,6 +102,7 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
         inner = MeasurerEvaluator(cache=cache or os.path.join(run_dir, f"{os.path.basename(d)}.sqlite"),
                                   jobs=jobs)
         ev = Counting(inner)
+        cpu0 = _cpu_s()
         try:
             t0 = time.perf_counter()
             res = search_kernel(prog, kid, policy, Budget(budget, seconds), seed, ev,
@@ -109,7 +111,8 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             st = dict(inner.measurer.stats)
             pre = dict(inner.prefetch_stats)
         finally:
-            inner.close()
+            inner.close()  # reaps the workers: their CPU time is now in RUSAGE_CHILDREN
+        cpu = _cpu_s() - cpu0
     seen: set[str] = set()
     c = {"verify_calls": len(ev.verdicts), "duplicates": 0, "failed_build": 0,
          "failed_verify": 0, "timeout": 0, "crashed": 0, "timing_failed": 0, "timing_cached": 0}
@@ -127,7 +130,7 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             c["timing_cached"] += 1
         else:
             unique.add(ph)
-    c.update(unique=len(unique), wall_s=wall, wait_s=ev.wait_s, bookkeeping_s=wall - ev.wait_s,
+    c.update(unique=len(unique), wall_s=wall, cpu_s=cpu, wait_s=ev.wait_s, bookkeeping_s=wall - ev.wait_s,
              verify_hits=st["verify_hits"], time_hits=st["time_hits"],
              compile_s=st["compile_s"], verify_s=st["verify_s"], reference_s=st["reference_s"],
              time_s=st["time_s"], lock_wait_s=st["lock_wait_s"], rebuilds=st["rebuilds"],
@@ -136,6 +139,12 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
              measurements=res.measurements, best_speedup=(res.baseline.median_s / res.best.seconds
                                                            if res.best is not None else None))
     return c
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its reaped children (the workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def _add(total: dict, c: dict) -> None:
@@ -154,6 +163,10 @@ def _report(total: dict, cores: int, wall: float, label: str) -> None:
     core_h = wall * cores / 3600
     print(f"# {label}: {total['unique']} unique candidates built, verified and timed in "
           f"{wall:.0f} s on {cores} cores = {total['unique'] / core_h:.0f} per core-hour")
+    if total.get("cpu_s"):
+        print(f"#   CPU time this run got: {total['cpu_s']:.0f} core-s of the {wall * cores:.0f} "
+              f"it held = {total['unique'] / (total['cpu_s'] / 3600):.0f} per CPU core-hour used "
+              f"(the rest went to other processes or idle waits)")
     print(f"#   apart: {total['verify_hits']} verdicts and {total['time_hits']} timings from the "
           f"cache, {total['duplicates']} duplicates, {total['failed_build']} failed builds, "
           f"{total['failed_verify']} failed verifications, {total['timeout']} timeouts, "
