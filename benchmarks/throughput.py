@@ -199,6 +199,69 @@ def _dask_pass(names, args, n_workers: int, run_dir: str) -> tuple[dict, float]:
     return total, wall
 
 
+LOCK_KERNEL = """kernel mm(A: f32[256,256], B: f32[256,256]) -> C: f32[256,256]
+  for i in 256 parallel:
+    for k in 256:
+      for j in 256 vectorized:
+        C[i,j] += A[i,k] * B[k,j]
+"""
+
+
+def _load(lock_dir: str, seconds: float) -> None:
+    """Compile+verify load (2 workers, a fresh candidate each round so nothing is cached),
+    taking the device lock in ``lock_dir``."""
+    from steptp.measure import MeasureConfig, Measurer
+
+    ref = LOCK_KERNEL.replace(" parallel", "").replace(" vectorized", "")
+    with Measurer(None, MeasureConfig(num_threads=_cores()), cache=None, jobs=2,
+                  lock_directory=lock_dir) as m:
+        end, i = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            cands = [LOCK_KERNEL.replace("C[i,j] += A[i,k] * B[k,j]",
+                                         f"C[i,j] += A[i,k] * B[k,j] * {1 + (i + d) * 1e-9!r}")
+                     for d in range(2)]
+            m.verify_many([(ref, c, "algebraic") for c in cands])
+            i += 2
+
+
+def lock_check(rounds: int = 5) -> None:
+    """What the device lock buys: the same kernel timed alone, beside compile/verify load that
+    takes the lock (it pauses during each timing), and beside the same load ignoring it."""
+    import subprocess
+
+    from steptp.measure import MeasureConfig, Measurer
+    from steptp.search.evaluator import search_config
+
+    lock = tempfile.mkdtemp(prefix="steptp-lock-")
+    other = tempfile.mkdtemp(prefix="steptp-lock-other-")
+    cfg = search_config(_cores())
+    with Measurer(None, cfg, cache=None, lock_directory=lock, speed_of_light=False) as m:
+        m.time_many([LOCK_KERNEL])  # worker start-up
+
+        def medians() -> list[float]:
+            return [m.time_many([LOCK_KERNEL], use_cache=False)[0].timing.median_s * 1e3
+                    for _ in range(rounds)]
+
+        rows = [("alone", medians())]
+        for label, d in (("beside compile/verify that takes the lock", lock),
+                         ("beside compile/verify that ignores it", other)):
+            bg = subprocess.Popen([sys.executable, __file__, "--_load", d, "600"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(8)  # its workers started and verifying
+                rows.append((label, medians()))
+            finally:
+                bg.kill()
+                bg.wait()
+    import statistics
+
+    base = statistics.median(rows[0][1])
+    for label, xs in rows:
+        med = statistics.median(xs)
+        print(f"# lock check: {label:45s} median {med:7.3f} ms ({med / base:4.2f}x alone), "
+              f"per round {', '.join(f'{x:.2f}' for x in xs)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -217,7 +280,17 @@ def main() -> None:
     ap.add_argument("--dask", type=int, default=0, metavar="N",
                     help="also run on a LocalCluster of 1 then N workers and print the scaling")
     ap.add_argument("--skip-local", action="store_true", help="only the --dask comparison")
+    ap.add_argument("--lock-check", action="store_true",
+                    help="only: time one kernel alone, beside compile/verify load that takes the "
+                         "device lock, and beside load that ignores it")
+    ap.add_argument("--_load", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args._load:
+        _load(args._load[0], float(args._load[1]))
+        return
+    if args.lock_check:
+        lock_check()
+        return
 
     from steptp.search.evaluator import set_threads
 

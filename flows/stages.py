@@ -103,10 +103,28 @@ def task_runner(p: dict[str, Any], jobs: int = 1):
 
     if r["address"]:
         return DaskTaskRunner(address=r["address"])
-    return DaskTaskRunner(cluster_class="distributed.LocalCluster",
-                          cluster_kwargs={"n_workers": r["workers"],
-                                          "threads_per_worker": r["threads_per_worker"],
-                                          "processes": True, "dashboard_address": None})
+    kw = {"n_workers": r["workers"], "threads_per_worker": r["threads_per_worker"],
+          "processes": True, "dashboard_address": None}
+    url = _api_url()
+    if url:  # the workers report to this flow's (possibly temporary) Prefect server
+        kw["env"] = {"PREFECT_API_URL": url}
+    return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kw)
+
+
+def _api_url() -> str | None:
+    """The Prefect API this process talks to; inside a flow run without a configured server,
+    the temporary server Prefect started (else every worker would start its own)."""
+    from prefect.context import FlowRunContext
+
+    if FlowRunContext.get() is None:  # outside a run no temporary server is up: start none
+        return None
+    try:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as c:
+            return str(c.api_url).rstrip("/")
+    except Exception:  # noqa: BLE001 - no server reachable yet: the workers find their own
+        return None
 
 
 # ---------------------------------------------------------------------------- extract

@@ -206,3 +206,108 @@ def test_searches_on_two_dask_workers_time_on_a_two_server_fleet(fleet, tmp_path
 
     info = rpc.connect_tracker("127.0.0.1", fleet.port).summary()
     assert info["queue_info"]["steptp-fleet"]["free"] == 2     # both devices handed back
+
+
+# ---------------------------------------------------------------------------- release on Dask
+def _descendants(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out += kids.get(p, [])
+        todo += kids.get(p, [])
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _searching_dask_worker(root: int) -> int | None:
+    """A Dask worker process (spawned by its nanny) that is running a search right now: it has a
+    measurement worker (``steptp.measure.worker``) child."""
+    for pid in _descendants(root):
+        if "spawn_main" not in _cmdline(pid):
+            continue
+        if any("steptp.measure.worker" in _cmdline(c) for c in _descendants(pid)):
+            return pid
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_release_on_a_two_worker_localcluster_with_a_worker_killed(tmp_path):
+    """The small release end to end with its searches and CoT batches on a 2-worker Dask
+    LocalCluster; one worker is SIGKILLed while it searches: only that search runs again, the
+    release is complete, and a rerun takes every search from the cache."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import polars as pl
+    import yaml
+
+    from test_flows import SMALL, _env, _release_cmd
+
+    p = {**SMALL, "name": "steptp-dask",
+         "search": {**SMALL["search"], "max_kernels": 2, "measurements": 3, "verify_jobs": 1},
+         "runner": {"kind": "dask", "workers": 2}}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(p))
+    out = tmp_path / "releases"
+    env = _env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                      env.get("PYTHONPATH")]))
+    log1 = tmp_path / "run1.log"
+    with open(log1, "w") as f:
+        proc = subprocess.Popen(_release_cmd(params, out), cwd=tmp_path, env=env, stdout=f,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    killed = None
+    deadline = time.time() + 900
+    try:
+        while time.time() < deadline and proc.poll() is None and killed is None:
+            pid = _searching_dask_worker(proc.pid)
+            if pid is not None:
+                time.sleep(1.0)  # mid-search, not at its first instant
+                if _searching_dask_worker(proc.pid) == pid:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+            time.sleep(0.3)
+        rc = proc.wait(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log1.read_text()
+    assert killed is not None, text[-3000:]
+    assert rc == 0, text[-5000:]
+    assert "LocalCluster" in text                               # the Dask runner was used
+    rel = out / "steptp-dask-0.0.1"
+    assert (rel / "manifest.json").is_file()
+    work = out / ".work" / "steptp-dask-0.0.1"
+    trajs = pl.read_parquet(work / "trajectories.parquet")
+    steps = pl.read_parquet(work / "steps.parquet")
+    assert trajs.height == 2 and trajs["kernel_id"].n_unique() == 2   # no search lost
+    key = ["trajectory_id", "step_index", "strategy", "site", "params", "before_leir", "after_leir"]
+    assert steps.select(key).is_duplicated().sum() == 0                 # none duplicated
+
+    # the rerun resumes from the cache: no search runs again
+    r2 = subprocess.run(_release_cmd(params, out), cwd=tmp_path, env=env, capture_output=True,
+                        text=True, timeout=900)
+    t2 = r2.stdout + r2.stderr
+    assert r2.returncode == 0, t2[-3000:]
+    search_lines = [ln for ln in t2.splitlines() if "Task run 'search-" in ln and "Finished" in ln]
+    assert len(search_lines) == 2 and all("Cached" in ln for ln in search_lines), t2[-3000:]
+    assert pl.read_parquet(work / "steps.parquet").equals(steps)
