@@ -89,6 +89,25 @@ def test_timing_runs_the_module_verification_built(tmp_path):
         assert m.worker_starts == 1
 
 
+def test_verified_ahead_is_the_same_verdict(tmp_path, monkeypatch):
+    from steptp.search.evaluator import MeasurerEvaluator
+
+    monkeypatch.setenv("STEPTP_LOCK_DIR", str(tmp_path))
+    wrong = MATMUL_SPLIT.replace("* B[k,j]", "* B[k,j] * 1.01")
+    ev = MeasurerEvaluator(config=None, cache=None, jobs=2, num_threads=1)
+    try:
+        assert ev.prefetch_depth == 1
+        ev.prefetch(MATMUL, [(MATMUL_SPLIT, "exact"), (wrong, "exact")])
+        ahead = [ev.verify(MATMUL, c, "exact") for c in (MATMUL_SPLIT, wrong)]
+        assert ev.prefetch_stats == {"submitted": 2, "used": 2}
+        now = [ev.verify(MATMUL, c, "exact") for c in (MATMUL_SPLIT, wrong)]
+        assert [a.ok for a in ahead] == [n.ok for n in now] == [True, False]
+        assert ahead[1].status == now[1].status == "failed_verify"
+        assert ev.measurer.stats["verify_runs"] == 4 and ev.time(MATMUL_SPLIT).ok
+    finally:
+        ev.close()
+
+
 # ---------------------------------------------------------------------------- params
 def test_runner_and_device_params():
     assert P.runner_args({}) == {"kind": "local", "workers": 2, "address": None,

@@ -427,8 +427,7 @@ class Measurer:
         if held is not None:
             worker, payload["program"] = held  # the text that worker built the module from
         try:
-            # start-up is not measurement: do it outside the lock
-            (pool.workers[worker] if worker is not None else pool.workers[0]).start()
+            pool.prestart(worker)  # start-up is not measurement: do it outside the lock
         except WorkerError as e:
             return WorkerResult("crash", reason=str(e))
         t0 = time.monotonic()

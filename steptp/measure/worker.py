@@ -413,6 +413,23 @@ class WorkerPool:
             self._busy[i] = False
             self._cond.notify_all()
 
+    def prestart(self, worker: int | None = None) -> None:
+        """Start worker ``worker`` (or a free one) now if it is idle and not running, so that a
+        task sent under a lock does not wait for a start-up; a busy worker is left alone.
+        Raises ``WorkerError`` when it cannot start."""
+        with self._cond:
+            free = [i for i, b in enumerate(self._busy) if not b]
+            if worker is not None:
+                free = [worker] if worker in free else []
+            if not free:
+                return
+            i = free[0]
+            self._busy[i] = True
+        try:
+            self.workers[i].start()
+        finally:
+            self._give(i)
+
     def run(self, task: str, payload: dict, timeout_s: float | None = None,
             worker: int | None = None) -> WorkerResult:
         """Run ``task`` on a free worker, or on worker number ``worker`` (waiting for it: it
