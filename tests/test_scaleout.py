@@ -330,3 +330,20 @@ def test_release_on_a_two_worker_localcluster_with_a_worker_killed(tmp_path):
     search_lines = [ln for ln in t2.splitlines() if "Task run 'search-" in ln and "Finished" in ln]
     assert len(search_lines) == 2 and all("Cached" in ln for ln in search_lines), t2[-3000:]
     assert pl.read_parquet(work / "steps.parquet").equals(steps)
+
+
+def test_leir_parses_from_many_threads_at_once():
+    # the search thread and the verify-ahead threads parse at the same time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from steptp.leir import parse
+    from steptp.leir.canon import canonical_text
+
+    want = canonical_text(parse(MATMUL_SPLIT))
+
+    def many(_):
+        return {canonical_text(parse(MATMUL_SPLIT)) for _ in range(150)}
+
+    with ThreadPoolExecutor(4) as ex:
+        got = set().union(*ex.map(many, range(4)))
+    assert got == {want}
