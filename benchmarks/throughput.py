@@ -18,7 +18,7 @@ A core-hour is wall time times the cores this process may run on (``sched_getaff
 run occupies them all (compile/verify workers, then the timing threads). The machine may be
 shared (other processes compete for the same cores; the load average is printed): the figure is
 what this run got. Also printed: the CPU time this run's processes really used, and the figure
-per CPU core-hour used (in a Dask pass, the workers' CPU time is not collected: wall only).
+per CPU core-hour used (in a Dask pass, summed over the searches, each measured in its worker).
 
 ``--dask N``: the same kernels as independent searches on a ``dask.distributed`` LocalCluster,
 first with 1 worker then with N (each worker: one search at a time with its own Measurer of one
