@@ -2,6 +2,11 @@
 
 Payloads carry program text (LEIR or TVMScript), a target dict (``Target.to_dict()``) and config
 dicts; results are ``model_dump()`` dicts. No TVM object crosses a process boundary.
+
+``build_verify`` and ``time_built`` are what the ``Measurer`` sends: the first compiles a
+candidate and verifies it, keeping the built module (and the kernel's reference outputs) in the
+worker; the second, sent to that same worker, times the module it holds. ``verify`` and
+``time`` are the self-contained one-shot forms.
 """
 
 from __future__ import annotations
