@@ -1,8 +1,9 @@
 """Search throughput, honestly counted: unique candidates built, verified and timed per core-hour.
 
-    .venv/bin/python benchmarks/throughput.py                      # default-size matmul + conv, budget 64
+    .venv/bin/python benchmarks/throughput.py              # default-size matmul + conv, budget 64
     .venv/bin/python benchmarks/throughput.py --policy random --jobs 1
-    .venv/bin/python benchmarks/throughput.py --dask 2             # + compile/verify scaling, 1 vs 2 Dask workers
+    .venv/bin/python benchmarks/throughput.py --dask 2 --skip-local   # 1 vs 2 Dask workers
+    .venv/bin/python benchmarks/throughput.py --lock-check # what the device lock buys
 
 What counts: a candidate (one canonical program) that was built, verified (passed) and timed IN
 THIS RUN. Reported apart: verification or timing answered from the cache, duplicates (a program
@@ -99,8 +100,8 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
 
     kid, prog, _, _ = workload_kernel(name, size)
     with tempfile.TemporaryDirectory(prefix="cache-", dir=run_dir) as d:
-        inner = MeasurerEvaluator(cache=cache or os.path.join(run_dir, f"{os.path.basename(d)}.sqlite"),
-                                  jobs=jobs)
+        db = cache or os.path.join(run_dir, f"{os.path.basename(d)}.sqlite")
+        inner = MeasurerEvaluator(cache=db, jobs=jobs)
         print(f"# {name}: {type(inner.measurer).__module__} from "
               f"{os.path.dirname(sys.modules['steptp'].__file__)}", flush=True)
         ev = Counting(inner)
@@ -135,7 +136,8 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             c["timing_cached"] += 1
         else:
             unique.add(ph)
-    c.update(unique=len(unique), wall_s=wall, cpu_s=cpu, wait_s=ev.wait_s, bookkeeping_s=wall - ev.wait_s,
+    c.update(unique=len(unique), wall_s=wall, cpu_s=cpu, wait_s=ev.wait_s,
+             bookkeeping_s=wall - ev.wait_s,
              verify_hits=st["verify_hits"], time_hits=st["time_hits"],
              compile_s=st["compile_s"], verify_s=st["verify_s"], reference_s=st["reference_s"],
              time_s=st["time_s"], lock_wait_s=st["lock_wait_s"], rebuilds=st["rebuilds"],

@@ -125,7 +125,8 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
         from .measure.rpc import RPCBackend
 
         backend = RPCBackend.from_dict(devices)
-    ev = default_evaluator(num_threads=threads, cache=measurement_cache(max_age_s, clock_offset_s, not_before),
+    ev = default_evaluator(num_threads=threads,
+                           cache=measurement_cache(max_age_s, clock_offset_s, not_before),
                            jobs=verify_jobs, backend=backend)
     try:
         steps, traj = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),

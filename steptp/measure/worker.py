@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
-import queue
 import select
 import signal
 import struct
