@@ -1,10 +1,31 @@
-"""Search throughput: verified and measured candidates per core-hour.
+"""Search throughput, honestly counted: unique candidates built, verified and timed per core-hour.
 
-    .venv/bin/python benchmarks/throughput.py --workloads matmul_square,conv2d,softmax \
-        --size tiny --budget 16 --policy random
+    .venv/bin/python benchmarks/throughput.py              # default-size matmul + conv, budget 64
+    .venv/bin/python benchmarks/throughput.py --policy random --jobs 1
+    .venv/bin/python benchmarks/throughput.py --dask 2 --skip-local   # 1 vs 2 Dask workers
+    .venv/bin/python benchmarks/throughput.py --lock-check # what the device lock buys
 
-A core-hour is wall time times TVM_NUM_THREADS (the cores a timing uses; verification and
-compilation use the same cores).
+What counts: a candidate (one canonical program) that was built, verified (passed) and timed IN
+THIS RUN. Reported apart: verification or timing answered from the cache, duplicates (a program
+the search already evaluated under another text), failed builds, failed verifications, timeouts,
+crashes. Each run uses a fresh measurement cache (``--cache PATH`` to reuse one and see hits).
+
+Per stage (seconds): search bookkeeping (the search thread outside the evaluator: candidate
+generation, ranking, records), compile and verification runs (summed over the workers, which
+run in parallel), reference runs (once per kernel and seed per worker), timing (serialized
+under the device lock), lock waits, and the evaluator's wall time as the search saw it.
+
+A core-hour is wall time times the cores this process may run on (``sched_getaffinity``): the
+run occupies them all (compile/verify workers, then the timing threads). The machine may be
+shared (other processes compete for the same cores; the load average is printed): the figure is
+what this run got. Also printed: the CPU time this run's processes really used, and the figure
+per CPU core-hour used (in a Dask pass, summed over the searches, each measured in its worker).
+
+``--dask N``: the same kernels as independent searches on a ``dask.distributed`` LocalCluster,
+first with 1 worker then with N (each worker: one search at a time with its own Measurer of one
+compile/verify worker; timings serialized across all of them by the device lock). Printed: the
+compile+verify rate, unique candidates per second of wall time not spent timing, and its scaling
+from 1 to N workers.
 """
 
 from __future__ import annotations
@@ -12,45 +33,311 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _search_common import selected, workload_kernel  # noqa: E402
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default="matmul,conv")
-    ap.add_argument("--workloads", default="matmul_square,conv2d,softmax")
-    ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument("--size", default="tiny")
-    ap.add_argument("--budget", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=120.0)
-    ap.add_argument("--policy", default="random")
-    ap.add_argument("--evaluator", default="inprocess")
-    args = ap.parse_args()
+def _hash(text: str) -> str:
+    from steptp.measure.cache import program_hash
 
-    from steptp.search import Budget, default_evaluator, search_kernel
+    try:
+        return program_hash(text)
+    except Exception:  # noqa: BLE001 - a candidate that does not parse: its text is its identity
+        import hashlib
 
-    ev = default_evaluator(kind=args.evaluator)
-    ver = meas = 0
-    wall = 0.0
-    for name in selected(args.families, args.workloads, args.limit):
-        kid, prog, _, _ = workload_kernel(name, args.size)
+        return "text:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+class Counting:
+    """The search's evaluator, counting what each call cost and how it ended."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.wait_s = 0.0
+        self.verdicts: list[tuple[str, str]] = []   # (program hash, status)
+        self.timings: list[tuple[str, str, bool]] = []  # (program hash, status, cached)
+        self._verified: set[str] = set()
+        self.reasons: dict[str, int] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def verify(self, original, candidate, exactness):
         t0 = time.perf_counter()
-        res = search_kernel(prog, kid, args.policy, Budget(args.budget, args.seconds), 0, ev,
-                            return_result=True)
-        dt = time.perf_counter() - t0
-        wall += dt
-        ver += res.verifications
-        meas += res.measurements
-        print(f"{name:24s} {res.verifications:4d} verified, {res.measurements:4d} measured in "
-              f"{dt:6.1f} s", flush=True)
-    ev.close()
-    core_h = wall * ev.num_threads / 3600
-    print(f"# {ver / core_h:.0f} verified and {meas / core_h:.0f} measured candidates per "
-          f"core-hour ({args.policy}, size {args.size}, {ev.num_threads} cores, "
-          f"evaluator {type(ev).__name__}, {wall:.0f} s)")
+        v = self.inner.verify(original, candidate, exactness)
+        self.wait_s += time.perf_counter() - t0
+        ph = _hash(candidate)
+        self.verdicts.append((ph, v.status))
+        if v.status not in ("ok", "failed_verify"):
+            why = f"verify {v.status}: {v.reason[:120]}"
+            self.reasons[why] = self.reasons.get(why, 0) + 1
+        if v.ok:
+            self._verified.add(ph)
+        return v
+
+    def time(self, program):
+        t0 = time.perf_counter()
+        t = self.inner.time(program)
+        self.wait_s += time.perf_counter() - t0
+        ph = _hash(program)
+        if ph in self._verified:  # a candidate (the baseline is timed without a verification)
+            self.timings.append((ph, t.status, bool(getattr(t, "cached", False))))
+        if t.status != "ok":
+            why = f"timing {t.status}: {t.reason[:120]}"
+            self.reasons[why] = self.reasons.get(why, 0) + 1
+        return t
+
+
+def run_search(name: str, size: str, policy: str, budget: int, seconds: float, jobs: int,
+               cache: str | None, run_dir: str, seed: int = 0) -> dict:
+    """One kernel search with a fresh Measurer and cache (in ``run_dir``, whose roofline
+    calibration the searches of one run share); its honest counts and stage seconds."""
+    from steptp.search import Budget, search_kernel
+    from steptp.search.evaluator import MeasurerEvaluator
+
+    kid, prog, _, _ = workload_kernel(name, size)
+    with tempfile.TemporaryDirectory(prefix="cache-", dir=run_dir) as d:
+        db = cache or os.path.join(run_dir, f"{os.path.basename(d)}.sqlite")
+        inner = MeasurerEvaluator(cache=db, jobs=jobs)
+        print(f"# {name}: {type(inner.measurer).__module__} from "
+              f"{os.path.dirname(sys.modules['steptp'].__file__)}", flush=True)
+        ev = Counting(inner)
+        cpu0 = _cpu_s()
+        try:
+            t0 = time.perf_counter()
+            res = search_kernel(prog, kid, policy, Budget(budget, seconds), seed, ev,
+                                return_result=True)
+            wall = time.perf_counter() - t0
+            # .get: the same benchmark also measures older code (no stage seconds, no prefetch)
+            st = {k: 0 for k in ("compile_s", "verify_s", "reference_s", "time_s",
+                                 "lock_wait_s", "rebuilds")}
+            st.update(inner.measurer.stats)
+            pre = dict(getattr(inner, "prefetch_stats", {"submitted": 0, "used": 0}))
+        finally:
+            inner.close()  # reaps the workers: their CPU time is now in RUSAGE_CHILDREN
+        cpu = _cpu_s() - cpu0
+    seen: set[str] = set()
+    c = {"verify_calls": len(ev.verdicts), "duplicates": 0, "failed_build": 0,
+         "failed_verify": 0, "timeout": 0, "crashed": 0, "timing_failed": 0, "timing_cached": 0}
+    for ph, status in ev.verdicts:
+        if ph in seen:
+            c["duplicates"] += 1
+        seen.add(ph)
+        if status != "ok":
+            c[status if status in c else "crashed"] += 1
+    unique = set()
+    for ph, status, cached in ev.timings:
+        if status != "ok":
+            c["timing_failed"] += 1
+        elif cached:
+            c["timing_cached"] += 1
+        else:
+            unique.add(ph)
+    c.update(unique=len(unique), wall_s=wall, cpu_s=cpu, wait_s=ev.wait_s,
+             bookkeeping_s=wall - ev.wait_s,
+             verify_hits=st["verify_hits"], time_hits=st["time_hits"],
+             compile_s=st["compile_s"], verify_s=st["verify_s"], reference_s=st["reference_s"],
+             time_s=st["time_s"], lock_wait_s=st["lock_wait_s"], rebuilds=st["rebuilds"],
+             prefetched=pre["submitted"], prefetch_used=pre["used"], name=name,
+             reasons=ev.reasons,
+             measurements=res.measurements, best_speedup=(res.baseline.median_s / res.best.seconds
+                                                           if res.best is not None else None))
+    return c
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its reaped children (the workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _add(total: dict, c: dict) -> None:
+    for why, n in c.get("reasons", {}).items():
+        total.setdefault("reasons", {})[why] = total.get("reasons", {}).get(why, 0) + n
+    for k, v in c.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "best_speedup":
+            total[k] = total.get(k, 0) + v
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _report(total: dict, cores: int, wall: float, label: str) -> None:
+    core_h = wall * cores / 3600
+    print(f"# {label}: {total['unique']} unique candidates built, verified and timed in "
+          f"{wall:.0f} s on {cores} cores = {total['unique'] / core_h:.0f} per core-hour")
+    if total.get("cpu_s"):
+        print(f"#   CPU time this run got: {total['cpu_s']:.0f} core-s of the {wall * cores:.0f} "
+              f"it held = {total['unique'] / (total['cpu_s'] / 3600):.0f} per CPU core-hour used "
+              f"(the rest went to other processes or idle waits)")
+    print(f"#   apart: {total['verify_hits']} verdicts and {total['time_hits']} timings from the "
+          f"cache, {total['duplicates']} duplicates, {total['failed_build']} failed builds, "
+          f"{total['failed_verify']} failed verifications, {total['timeout']} timeouts, "
+          f"{total['crashed']} crashes, {total['timing_failed']} failed timings; "
+          f"{total['prefetched']} verified ahead ({total['prefetch_used']} used), "
+          f"{total['rebuilds']} timings had to rebuild")
+    for why, n in sorted(total.get("reasons", {}).items(), key=lambda kv: -kv[1])[:4]:
+        print(f"#     {n} x {why}")
+    print(f"#   seconds: search bookkeeping {total['bookkeeping_s']:.1f}, compile "
+          f"{total['compile_s']:.1f}, verification runs {total['verify_s']:.1f}, reference runs "
+          f"{total['reference_s']:.1f}, timing {total['time_s']:.1f}, device-lock waits "
+          f"{total['lock_wait_s']:.1f} (worker sums; the search waited {total['wait_s']:.1f} "
+          f"in the evaluator)")
+
+
+def _dask_pass(names, args, n_workers: int, run_dir: str) -> tuple[dict, float]:
+    from dask.distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.wait_for_workers(n_workers, timeout=120)
+        t0 = time.perf_counter()
+        futs = [client.submit(run_search, n, args.size, args.policy, args.budget, args.seconds,
+                              1, None, run_dir, pure=False) for n in names]
+        results = client.gather(futs)
+        wall = time.perf_counter() - t0
+    total: dict = {}
+    for r in results:
+        _add(total, r)
+    return total, wall
+
+
+LOCK_KERNEL = """kernel mm(A: f32[256,256], B: f32[256,256]) -> C: f32[256,256]
+  for i in 256 parallel:
+    for k in 256:
+      for j in 256 vectorized:
+        C[i,j] += A[i,k] * B[k,j]
+"""
+
+
+def _load(lock_dir: str, seconds: float) -> None:
+    """Compile+verify load (2 workers, a fresh candidate each round so nothing is cached),
+    taking the device lock in ``lock_dir``."""
+    from steptp.measure import MeasureConfig, Measurer
+
+    ref = LOCK_KERNEL.replace(" parallel", "").replace(" vectorized", "")
+    with Measurer(None, MeasureConfig(num_threads=_cores()), cache=None, jobs=2,
+                  lock_directory=lock_dir) as m:
+        end, i = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            cands = [LOCK_KERNEL.replace("C[i,j] += A[i,k] * B[k,j]",
+                                         f"C[i,j] += A[i,k] * B[k,j] * {1 + (i + d) * 1e-9!r}")
+                     for d in range(2)]
+            m.verify_many([(ref, c, "algebraic") for c in cands])
+            i += 2
+
+
+def lock_check(rounds: int = 5) -> None:
+    """What the device lock buys: the same kernel timed alone, beside compile/verify load that
+    takes the lock (it pauses during each timing), and beside the same load ignoring it."""
+    import subprocess
+
+    from steptp.measure import MeasureConfig, Measurer
+    from steptp.search.evaluator import search_config
+
+    lock = tempfile.mkdtemp(prefix="steptp-lock-")
+    other = tempfile.mkdtemp(prefix="steptp-lock-other-")
+    cfg = search_config(_cores())
+    with Measurer(None, cfg, cache=None, lock_directory=lock, speed_of_light=False) as m:
+        m.time_many([LOCK_KERNEL])  # worker start-up
+
+        def medians() -> list[float]:
+            return [m.time_many([LOCK_KERNEL], use_cache=False)[0].timing.median_s * 1e3
+                    for _ in range(rounds)]
+
+        rows = [("alone", medians())]
+        for label, d in (("beside compile/verify that takes the lock", lock),
+                         ("beside compile/verify that ignores it", other)):
+            bg = subprocess.Popen([sys.executable, __file__, "--_load", d, "600"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(8)  # its workers started and verifying
+                rows.append((label, medians()))
+            finally:
+                bg.kill()
+                bg.wait()
+    import statistics
+
+    base = statistics.median(rows[0][1])
+    for label, xs in rows:
+        med = statistics.median(xs)
+        print(f"# lock check: {label:45s} median {med:7.3f} ms ({med / base:4.2f}x alone), "
+              f"per round {', '.join(f'{x:.2f}' for x in xs)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n", 2)[2])
+    ap.add_argument("--families", default="matmul,conv")
+    ap.add_argument("--workloads", default="matmul_square,conv2d",
+                    help="operator workloads (the heaviest kernel of each is searched)")
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--size", default="default")
+    ap.add_argument("--budget", type=int, default=64, help="timed candidates per kernel")
+    ap.add_argument("--seconds", type=float, default=300.0, help="wall budget per kernel")
+    ap.add_argument("--policy", default="beam")
+    ap.add_argument("--jobs", type=int, default=_cores(),
+                    help="compile/verify workers of the Measurer (default: the cores)")
+    ap.add_argument("--cache", default=None, help="a measurement cache to reuse (default: fresh)")
+    ap.add_argument("--dask", type=int, default=0, metavar="N",
+                    help="also run on a LocalCluster of 1 then N workers and print the scaling")
+    ap.add_argument("--skip-local", action="store_true", help="only the --dask comparison")
+    ap.add_argument("--lock-check", action="store_true",
+                    help="only: time one kernel alone, beside compile/verify load that takes the "
+                         "device lock, and beside load that ignores it")
+    ap.add_argument("--_load", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args._load:
+        _load(args._load[0], float(args._load[1]))
+        return
+    if args.lock_check:
+        lock_check()
+        return
+
+    from steptp.search.evaluator import set_threads
+
+    set_threads(None)
+    names = selected(args.families, args.workloads, args.limit)
+    cores = _cores()
+    print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"(a shared machine: other processes compete for the {cores} cores)")
+    run_dir = tempfile.mkdtemp(prefix="steptp-throughput-")
+    # this run's own device lock (set before any Dask worker is spawned: they inherit it), so
+    # its timings wait for each other, not for other projects' on this machine
+    os.environ.setdefault("STEPTP_LOCK_DIR", os.path.join(run_dir, "locks"))
+    if not args.skip_local:
+        total: dict = {}
+        wall = 0.0
+        for name in names:
+            c = run_search(name, args.size, args.policy, args.budget, args.seconds, args.jobs,
+                           args.cache, run_dir)
+            _add(total, c)
+            wall += c["wall_s"]
+            print(f"{name:16s} {c['unique']:3d} unique verified+timed of {c['verify_calls']:3d} "
+                  f"verified; {c['wall_s']:6.1f} s (bookkeeping {c['bookkeeping_s']:.1f}, compile "
+                  f"{c['compile_s']:.1f}, verify {c['verify_s']:.1f}, reference "
+                  f"{c['reference_s']:.1f}, timing {c['time_s']:.1f}); best "
+                  f"{c['best_speedup'] or float('nan'):.2f}x", flush=True)
+        _report(total, cores, wall, f"{args.policy}, size {args.size}, budget {args.budget}, "
+                                    f"jobs {args.jobs}")
+    if args.dask:
+        rates = {}
+        for n in (1, args.dask):
+            t, wall = _dask_pass(names, args, n, run_dir)
+            cv_wall = max(1e-9, wall - t["time_s"])
+            rates[n] = t["unique"] / cv_wall
+            _report(t, cores, wall, f"LocalCluster of {n} worker(s)")
+            print(f"#   compile+verify (and search bookkeeping): {t['unique']} candidates in "
+                  f"{cv_wall:.1f} s of wall time outside timings = {rates[n]:.2f} per s",
+                  flush=True)
+        print(f"# compile+verify scaling, {args.dask} workers over 1: "
+              f"{rates[args.dask] / rates[1]:.2f}x (timings serialized in both)")
+    print(f"# load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

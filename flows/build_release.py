@@ -32,7 +32,7 @@ if str(_ROOT) not in sys.path:  # a deployment loads this file by path
 from prefect import flow  # noqa: E402
 
 from flows.stages import (_log, cot_flow, curate_flow, export_flow, extract_flow,  # noqa: E402
-                          search_flow, validate_flow)
+                          search_flow, task_runner, validate_flow)
 from steptp import params as P  # noqa: E402
 
 
@@ -68,9 +68,11 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
     _log(f"build {rid}" + (f" (nightly {b.night})" if b.nightly else ""))
 
     kernels = extract_flow(p, str(work))
-    searched = search_flow(p, kernels, str(work), {"night": b.night, "night_start": b.night_start,
-                                                   "clock_offset_s": b.clock_offset_s})
-    steps = cot_flow(p, searched["steps"], str(work))
+    jobs = P.search_args(p)["jobs"]
+    searched = search_flow.with_options(task_runner=task_runner(p, jobs))(
+        p, kernels, str(work), {"night": b.night, "night_start": b.night_start,
+                                "clock_offset_s": b.clock_offset_s})
+    steps = cot_flow.with_options(task_runner=task_runner(p, jobs))(p, searched["steps"], str(work))
     curated = curate_flow(p, searched.get("kernels", kernels), steps, searched["trajectories"],
                           str(work), hw)
     export_flow(p, curated, str(staging), fp, b.version)

@@ -22,9 +22,17 @@ parameters are stored by the Prefect server, which refuses more than 512 KB; rec
 zoo are larger.) The tasks inside take records, so their cache keys follow the content.
 
 Measurement is serialized per device by the measurement service itself
-(``steptp.measure.service.device_lock``: an exclusive file lock per device, held around every
-timing, across threads and processes), so search tasks may run concurrently
-(``search.jobs``): their verifications run in parallel, their timings one at a time.
+(``steptp.measure.service.device_lock``: a file lock per device, held exclusively around every
+timing and shared around every compile/verify, across threads and processes), so search tasks
+may run concurrently (``search.jobs`` threads, or Dask workers on one machine): their
+compilations and verifications run in parallel, never during a timing, and their timings one at
+a time. With ``devices`` (an RPC tracker) timings go to the fleet instead, one per device.
+
+Task runners (``task_runner``, from the ``runner`` params): kernel searches and CoT batches are
+submitted to the flow's runner, a thread pool by default, or ``prefect_dask.DaskTaskRunner`` (a
+LocalCluster, or a scheduler address); ``build_release`` gives the search and CoT flows that
+runner. Extraction stays one task: its deduplication spans workloads, and it spreads its
+workloads over its own worker processes (``extract.jobs``).
 """
 
 from __future__ import annotations
@@ -78,6 +86,47 @@ def _log(msg: str) -> None:
         print(msg)
 
 
+# ---------------------------------------------------------------------------- task runners
+def runner_kind(p: dict[str, Any]) -> str:
+    return P.runner_args(p)["kind"]
+
+
+def task_runner(p: dict[str, Any], jobs: int = 1):
+    """The task runner ``runner`` (params) chooses: ``local``, a thread pool of ``jobs`` (the
+    searches share this machine's device lock); ``dask``, a ``prefect_dask.DaskTaskRunner`` on
+    the scheduler at ``runner.address`` or on a ``LocalCluster`` of ``runner.workers``
+    processes it starts and stops with the flow."""
+    r = P.runner_args(p)
+    if r["kind"] == "local":
+        return ThreadPoolTaskRunner(max_workers=max(1, jobs))
+    from prefect_dask import DaskTaskRunner
+
+    if r["address"]:
+        return DaskTaskRunner(address=r["address"])
+    kw = {"n_workers": r["workers"], "threads_per_worker": r["threads_per_worker"],
+          "processes": True, "dashboard_address": None}
+    url = _api_url()
+    if url:  # the workers report to this flow's (possibly temporary) Prefect server
+        kw["env"] = {"PREFECT_API_URL": url}
+    return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kw)
+
+
+def _api_url() -> str | None:
+    """The Prefect API this process talks to; inside a flow run without a configured server,
+    the temporary server Prefect started (else every worker would start its own)."""
+    from prefect.context import FlowRunContext
+
+    if FlowRunContext.get() is None:  # outside a run no temporary server is up: start none
+        return None
+    try:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as c:
+            return str(c.api_url).rstrip("/")
+    except Exception:  # noqa: BLE001 - no server reachable yet: the workers find their own
+        return None
+
+
 # ---------------------------------------------------------------------------- extract
 @task(cache_policy=cache_policy("extract"), persist_result=True, retries=1, retry_delay_seconds=2)
 def extract_kernels(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True,
@@ -104,21 +153,26 @@ def time_unscheduled(kernels: list[KernelRecord], threads: int | None = None,
     return pipeline.time_unscheduled(kernels, threads)
 
 
-@task(cache_policy=cache_policy("search", hardware=True, exclude=("fresh",)), persist_result=True,
-      retries=2, retry_delay_seconds=5)
+@task(cache_policy=cache_policy("search", hardware=True, exclude=("fresh", "verify_jobs")),
+      persist_result=True, retries=2, retry_delay_seconds=5)
 def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
                threads: int | None = None, max_actions: int | None = None,
                rule: dict[str, float] | None = None, remeasure_rounds: int = 3,
                remeasure_pairs: int = 6, remeasure_seconds: float = 30.0,
-               night: str | None = None, fresh: dict[str, Any] | None = None
+               night: str | None = None, fresh: dict[str, Any] | None = None,
+               verify_jobs: int = 1, devices: dict[str, Any] | None = None
                ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
     """``steptp.pipeline.search_one``: search one kernel, then re-time interleaved the pairs that
     decide its roles. ``night``: the nightly's date (part of the key: the next night searches
     again); ``fresh``: how the measurement cache ages timings (``max_age_s``,
-    ``clock_offset_s``, ``not_before``; not part of the key)."""
+    ``clock_offset_s``, ``not_before``; not part of the key); ``verify_jobs``: compile/verify
+    workers (not part of the key: verdicts do not depend on it); ``devices``: the RPC device
+    fleet that times (part of the key: other devices, other timings). Runs wherever the flow's
+    task runner puts it (a thread here, or a Dask worker with its own measurement service)."""
     return pipeline.search_one(kernel, policy, measurements, seconds, seed, threads, max_actions,
                                rule, remeasure_rounds, remeasure_pairs, remeasure_seconds,
-                               log=_log, **(fresh or {}))
+                               log=_log, verify_jobs=verify_jobs, devices=devices,
+                               **(fresh or {}))
 
 
 @flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))
@@ -146,11 +200,12 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str,
                     "not_before": b.get("night_start")})
     opts = {"cache_expiration": _dt.timedelta(seconds=max_age)} if max_age else {}
     tasks = [search_one.with_options(task_run_name=f"search-{k.name}", **opts) for k in chosen]
-    if jobs > 1:
-        futs = [t.submit(k, **a) for t, k in zip(tasks, chosen)]
-        results = [f.result() for f in futs]
-    else:
-        results = [t(k, **a) for t, k in zip(tasks, chosen)]
+    # submitted to the flow's task runner (``task_runner(p)``): ``search.jobs`` threads here, or
+    # Dask workers; results in kernel order whatever order they finish in
+    futs = [t.submit(k, **a) for t, k in zip(tasks, chosen)]
+    results = [f.result() for f in futs]
+    _log(f"search: {len(chosen)} kernels on {jobs if runner_kind(p) == 'local' else 'dask'} "
+         f"workers")
     steps = [x for st, _ in results for x in st]
     trajs = [x for _, tr in results for x in tr]
     _log(f"search: {len(chosen)} kernels -> {len(trajs)} trajectories, {len(steps)} steps")
@@ -172,14 +227,16 @@ def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 
                             model=model, base_url=base_url)[0]
 
 
-@flow(name="cot")
+@flow(name="cot", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def cot_flow(p: dict[str, Any], steps_path: str, work: str) -> str:
     """Reads the search's steps; writes them with their CoT to ``work/steps.parquet``."""
     steps = read_records(steps_path, StepRecord)
     c = P.cot_args(p)
     out: list[StepRecord] = []
-    for tid, group in pipeline.by_trajectory(steps):
-        out += cot_one.with_options(task_run_name=f"cot-{tid}")(group, **c)
+    futs = [cot_one.with_options(task_run_name=f"cot-{tid}").submit(group, **c)
+            for tid, group in pipeline.by_trajectory(steps)]
+    for f in futs:  # one task per trajectory on the flow's task runner, joined in order
+        out += f.result()
     _log(f"cot: {sum(1 for s in out if s.cot)} of {len(out)} steps explained")
     return str(write_table(table(out, StepRecord), Path(work) / "steps.parquet"))
 

@@ -889,7 +889,7 @@ def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
         st, tr = search_one(k, a["policy"], a["measurements"], a["seconds"], a["seed"], a["threads"],
                             a["max_actions"], a["rule"], a["remeasure_rounds"],
                             a["remeasure_pairs"], a["remeasure_seconds"], max_age_s=max_age,
-                            log=say)
+                            log=say, verify_jobs=a["verify_jobs"], devices=a["devices"])
         steps += st
         trajs += tr
         # written after each kernel: an interrupted run keeps what it finished

@@ -61,7 +61,8 @@ def extract_args(p: Mapping[str, Any]) -> dict[str, Any]:
 
 def search_args(p: Mapping[str, Any]) -> dict[str, Any]:
     """Everything a kernel search takes, and how many kernels (``max_kernels``) and how many at
-    once (``jobs``)."""
+    once (``jobs``). ``verify_jobs``: compile/verify workers of each search (its next candidates
+    are verified ahead while one is timed); ``devices``: ``device_args``."""
     s = _section(p, "search")
     mk = s.get("max_kernels")
     return {"policy": str(s.get("policy", "beam")), "measurements": int(s.get("measurements", 16)),
@@ -72,7 +73,43 @@ def search_args(p: Mapping[str, Any]) -> dict[str, Any]:
             "remeasure_rounds": int(s.get("remeasure_rounds", 3)),
             "remeasure_pairs": int(s.get("remeasure_pairs", 6)),
             "remeasure_seconds": float(s.get("remeasure_seconds", 30)),
-            "max_kernels": None if mk is None else int(mk), "jobs": max(1, int(s.get("jobs", 1)))}
+            "max_kernels": None if mk is None else int(mk), "jobs": max(1, int(s.get("jobs", 1))),
+            "verify_jobs": max(1, int(s.get("verify_jobs", 1))), "devices": device_args(p)}
+
+
+def runner_args(p: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the flows' distributed tasks (kernel searches, CoT batches) run: ``kind`` ``local``
+    (threads of the flow's process, ``search.jobs`` at once) or ``dask`` (a ``LocalCluster`` of
+    ``workers`` processes, or the running scheduler at ``address``)."""
+    r = _section(p, "runner")
+    kind = str(r.get("kind", "local"))
+    if kind not in ("local", "dask"):
+        raise ParamsError(f"runner.kind must be local or dask, not {kind!r}")
+    address = r.get("address")
+    if address is not None and not str(address).startswith(("tcp://", "tls://", "inproc://")):
+        raise ParamsError(f"runner.address {address!r}: a scheduler address, tcp://HOST:PORT")
+    workers = int(r.get("workers", 2))
+    if workers < 1:
+        raise ParamsError(f"runner.workers must be >= 1, got {workers}")
+    return {"kind": kind, "workers": workers, "address": None if address is None else str(address),
+            "threads_per_worker": max(1, int(r.get("threads_per_worker", 1)))}
+
+
+def device_args(p: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The device fleet timings go to (``devices.tracker``: a TVM RPC tracker ``HOST:PORT``,
+    ``devices.key``: the device key its servers registered), or None: this machine's device,
+    timings serialized by its device lock."""
+    d = _section(p, "devices")
+    tracker = d.get("tracker")
+    if not tracker:
+        return None
+    host, sep, port = str(tracker).rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ParamsError(f"devices.tracker {tracker!r}: HOST:PORT of a TVM RPC tracker")
+    if not d.get("key"):
+        raise ParamsError("devices.key: the RPC key the device servers registered with")
+    return {"tracker_host": host, "tracker_port": int(port), "key": str(d["key"]),
+            "session_timeout_s": float(d.get("session_timeout_s", 120.0))}
 
 
 def selection_args(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -110,10 +147,18 @@ def curate_config(p: Mapping[str, Any]):
 
 
 def fingerprint(p: Mapping[str, Any]) -> dict[str, Any]:
-    """The hardware fingerprint the search times with (its thread count from ``search``)."""
+    """The hardware fingerprint the search times with (its thread count from ``search``; the
+    fleet's device key when ``devices`` names an RPC tracker)."""
     from .measure.fingerprint import current
 
-    return current(num_threads=search_args(p)["threads"]).to_dict()
+    a = search_args(p)
+    if a["devices"] is not None:
+        from .measure.rpc import RPCBackend
+        from .tir.build import default_target
+
+        return RPCBackend.from_dict(a["devices"]).fingerprint(
+            default_target(), a["threads"] or current().num_threads).to_dict()
+    return current(num_threads=a["threads"]).to_dict()
 
 
 def max_age_s(p: Mapping[str, Any]) -> float | None:
@@ -200,5 +245,6 @@ def build(p: Mapping[str, Any], nightly: bool = False, date: str | None = None) 
     return Build(name, full, night, offset)
 
 
-__all__ = ["Build", "ParamsError", "build", "cot_args", "curate_config", "extract_args",
-           "fingerprint", "load", "max_age_s", "regression_gate", "search_args", "seed"]
+__all__ = ["Build", "ParamsError", "build", "cot_args", "curate_config", "device_args",
+           "extract_args", "fingerprint", "load", "max_age_s", "regression_gate", "runner_args",
+           "search_args", "seed"]

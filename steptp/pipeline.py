@@ -108,19 +108,27 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
                remeasure_pairs: int = 6, remeasure_seconds: float = 30.0, *,
                max_age_s: float | None = None, clock_offset_s: float = 0.0,
                not_before: float | None = None, on_progress: Callable | None = None,
-               log: Callable[[str], None] = print
+               log: Callable[[str], None] = print, verify_jobs: int = 1,
+               devices: dict[str, Any] | None = None
                ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
     """Search one kernel; its steps, and its trajectory (none when the baseline failed). Then
     (``remeasure_rounds`` > 0) re-time, interleaved and uncached, the before/after pairs that
     decide a role near the significance margin (``rule``) and the trajectory's first and final
     program, within about ``remeasure_seconds``. Those re-timings are remembered in the
-    measurement cache like single timings, so a second build of the same night decides alike."""
+    measurement cache like single timings, so a second build of the same night decides alike.
+    ``verify_jobs``: compile/verify workers; ``devices``: an RPC tracker and key
+    (``steptp.params.device_args``) to time on."""
     from .curate.roles import confirm_roles, confirm_trajectory
     from .measure.significance import SignificanceRule, interleaved, remembered, uncached_timer
     from .search import Budget, default_evaluator, search_kernel
 
+    backend = None
+    if devices:
+        from .measure.rpc import RPCBackend
+
+        backend = RPCBackend.from_dict(devices)
     cache = measurement_cache(max_age_s, clock_offset_s, not_before)
-    ev = default_evaluator(num_threads=threads, cache=cache)
+    ev = default_evaluator(num_threads=threads, cache=cache, jobs=verify_jobs, backend=backend)
     try:
         steps, traj = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
                                     seed, ev, max_actions=max_actions, on_progress=on_progress)
@@ -134,7 +142,7 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
         per = 0.5 + 7 * roots[0].before.median_s
         pairs = max(1, min(remeasure_pairs,
                            int(remeasure_seconds / (3 * remeasure_rounds * per))))
-        timer = uncached_timer(ev.target, ev.config)
+        timer = uncached_timer(ev.target, ev.config, backend)
         again = remembered(interleaved, cache, ev.target.key, ev.fingerprint, ev.config.hash)
         try:
             steps, n = confirm_roles(steps, timer, SignificanceRule(**(rule or {})),

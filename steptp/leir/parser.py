@@ -7,6 +7,7 @@ failure is a ``LeirSyntaxError`` naming the line, the column and what was expect
 from __future__ import annotations
 
 import functools
+import threading
 from importlib import resources
 
 from lark import Lark, Token, Transformer, v_args
@@ -54,10 +55,21 @@ class _Indenter(Indenter):
 
 
 @functools.lru_cache(maxsize=1)
+def _grammar() -> str:
+    return resources.files(__package__).joinpath("leir.lark").read_text()
+
+
+_PER_THREAD = threading.local()
+
+
 def _lark() -> Lark:
-    grammar = resources.files(__package__).joinpath("leir.lark").read_text()
-    return Lark(grammar, parser="lalr", postlex=_Indenter(), propagate_positions=True,
-                maybe_placeholders=True)
+    """This thread's parser: the indenter keeps its indentation stack on the instance, so two
+    threads parsing with one parser corrupt each other's (bogus "unexpected end of input")."""
+    p = getattr(_PER_THREAD, "lark", None)
+    if p is None:
+        p = _PER_THREAD.lark = Lark(_grammar(), parser="lalr", postlex=_Indenter(),
+                                    propagate_positions=True, maybe_placeholders=True)
+    return p
 
 
 def _p(meta_or_tok) -> A.Pos | None:

@@ -14,7 +14,7 @@ from .verify import EXACTNESS, TOLERANCES, SeedResult, VerifyResult, random_inpu
 
 _LAZY = {
     "Measurer": "service", "VerifyJob": "service", "VerifyOutcome": "service",
-    "TimingOutcome": "service", "MeasureConfig": "timing", "MeasureError": "timing",
+    "TimingOutcome": "service", "MeasureConfig": "timing", "MeasureError": "programs",
     "measure": "timing", "torch_eager_baseline": "timing", "Fingerprint": "fingerprint",
     "current_fingerprint": "fingerprint", "Cache": "cache", "WorkerPool": "worker",
     "WorkerResult": "worker", "RPCBackend": "rpc",

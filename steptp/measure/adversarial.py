@@ -229,7 +229,7 @@ class Row:
 
 def run_suite(cases=CASES, target=None) -> list[Row]:
     """Verify every case against its reference; one row per case."""
-    from .timing import load_kernel
+    from .programs import load_kernel
     from .verify import verify
 
     rows = []

@@ -72,7 +72,7 @@ def program_hash(program: Any) -> str:
     ``tvms:<sha256 of the stripped text>`` for TVMScript."""
     from ..leir import ast as A
     from ..leir.canon import canonical_hash
-    from .timing import is_tvmscript
+    from .programs import is_tvmscript
 
     if isinstance(program, A.Program):
         return "leir:" + canonical_hash(program)

@@ -32,7 +32,8 @@ import numpy as np
 from ..records import Timing
 from ..tir.target import Target
 from .fingerprint import Fingerprint, tvm_versions
-from .timing import MeasureConfig, MeasureError, calibrate, load_kernel, repeat_until_quiet
+from .programs import MeasureError, load_kernel
+from .timing import MeasureConfig, calibrate, repeat_until_quiet
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,16 @@
   when it was answered from it; duplicates within one call are run once;
 * misses run in isolated workers (``steptp.measure.worker``) with timeouts, so a hanging or
   crashing kernel is one failed outcome with a reason and the others go on;
-* verification runs ``jobs`` workers in parallel, each with one TVM thread;
-* timing runs in ONE worker per Measurer with ``config.num_threads`` TVM threads, and every
-  timing holds an exclusive per-device file lock (``<lock dir>/<device>.lock``), so timings on one
-  machine are serialized even across processes;
+* build once: a candidate is compiled once, in one of ``jobs`` workers, verified there (with one
+  TVM thread; the reference outputs of a kernel are computed once per worker and seed), and
+  its timing is sent to that same worker, which times the module it already holds with
+  ``config.num_threads`` threads (``steptp.measure.tasks``); a program nobody verified here is
+  built by the worker that times it;
+* timings on one machine are serialized even across processes and Measurers: a timing holds
+  the per-device file lock (``<lock dir>/<device>.lock``) exclusively, and compilation plus
+  verification hold it shared, so they run in parallel with each other but never on the cores
+  during a timing (``device_lock``). With an ``RPCBackend`` the timing runs on a remote device
+  (the tracker hands each device to one timing at a time) and local work takes no lock;
 * only real answers are cached: verdicts the verifier reached and successful timings; a timeout
   or crash is not (it may be transient) and is retried next time.
 """
@@ -24,6 +30,8 @@ import json
 import os
 import tempfile
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +43,7 @@ from ..records import Timing
 from ..tir.target import Target
 from .cache import Cache, program_hash
 from .fingerprint import Fingerprint, current
+from .programs import MeasureError
 from .timing import MeasureConfig
 from .verify import DEFAULT_SEEDS, RULE_VERSION, TOLERANCES, VerifyResult, tolerance
 from .worker import WorkerError, WorkerPool, WorkerResult
@@ -106,19 +115,28 @@ def device_name(target: Target) -> str:
 
 
 @contextmanager
-def device_lock(name: str, directory: Path | None = None) -> Iterator[None]:
-    """Hold the exclusive lock of device ``name`` (blocks other timings on this machine)."""
+def device_lock(name: str, directory: Path | None = None, shared: bool = False) -> Iterator[None]:
+    """Hold the lock of device ``name``: exclusive (a timing: blocks every other holder on this
+    machine) or ``shared`` (compilation and verification: any number at once, but never during
+    a timing). A turnstile (``<name>.gate``) keeps a waiting timing from being starved by a
+    stream of shared holders: once a timing waits, new shared holders queue behind it."""
     d = Path(directory) if directory is not None else lock_dir()
     d.mkdir(parents=True, exist_ok=True)
+    gate = os.open(d / f"{name}.gate", os.O_RDWR | os.O_CREAT, 0o666)
     fd = os.open(d / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
+        fcntl.flock(gate, fcntl.LOCK_EX)
         try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         finally:
-            os.close(fd)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+        os.close(gate)
 
 
 # ---------------------------------------------------------------------------- the service
@@ -179,7 +197,11 @@ class Measurer:
         self._verify_pool: WorkerPool | None = None
         self._time_pool: WorkerPool | None = None
         self._pool_lock = threading.Lock()
-        self.stats = {"verify_runs": 0, "verify_hits": 0, "time_runs": 0, "time_hits": 0}
+        self.stats = {"verify_runs": 0, "verify_hits": 0, "time_runs": 0, "time_hits": 0,
+                      "compile_s": 0.0, "verify_s": 0.0, "reference_s": 0.0, "time_s": 0.0,
+                      "lock_wait_s": 0.0, "rebuilds": 0}
+        self._held: dict[str, tuple[int, str]] = {}   # program hash -> (worker, text it built)
+        self._stats_lock = threading.Lock()
 
     # ------------------------------------------------------------------ identity
     @property
@@ -203,7 +225,9 @@ class Measurer:
         with self._pool_lock:
             if kind == "verify":
                 if self._verify_pool is None:
-                    self._verify_pool = WorkerPool(self.jobs, num_threads=1,
+                    # started with the timing thread count: a worker verifies with one thread
+                    # and times (what it built) with all of them (steptp.measure.tasks)
+                    self._verify_pool = WorkerPool(self.jobs, num_threads=self.config.num_threads,
                                                    timeout_s=self.verify_timeout_s,
                                                    memory_limit_mb=self.memory_limit_mb)
                 return self._verify_pool
@@ -248,13 +272,21 @@ class Measurer:
             groups = list(todo.items())
             payloads = [{"before": jobs[idx[0]].before, "after": jobs[idx[0]].after,
                          "exactness": jobs[idx[0]].exactness, "seeds": list(jobs[idx[0]].seeds),
-                         "target": self.target.to_dict()} for _, idx in groups]
-            results = self._pool("verify").map("verify", payloads)
-            self.stats["verify_runs"] += len(results)
+                         "target": self.target.to_dict(), "verify_threads": 1}
+                        for _, idx in groups]
+            pool = self._pool("verify")
+            if len(payloads) <= 1 or pool.size == 1:
+                results = [self._build_verify(p) for p in payloads]
+            else:
+                with ThreadPoolExecutor(max_workers=min(pool.size, len(payloads))) as ex:
+                    results = list(ex.map(self._build_verify, payloads))
             for (key, idx), r in zip(groups, results):
                 job = jobs[idx[0]]
                 if r.ok:
                     res = VerifyResult(**r.value["result"])
+                    if r.value.get("kept"):
+                        with self._stats_lock:
+                            self._held[key[1]] = (r.worker, job.after)
                     if self.cache is not None:
                         self.cache.put_verification(*key, res.model_dump())
                     oc = VerifyOutcome(result=res, wall_s=r.wall_s)
@@ -265,6 +297,25 @@ class Measurer:
                 for i in idx:
                     out[i] = oc
         return out  # type: ignore[return-value]
+
+    def _build_verify(self, payload: dict) -> WorkerResult:
+        """One ``build_verify`` task, holding the device lock shared (no timing meanwhile)."""
+        pool = self._pool("verify")
+        t0 = time.monotonic()
+        if self.backend is not None:
+            r = pool.run("build_verify", payload)
+        else:
+            with device_lock(device_name(self.target), self.lock_directory, shared=True):
+                waited = time.monotonic() - t0
+                r = pool.run("build_verify", payload)
+            with self._stats_lock:
+                self.stats["lock_wait_s"] += waited
+        with self._stats_lock:
+            self.stats["verify_runs"] += 1
+            if r.ok:
+                for k in ("compile_s", "verify_s", "reference_s"):
+                    self.stats[k] += float(r.value.get(k, 0.0))
+        return r
 
     @staticmethod
     def _as_job(p: Any) -> VerifyJob:
@@ -343,13 +394,17 @@ class Measurer:
             else:
                 todo.setdefault(ph, []).append(i)
         for ph, idx in todo.items():
-            r = self._time_one(programs[idx[0]])
-            self.stats["time_runs"] += 1
+            r = self._time_one(programs[idx[0]], ph)
+            with self._stats_lock:
+                self.stats["time_runs"] += 1
+                if r.ok:
+                    self.stats["time_s"] += float(r.value.get("seconds", r.wall_s))
+                    self.stats["rebuilds"] += int(bool(r.value.get("rebuilt")))
             if r.ok:
                 timing = Timing(**r.value["timing"])
                 if cache is not None:
                     cache.put_timing(ph, self.target.key, fp, chash, timing.model_dump(),
-                                          leir=_canonical_leir(programs[idx[0]], ph))
+                                     leir=_canonical_leir(programs[idx[0]], ph))
                 oc = TimingOutcome(program_hash=ph, timing=timing, fingerprint=fp,
                                    wall_s=r.wall_s)
             else:
@@ -359,19 +414,27 @@ class Measurer:
                 out[i] = oc
         return out  # type: ignore[return-value]
 
-    def _time_one(self, program: str) -> WorkerResult:
+    def _time_one(self, program: str, ph: str | None = None) -> WorkerResult:
         payload = {"program": program, "target": self.target.to_dict(),
                    "config": self.config.model_dump()}
-        pool = self._pool("time")
         if self.backend is not None:
             payload["backend"] = self.backend.to_dict()
-            return pool.run("rpc_time", payload)
+            return self._pool("time").run("rpc_time", payload)
+        pool = self._pool("verify")
+        with self._stats_lock:
+            held = self._held.pop(ph, None) if ph is not None else None
+        worker = None
+        if held is not None:
+            worker, payload["program"] = held  # the text that worker built the module from
         try:
-            pool.workers[0].start()  # start-up is not measurement: do it outside the lock
+            pool.prestart(worker)  # start-up is not measurement: do it outside the lock
         except WorkerError as e:
             return WorkerResult("crash", reason=str(e))
+        t0 = time.monotonic()
         with device_lock(device_name(self.target), self.lock_directory):
-            return pool.run("time", payload)
+            with self._stats_lock:
+                self.stats["lock_wait_s"] += time.monotonic() - t0
+            return pool.run("time_built", payload, timeout_s=self.config.timeout_s, worker=worker)
 
     def time(self, program: str) -> TimingOutcome:
         return self.time_many([program])[0]
@@ -390,5 +453,14 @@ class Measurer:
         self.close()
 
 
-__all__ = ["Measurer", "VerifyJob", "VerifyOutcome", "TimingOutcome", "device_lock", "device_name",
-           "lock_dir"]
+def measure_isolated(program: str, target=None, config: MeasureConfig | None = None) -> Timing:
+    """``measure`` in a fresh isolated worker (for one-off use; ``Measurer`` reuses workers)."""
+    with Measurer(target, config, cache=None) as m:
+        out = m.time_many([program])[0]
+    if out.timing is None:
+        raise MeasureError(out.reason or "measurement failed")
+    return out.timing
+
+
+__all__ = ["Measurer", "measure_isolated", "VerifyJob", "VerifyOutcome", "TimingOutcome",
+           "device_lock", "device_name", "lock_dir"]

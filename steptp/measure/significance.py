@@ -161,12 +161,13 @@ def remembered(interleave: Callable[..., list[Optional[Timing]]], cache, target_
     return run
 
 
-def uncached_timer(target, config) -> Callable[[str], Optional[Timing]]:
+def uncached_timer(target, config, backend=None) -> Callable[[str], Optional[Timing]]:
     """A ``time_fn`` for :func:`interleaved`: the Measurer service (isolated worker, device
-    lock) without its result cache, so every call really times. Close it with ``.close()``."""
+    lock; or the RPC ``backend``'s devices) without its result cache, so every call really
+    times. Close it with ``.close()``."""
     from .service import Measurer
 
-    m = Measurer(target, config, cache=None)
+    m = Measurer(target, config, cache=None, backend=backend)
 
     def time_fn(program: str) -> Optional[Timing]:
         return m.time_many([program])[0].timing

@@ -1,7 +1,8 @@
 """Timing one kernel: build once, warm up, calibrate, repeat, summarize, remeasure when noisy.
 
 ``measure(program, target, config)`` runs in the calling process; the ``Measurer`` runs it in an
-isolated worker (``steptp.measure.service``). The protocol:
+isolated worker (``steptp.measure.service``;
+``service.measure_isolated`` for one-off use). The protocol:
 
 1. build the kernel once (LEIR text, a LEIR ``Program``, TVMScript text or a PrimFunc) and make
    seeded inputs (``random_inputs(kernel, config.seed)``);
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..records import Timing
 from .fingerprint import available_cores
+from .programs import MeasureError, is_tvmscript, load_kernel  # noqa: F401 - re-exported
 
 
 class MeasureConfig(BaseModel):
@@ -61,10 +63,6 @@ class MeasureConfig(BaseModel):
     def hash(self) -> str:
         blob = json.dumps(self.key_fields(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
-
-
-class MeasureError(RuntimeError):
-    """A kernel could not be measured (it does not parse, build or run)."""
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -119,52 +117,18 @@ def repeat_until_quiet(time_repeats: Callable[[int, int], list[float]], number: 
     return best
 
 
-# ---------------------------------------------------------------------------- kernels
-def is_tvmscript(text: str) -> bool:
-    """TVMScript (a printed PrimFunc/IRModule) rather than LEIR text."""
-    for line in text.splitlines():
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        return s.startswith(("@", "from ", "import ", "class ", "def "))
-    return False
-
-
-def load_kernel(program: Any):
-    """A LEIR ``Program`` or a TVM PrimFunc from text (LEIR or TVMScript) or an object."""
-    if not isinstance(program, str):
-        return program
-    if is_tvmscript(program):
-        import tvm
-
-        try:
-            obj = tvm.script.from_source(program)
-        except Exception as e:  # noqa: BLE001
-            raise MeasureError(f"TVMScript does not parse: {type(e).__name__}: {e}") from e
-        if isinstance(obj, tvm.IRModule):
-            funcs = [f for _, f in obj.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
-            if len(funcs) != 1:
-                raise MeasureError(f"the TVMScript module has {len(funcs)} PrimFuncs; need one")
-            obj = funcs[0]
-        return obj
-    from ..leir import parse
-
-    try:
-        return parse(program)
-    except Exception as e:  # noqa: BLE001
-        raise MeasureError(f"LEIR does not parse: {type(e).__name__}: {e}") from e
-
-
-def _prepare(program: Any, target, config: MeasureConfig):
-    """Steps 1-3 of the protocol: (built module, inputs, calibrated ``number``)."""
+def _prepare(program: Any, target, config: MeasureConfig, built=None):
+    """Steps 1-3 of the protocol: (built module, inputs, calibrated ``number``). ``built``: the
+    module already compiled from ``program`` (the one verification ran), else it is built."""
     from ..tir import build as B
     from .verify import random_inputs
 
     kernel = load_kernel(program)
-    try:
-        built = B.build(kernel, target)
-    except Exception as e:  # noqa: BLE001
-        raise MeasureError(f"build failed: {e}") from e
+    if built is None:
+        try:
+            built = B.build(kernel, target)
+        except Exception as e:  # noqa: BLE001
+            raise MeasureError(f"build failed: {e}") from e
     inputs = random_inputs(kernel, config.seed)
     for _ in range(config.warmup):
         B.run(built, inputs)
@@ -182,29 +146,20 @@ def _resolve(target, config):
     return target or B.default_target(), config or MeasureConfig()
 
 
-def measure(program: Any, target=None, config: MeasureConfig | None = None) -> Timing:
-    """Build ``program`` once for ``target`` and time it (see the module docstring). Runs in
-    this process: use ``Measurer`` (or ``measure_isolated``) for untrusted kernels."""
+def measure(program: Any, target=None, config: MeasureConfig | None = None,
+            built=None) -> Timing:
+    """Build ``program`` once for ``target`` and time it (see the module docstring); ``built``:
+    time this module compiled from ``program`` instead of building again. Runs in this
+    process: use ``Measurer`` (or ``service.measure_isolated``) for untrusted kernels."""
     from ..tir import build as B
 
     target, config = _resolve(target, config)
-    built, inputs, number = _prepare(program, target, config)
+    built, inputs, number = _prepare(program, target, config, built)
 
     def repeats(n: int, r: int) -> list[float]:
         return list(B.time(built, inputs, number=n, repeat=r).results)
 
     return repeat_until_quiet(repeats, number, config)
-
-
-def measure_isolated(program: str, target=None, config: MeasureConfig | None = None) -> Timing:
-    """``measure`` in a fresh isolated worker (for one-off use; ``Measurer`` reuses workers)."""
-    from .service import Measurer
-
-    with Measurer(target, config, cache=None) as m:
-        out = m.time_many([program])[0]
-    if out.timing is None:
-        raise MeasureError(out.reason or "measurement failed")
-    return out.timing
 
 
 # ---------------------------------------------------------------------------- PyTorch

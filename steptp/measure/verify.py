@@ -527,9 +527,54 @@ def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
     return results
 
 
+class References:
+    """The reference side of a verification, computed once per (reference, target, seeds) and
+    reused for every candidate of that kernel: its program, built module, and per-seed
+    ``(label, inputs, outputs)`` (``failures``: seeds whose reference run failed)."""
+
+    def __init__(self, reference, target=None, seeds: Sequence[int] = DEFAULT_SEEDS,
+                 positive: Collection[str] | str = "auto",
+                 inputs: Sequence[Sequence[np.ndarray]] | None = None):
+        self.target = target or B.default_target()
+        self.prog = _as_program(reference)
+        self.kernel = self.prog if self.prog is not None else reference
+        self.sig = _params_of(self.kernel)
+        self.built = self.kernel if isinstance(self.kernel, B.Built) else B.build(self.kernel,
+                                                                                 self.target)
+        self.from_seeds = inputs is None
+        self.seeds = tuple(seeds)
+        self.positive = positive
+        self._inputs = inputs
+        self.runs: list | None = None
+        self.failures: list[SeedResult] = []
+
+    def compute(self, cand_prog=None) -> "References":
+        """Run the reference on every input set (once; later calls return at once). Inputs come
+        from the reference program (else from the candidate's, else from the built module)."""
+        if self.runs is not None:
+            return self
+        gen_from = self.prog if self.prog is not None else cand_prog if cand_prog is not None \
+            else self.built
+        ins_list = list(self._inputs) if self._inputs is not None else \
+            [random_inputs(gen_from, s, positive=self.positive) for s in self.seeds]
+        labels = list(self.seeds) if self._inputs is None else list(range(len(ins_list)))
+        self.runs = []
+        for label, ins in zip(labels, ins_list):
+            try:
+                self.runs.append((label, ins, B.run(self.built, ins)))
+            except Exception as e:  # noqa: BLE001
+                self.failures.append(SeedResult(
+                    seed=int(label), passed=False,
+                    reason=f"reference run failed: {type(e).__name__}: {e}"))
+        self.n_inputs = len(ins_list)
+        return self
+
+
 def verify(candidate, reference, exactness: str = "exact", target=None,
            seeds: Sequence[int] = DEFAULT_SEEDS, positive: Collection[str] | str = "auto",
-           inputs: Sequence[Sequence[np.ndarray]] | None = None) -> VerifyResult:
+           inputs: Sequence[Sequence[np.ndarray]] | None = None,
+           references: "References | None" = None, built: "B.Built | None" = None
+           ) -> VerifyResult:
     """Build ``candidate`` (a LEIR program or text, or a PrimFunc) and ``reference`` (the same
     kinds) for ``target`` (default: the host CPU), run both on the inputs of each seed and
     compare every output with the rule of the module docstring. ``inputs`` (one list per run)
@@ -542,15 +587,17 @@ def verify(candidate, reference, exactness: str = "exact", target=None,
     would time as impossibly fast).
     """
     tolerance(exactness, "f32")  # validates the class name
-    target = target or B.default_target()
+    target = target or (references.target if references is not None else B.default_target())
     res = VerifyResult(passed=False, exactness=exactness, target=target.key)
     cand_prog = _as_program(candidate)
-    ref_prog = _as_program(reference)
     cand_kernel = cand_prog if cand_prog is not None else candidate
-    ref_kernel = ref_prog if ref_prog is not None else reference
     try:
         cand_sig = _params_of(cand_kernel)
-        ref_sig = _params_of(ref_kernel)
+        if references is None:
+            rp = _as_program(reference)
+            ref_sig = _params_of(rp if rp is not None else reference)
+        else:
+            ref_sig = references.sig
     except Exception as e:  # noqa: BLE001
         res.reason = f"signature: {type(e).__name__}: {e}"
         return res
@@ -558,38 +605,36 @@ def verify(candidate, reference, exactness: str = "exact", target=None,
     if problem:
         res.reason = problem
         return res
-    built = {}
-    for role, k in (("candidate", cand_kernel), ("reference", ref_kernel)):
+    if built is None:
         try:
-            built[role] = k if isinstance(k, B.Built) else B.build(k, target)
+            built = cand_kernel if isinstance(cand_kernel, B.Built) else B.build(cand_kernel,
+                                                                                 target)
         except Exception as e:  # noqa: BLE001 - report any lowering or build failure
-            res.reason = f"{role} does not build: {type(e).__name__}: {e}"
+            res.reason = f"candidate does not build: {type(e).__name__}: {e}"
             return res
-    cb, rb = built["candidate"], built["reference"]
+    if references is None:
+        try:
+            references = References(reference, target, seeds, positive, inputs)
+        except Exception as e:  # noqa: BLE001
+            res.reason = f"reference does not build: {type(e).__name__}: {e}"
+            return res
     # inputs come from the reference: a candidate must not choose them (wrapping a read in
     # sqrt() would otherwise make the verifier draw that tensor positive)
-    gen_from = ref_prog if ref_prog is not None else cand_prog if cand_prog is not None else rb
-    runs = list(inputs) if inputs is not None else \
-        [random_inputs(gen_from, s, positive=positive) for s in seeds]
-    labels = list(seeds) if inputs is None else list(range(len(runs)))
-    refs = []
-    for label, ins in zip(labels, runs):
-        try:
-            refs.append((label, ins, B.run(rb, ins)))
-        except Exception as e:  # noqa: BLE001
-            res.seeds.append(SeedResult(seed=int(label), passed=False,
-                                        reason=f"reference run failed: {type(e).__name__}: {e}"))
-    res.seeds.extend(judge(cb, refs, exactness, _reference_program(ref_prog, cand_prog), target,
+    refs = references.compute(cand_prog)
+    runs = refs.runs
+    res.seeds.extend(refs.failures)
+    ref_prog = refs.prog
+    res.seeds.extend(judge(built, runs, exactness, _reference_program(ref_prog, cand_prog), target,
                            cand_prog=cand_prog if ref_prog is not None else None))
     for sr in res.seeds:
         res.max_abs_err = max(res.max_abs_err, sr.max_abs_err)
         res.max_rel_err = max(res.max_rel_err, sr.max_rel_err)
     all_ok = all(sr.passed for sr in res.seeds)
-    res.passed = all_ok and bool(runs)
+    res.passed = all_ok and bool(refs.n_inputs)
     if not res.passed:
         first = next((s for s in res.seeds if not s.passed), None)
         res.reason = (f"seed {first.seed} ({DISTRIBUTIONS[first.seed % len(DISTRIBUTIONS)]} "
-                      f"inputs): {first.reason}" if first is not None and inputs is None
+                      f"inputs): {first.reason}" if first is not None and refs.from_seeds
                       else f"input set {first.seed}: {first.reason}" if first is not None
                       else "no inputs to verify on")
     return res

@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
-import queue
 import select
 import signal
 import struct
@@ -47,6 +46,8 @@ from typing import Any, Callable, Sequence
 TASKS: dict[str, str] = {
     "verify": "steptp.measure.tasks:verify_task",
     "time": "steptp.measure.tasks:time_task",
+    "build_verify": "steptp.measure.tasks:build_verify_task",
+    "time_built": "steptp.measure.tasks:time_built_task",
     "rpc_time": "steptp.measure.rpc:rpc_time_task",
     "ping": "steptp.measure.worker:ping_task",
     # kernel extraction (steptp.zoo.extract): one workload scan, one raise check
@@ -74,6 +75,7 @@ class WorkerResult:
     reason: str | None = None
     wall_s: float = 0.0
     traceback: str | None = field(default=None, repr=False)
+    worker: int | None = None       # which worker of its pool ran it
 
     @property
     def ok(self) -> bool:
@@ -385,23 +387,65 @@ class WorkerPool:
             wenv["STEPTP_WORKER_MEMORY_MB"] = str(int(memory_limit_mb))
         wenv.update(env or {})
         self.workers = [Worker(wenv, startup_timeout_s) for _ in range(size)]
-        self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
-        for w in self.workers:
-            self._idle.put(w)
+        self._busy = [False] * size
+        self._cond = threading.Condition()
         self._closed = False
         self._lock = threading.Lock()
 
-    def run(self, task: str, payload: dict, timeout_s: float | None = None) -> WorkerResult:
+    def _take(self, worker: int | None) -> int:
+        with self._cond:
+            while True:
+                if worker is not None:
+                    if not self._busy[worker]:
+                        break
+                else:
+                    free = [i for i, b in enumerate(self._busy) if not b]
+                    if free:
+                        worker = free[0]
+                        break
+                self._cond.wait()
+            self._busy[worker] = True
+            return worker
+
+    def _give(self, i: int) -> None:
+        with self._cond:
+            self._busy[i] = False
+            self._cond.notify_all()
+
+    def prestart(self, worker: int | None = None) -> None:
+        """Start worker ``worker`` (or a free one) now if it is idle and not running, so that a
+        task sent under a lock does not wait for a start-up; a busy worker is left alone.
+        Raises ``WorkerError`` when it cannot start."""
+        with self._cond:
+            free = [i for i, b in enumerate(self._busy) if not b]
+            if worker is not None:
+                free = [worker] if worker in free else []
+            if not free:
+                return
+            i = free[0]
+            self._busy[i] = True
+        try:
+            self.workers[i].start()
+        finally:
+            self._give(i)
+
+    def run(self, task: str, payload: dict, timeout_s: float | None = None,
+            worker: int | None = None) -> WorkerResult:
+        """Run ``task`` on a free worker, or on worker number ``worker`` (waiting for it: it
+        holds what an earlier task left there, e.g. a built module)."""
         if self._closed:
             raise RuntimeError("the worker pool is closed")
-        w = self._idle.get()
+        i = self._take(worker)
+        w = self.workers[i]
         try:
             try:
-                return w.call(task, payload, self.timeout_s if timeout_s is None else timeout_s)
+                r = w.call(task, payload, self.timeout_s if timeout_s is None else timeout_s)
             except WorkerError as e:
-                return WorkerResult("crash", reason=str(e))
+                r = WorkerResult("crash", reason=str(e))
+            r.worker = i
+            return r
         finally:
-            self._idle.put(w)
+            self._give(i)
 
     def map(self, task: str, payloads: Sequence[dict], timeout_s: float | None = None
             ) -> list[WorkerResult]:

@@ -248,7 +248,8 @@ class MeasurerEvaluator:
     name = "measurer"
 
     def __init__(self, target=None, config=None, cache: Any = True, jobs: int = 1,
-                 num_threads: int | None = None, seeds: Sequence[int] | None = None):
+                 num_threads: int | None = None, seeds: Sequence[int] | None = None,
+                 backend=None):
         from ..measure.service import Measurer
         from ..tir.build import default_target
 
@@ -258,16 +259,53 @@ class MeasurerEvaluator:
         from ..measure.verify import DEFAULT_SEEDS
 
         self.seeds = tuple(DEFAULT_SEEDS if seeds is None else seeds)
-        self.measurer = Measurer(self.target, self.config, cache=cache, jobs=jobs)
+        self.jobs = max(1, int(jobs))
+        self.measurer = Measurer(self.target, self.config, cache=cache, jobs=self.jobs,
+                                 backend=backend)
+        # candidates verified ahead (``prefetch``) while the search waits on another one: with
+        # ``jobs`` workers, ``jobs - 1`` of a state's next candidates compile and verify in
+        # parallel with the current one (never during a timing: the device lock)
+        self.prefetch_depth = self.jobs - 1
+        self._pending: dict[tuple[str, str, str], Any] = {}
+        self._executor = None
+        self.prefetch_stats = {"submitted": 0, "used": 0}
 
     @property
     def fingerprint(self) -> str:
         return self.measurer.fingerprint.id
 
+    def prefetch(self, original: str, items: Sequence[tuple[str, str]]) -> None:
+        """Start verifying ``(candidate, exactness)`` pairs of ``original`` in the background;
+        a later ``verify`` of the same pair takes the result. Verdicts do not depend on when
+        they were computed, so this changes no result, only when the work happens."""
+        if self.prefetch_depth <= 0:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ..measure.service import VerifyJob
+
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self.prefetch_depth,
+                                                thread_name_prefix="steptp-prefetch")
+        for cand, exactness in items:
+            key = (original, cand, exactness)
+            if key in self._pending or len(self._pending) >= 2 * self.prefetch_depth:
+                continue
+            job = VerifyJob(original, cand, exactness, self.seeds)
+            self._pending[key] = self._executor.submit(
+                lambda j=job: self.measurer.verify_many([j])[0])
+            self.prefetch_stats["submitted"] += 1
+
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
         from ..measure.service import VerifyJob
 
-        oc = self.measurer.verify_many([VerifyJob(original, candidate, exactness, self.seeds)])[0]
+        fut = self._pending.pop((original, candidate, exactness), None)
+        if fut is not None:
+            self.prefetch_stats["used"] += 1
+            oc = fut.result()
+        else:
+            oc = self.measurer.verify_many([VerifyJob(original, candidate, exactness,
+                                                      self.seeds)])[0]
         r = oc.result
         if oc.status != "ok":
             status = {"timeout": "timeout", "crash": "crashed"}.get(oc.status, _classify(r.reason or ""))
@@ -288,6 +326,10 @@ class MeasurerEvaluator:
         return TimeOutcome(None, status, oc.reason or oc.status, oc.wall_s)
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        self._pending.clear()
         self.measurer.close()
 
     def __enter__(self):
@@ -298,12 +340,14 @@ class MeasurerEvaluator:
 
 
 def default_evaluator(target=None, config=None, kind: str = "auto", cache: Any = True,
-                      num_threads: int | None = None) -> Evaluator:
+                      num_threads: int | None = None, jobs: int = 1, backend=None) -> Evaluator:
     """``kind``: ``auto`` (the Measurer service when it imports, else in-process), ``measurer``
-    or ``inprocess``."""
+    or ``inprocess``. ``jobs``: compile/verify workers of the Measurer; ``backend``: an
+    ``RPCBackend`` (timings on a device fleet)."""
     if kind in ("auto", "measurer"):
         try:
-            return MeasurerEvaluator(target, config, cache=cache, num_threads=num_threads)
+            return MeasurerEvaluator(target, config, cache=cache, num_threads=num_threads,
+                                     jobs=jobs, backend=backend)
         except ImportError:
             if kind == "measurer":
                 raise

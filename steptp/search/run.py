@@ -225,6 +225,7 @@ class Search:
         self.seen[cand.text] = None
         s = get(cand.strategy)
         path_exact = _worse(node.exactness, cand.exactness)
+        self._prefetch(node)
         child_prog, _ = canonicalize(cand.program)
         after_text = cand.text
         self.verifications += 1
@@ -270,6 +271,17 @@ class Search:
         self._record_curve()
         self._progress()
         return child
+
+    def _prefetch(self, node: Node) -> None:
+        """Let an evaluator that can (``prefetch``) compile and verify the next candidates of
+        ``node`` in rank order while this one is evaluated; no result depends on it."""
+        pre = getattr(self.evaluator, "prefetch", None)
+        depth = getattr(self.evaluator, "prefetch_depth", 0)
+        if pre is None or depth <= 0 or self.root is None:
+            return
+        nxt = self.untried(node)[:depth]
+        if nxt:
+            pre(self.original_text, [(c.text, _worse(node.exactness, c.exactness)) for c in nxt])
 
     def _record_curve(self) -> None:
         self.curve.append({"measurements": float(self.measurements), "elapsed_s": self.elapsed,
