@@ -216,16 +216,22 @@ Node = Union[Expr, Stmt, Tensor, Program]
 
 
 # ----------------------------------------------------------------------------- helpers
+#: Field names per node class (``dataclasses.fields`` on every visit dominated tree walks).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def children(node: object) -> Iterator[object]:
     """Direct AST children of a node (expressions and statements), in field order. A tuple of
     nodes (a body, an index) yields its elements."""
     if isinstance(node, tuple):
         yield from node
         return
-    for f in fields(node):  # type: ignore[arg-type]
-        if f.name == "pos":
-            continue
-        v = getattr(node, f.name)
+    names = _FIELD_NAMES.get(type(node))
+    if names is None:
+        names = tuple(f.name for f in fields(node) if f.name != "pos")  # type: ignore[arg-type]
+        _FIELD_NAMES[type(node)] = names
+    for name in names:
+        v = getattr(node, name)
         if isinstance(v, tuple):
             for x in v:
                 if isinstance(x, (Const, Var, Load, Unary, Binary, Call, Assign, Loop, If, Tensor)):

@@ -120,14 +120,30 @@ def _implicit_from(chain: list[A.Loop], stmt: A.Assign, bound: tuple[str, ...],
     """How many loops of a perfect serial chain ending in ``stmt`` must be written out; the
     rest are exactly the loops the parser infers for a bare assignment (see
     ``parser.implicit_loops``). Returns len(chain) when none can be left implicit."""
-    from .parser import implicit_loops
-
+    # ``parser.implicit_loops`` for each k, its stmt analysis done once: the variables in
+    # first-appearance order, each one's plain-dimension extent, and which of them index
+    # dimensions of different sizes (an inference that fails, as a message there).
+    order = list(dict.fromkeys(
+        [v for e in stmt.index for v in A.free_vars(e)] + A.free_vars(stmt.value)))
+    extents: dict[str, int] = {}
+    clash: set[str] = set()
+    for name, index in [(stmt.tensor, stmt.index)] + [(ld.tensor, ld.index)
+                                                        for ld in A.loads(stmt.value)]:
+        t = tensors.get(name)
+        if t is None or len(index) != len(t.shape):
+            continue
+        for dim, e in zip(t.shape, index):
+            if isinstance(e, A.Var) and extents.setdefault(e.name, dim) != dim:
+                clash.add(e.name)
     for k in range(len(chain) + 1):
         rest = chain[k:]
         if any(lp.kind != "serial" for lp in rest):
             continue
-        loops = implicit_loops(stmt, frozenset(bound + tuple(lp.var for lp in chain[:k])), tensors)
-        if not isinstance(loops, str) and loops == [(lp.var, lp.extent) for lp in rest]:
+        bound_k = frozenset(bound + tuple(lp.var for lp in chain[:k]))
+        free = [v for v in order if v not in bound_k]
+        if any(v in clash or v not in extents for v in free):
+            continue
+        if [(v, extents[v]) for v in free] == [(lp.var, lp.extent) for lp in rest]:
             return k
     return len(chain)
 

@@ -18,6 +18,7 @@ by every instance.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -202,10 +203,41 @@ def conflicting_pairs(accs: Sequence[Access], accs2: Sequence[Access] | None = N
                     yield a, b
 
 
+def _access_key(a: Access) -> tuple:
+    """What ``feasible`` reads of an access: its tensor, affine subscripts and loop extents."""
+    return (a.tensor,
+            tuple(None if f is None else (tuple(sorted(f[0].items())), f[1]) for f in a.index),
+            tuple((lp.var, lp.extent) for lp in a.loops))
+
+
+#: ``directions`` answers, keyed on what they depend on. The search re-derives the dependences
+#: of the same loop nests in every candidate program (a tiled band's siblings, the untouched
+#: statements of a rewrite), which dominated its bookkeeping; bounded so a nightly run's
+#: memory stays flat.
+_DIRECTIONS: OrderedDict[tuple, tuple[tuple[str, ...], ...]] = OrderedDict()
+_DIRECTIONS_SIZE = 8192
+
+
 def directions(a: Access, b: Access, common: Sequence[tuple[str, str, int]],
                fixed: dict[int, str] | None = None, free_from: int | None = None) -> list[tuple[str, ...]]:
     """Feasible direction vectors over ``common``: levels in ``fixed`` are pinned, levels at or
     after ``free_from`` stay ``*``, the others are refined to ``< = >`` (hierarchically)."""
+    key = (_access_key(a), _access_key(b), tuple(tuple(c) for c in common),
+           tuple(sorted((fixed or {}).items())), free_from)
+    hit = _DIRECTIONS.get(key)
+    if hit is not None:
+        _DIRECTIONS.move_to_end(key)
+        return list(hit)
+    out = _directions(a, b, common, fixed, free_from)
+    _DIRECTIONS[key] = tuple(out)
+    if len(_DIRECTIONS) > _DIRECTIONS_SIZE:
+        _DIRECTIONS.popitem(last=False)
+    return out
+
+
+def _directions(a: Access, b: Access, common: Sequence[tuple[str, str, int]],
+                fixed: dict[int, str] | None = None, free_from: int | None = None
+                ) -> list[tuple[str, ...]]:
     fixed = fixed or {}
     n = len(common)
     stop = n if free_from is None else free_from
