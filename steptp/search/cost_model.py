@@ -20,6 +20,7 @@ to order candidates sensibly, not to predict absolute times.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -344,9 +345,33 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
     return outer * loads / (FREQ * 2.0 * par), regs
 
 
+#: ``_stmt_estimate`` answers keyed on everything it reads: the statement, its loops' variables,
+#: extents and kinds, its guards, the program's tensors, the cores and the mode. Candidates
+#: differ from their parent in one loop nest, so most statements' estimates repeat across the
+#: candidates of a search; bounded so a nightly run's memory stays flat.
+_STMT_MEMO: OrderedDict[tuple, Estimate] = OrderedDict()
+_STMT_MEMO_SIZE = 16384
+
+
+def _stmt_estimate_memo(program: A.Program, tensors_key: tuple, st: _Stmt, cores: int,
+                        optimistic: bool) -> Estimate:
+    key = (st.stmt, tuple((lp.var, lp.extent, lp.kind) for lp in st.loops), st.guards,
+           tensors_key, cores, optimistic)
+    hit = _STMT_MEMO.get(key)
+    if hit is not None:
+        _STMT_MEMO.move_to_end(key)
+        return hit
+    est = _stmt_estimate(program, st, cores, optimistic)
+    _STMT_MEMO[key] = est
+    if len(_STMT_MEMO) > _STMT_MEMO_SIZE:
+        _STMT_MEMO.popitem(last=False)
+    return est
+
+
 def _estimate(program: A.Program, optimistic: bool = False, cores: int | None = None) -> Estimate:
     cores = cores or _cores()
-    ests = [_stmt_estimate(program, st, cores, optimistic) for st in _statements(program)]
+    tk = (program.inputs, program.outputs, program.intermediates)
+    ests = [_stmt_estimate_memo(program, tk, st, cores, optimistic) for st in _statements(program)]
     if not ests:
         return Estimate(1e-7, 0, 0, 0, 0, 0, {})
     total = sum(e.seconds for e in ests) + 2e-7
