@@ -235,6 +235,83 @@ def directions(a: Access, b: Access, common: Sequence[tuple[str, str, int]],
     return out
 
 
+def _prepare(a: Access, b: Access, common: Sequence[tuple[str, str, int]]) -> list[tuple] | None:
+    """``feasible``'s work that does not depend on the direction vector, done once per pair:
+    for each informative subscript pair, its constant, the bounds and GCD coefficients the
+    loops outside ``common`` contribute, and per shared level the term range and coefficients
+    under each direction. None: different tensors (never feasible)."""
+    if a.tensor != b.tensor:
+        return None
+    a_common = {va for va, _, _ in common}
+    b_common = {vb for _, vb, _ in common}
+    a_ext = {lp.var: lp.extent for lp in a.loops}
+    b_ext = {lp.var: lp.extent for lp in b.loops}
+    subs = []
+    for fa, fb in zip(a.index, b.index):
+        if fa is None or fb is None:
+            continue
+        ca, cb = fa[0], fb[0]
+        if any(v not in a_ext for v in ca) or any(v not in b_ext for v in cb):
+            continue
+        const = fa[1] - fb[1]
+        lo = hi = 0
+        coefs: list[int] = []
+        for v, c in ca.items():
+            if v not in a_common:
+                n = a_ext[v]
+                lo += min(0, c * (n - 1))
+                hi += max(0, c * (n - 1))
+                coefs.append(c)
+        for v, c in cb.items():
+            if v not in b_common:
+                n = b_ext[v]
+                lo -= max(0, c * (n - 1))
+                hi -= min(0, c * (n - 1))
+                coefs.append(c)
+        g_free = 0
+        for c in coefs:
+            g_free = math.gcd(g_free, abs(c))
+        levels = []
+        for va, vb, n in common:
+            x, y = ca.get(va, 0), cb.get(vb, 0)
+            per = {}
+            for d in ("<", "=", ">", "*"):
+                r = _term_range(x, y, n, d)
+                g = abs(x - y) if d == "=" else math.gcd(abs(x), abs(y))
+                per[d] = None if r is None else (r[0], r[1], g)
+            levels.append(per)
+        subs.append((const, lo, hi, g_free, levels))
+    return subs
+
+
+def _feasible_prepared(subs: list[tuple] | None, common: Sequence[tuple[str, str, int]],
+                       dirs: Sequence[str]) -> bool:
+    """``feasible(a, b, common, dirs)`` from ``_prepare(a, b, common)``."""
+    if subs is None:
+        return False
+    for d, (_, _, n) in zip(dirs, common):
+        if d in "<>" and n < 2:
+            return False
+    for const, lo, hi, g, levels in subs:
+        lo += const
+        hi += const
+        for per, d in zip(levels, dirs):
+            r = per[d]
+            if r is None:
+                return False
+            lo += r[0]
+            hi += r[1]
+            g = math.gcd(g, r[2])
+        if lo > 0 or hi < 0:
+            return False
+        if g == 0:
+            if const != 0:
+                return False
+        elif const % g != 0:
+            return False
+    return True
+
+
 def _directions(a: Access, b: Access, common: Sequence[tuple[str, str, int]],
                 fixed: dict[int, str] | None = None, free_from: int | None = None
                 ) -> list[tuple[str, ...]]:
@@ -242,11 +319,12 @@ def _directions(a: Access, b: Access, common: Sequence[tuple[str, str, int]],
     n = len(common)
     stop = n if free_from is None else free_from
     out: list[tuple[str, ...]] = []
+    subs = _prepare(a, b, common)
 
     def go(prefix: list[str]) -> None:
         k = len(prefix)
         vec = prefix + [fixed.get(j, "*") for j in range(k, n)]
-        if not feasible(a, b, common, vec):
+        if not _feasible_prepared(subs, common, vec):
             return
         if k >= stop:
             out.append(tuple(vec))

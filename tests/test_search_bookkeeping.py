@@ -1,0 +1,132 @@
+"""The search's bookkeeping shortcuts (memos, work done once per pair or statement) answer exactly
+what the direct computation answers, and their memory stays bounded."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+import steptp.search.cost_model as CM
+import steptp.strategies._deps as D
+from steptp.leir import ast as A
+from steptp.leir import format_program, parse
+from steptp.leir.parser import implicit_loops
+from steptp.leir.printer import _implicit_from
+from steptp.search.space import actions
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "steptp" / "examples"
+
+
+@pytest.fixture(scope="module")
+def programs() -> list[A.Program]:
+    """Two example kernels and the first candidates of each (tiled, split, reordered, fused)."""
+    out = []
+    for name in ("conv2d_relu", "matmul_bias_gelu"):
+        p = parse((EXAMPLES / f"{name}.leir").read_text())
+        out.append(p)
+        out.extend(c.program for c in actions(p)[:40])
+    assert len(out) > 40
+    return out
+
+
+def _loop_chains(program):
+    """(perfect loop chain, its assignment, variables bound outside) of every loop nest."""
+    def visit(body, bound):
+        for s in body:
+            if isinstance(s, A.Loop):
+                chain = [s]
+                while len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], A.Loop):
+                    chain.append(chain[-1].body[0])
+                inner = chain[-1].body
+                if len(inner) == 1 and isinstance(inner[0], A.Assign):
+                    yield chain, inner[0], bound
+                yield from visit(s.body, bound + (s.var,))
+            elif isinstance(s, A.If):
+                yield from visit(s.body, bound)
+    yield from visit(program.body, ())
+
+
+def _implicit_from_reference(chain, stmt, bound, tensors) -> int:
+    """The printer's rule, read straight off ``parser.implicit_loops``."""
+    for k in range(len(chain) + 1):
+        rest = chain[k:]
+        if any(lp.kind != "serial" for lp in rest):
+            continue
+        loops = implicit_loops(stmt, frozenset(bound + tuple(lp.var for lp in chain[:k])), tensors)
+        if not isinstance(loops, str) and loops == [(lp.var, lp.extent) for lp in rest]:
+            return k
+    return len(chain)
+
+
+def test_printer_leaves_implicit_exactly_the_loops_the_parser_infers(programs):
+    n = 0
+    kinds = set()
+    for p in programs:
+        for chain, stmt, bound in _loop_chains(p):
+            k = _implicit_from(chain, stmt, bound, p.tensors)
+            assert k == _implicit_from_reference(chain, stmt, bound, p.tensors)
+            kinds.add(k == 0)
+            n += 1
+        assert parse(format_program(p)) == p
+    assert n > 40 and kinds == {True, False}   # both some implicit and some written chains
+
+
+def _conflicting(program):
+    accs = D.collect(program.body)
+    return list(D.conflicting_pairs(accs))
+
+
+def test_prepared_feasibility_equals_the_direct_test(programs):
+    checked = infeasible = 0
+    for p in programs[:12]:
+        for a, b in _conflicting(p):
+            common = D.common_loops(a, b)
+            if len(common) > 5:
+                common = common[:5]
+            subs = D._prepare(a, b, common)
+            for vec in itertools.product("<=>*", repeat=len(common)):
+                want = D.feasible(a, b, common, vec)
+                assert D._feasible_prepared(subs, common, vec) == want, (a.text, b.text, vec)
+                checked += 1
+                infeasible += not want
+    assert checked > 1000 and 0 < infeasible < checked
+
+
+def test_directions_memo_answers_as_computed_and_stays_bounded(programs, monkeypatch):
+    monkeypatch.setattr(D, "_DIRECTIONS_SIZE", 16)
+    D._DIRECTIONS.clear()
+    asked = 0
+    for p in programs[:12]:
+        for a, b in _conflicting(p):
+            common = D.common_loops(a, b)
+            fixed = {0: "="} if common else None
+            want = D._directions(a, b, common, fixed=fixed)
+            assert D.directions(a, b, common, fixed=fixed) == want
+            assert D.directions(a, b, common, fixed=fixed) == want   # from the memo
+            asked += 1
+            assert len(D._DIRECTIONS) <= 16
+    assert asked > 16
+    D._DIRECTIONS.clear()
+
+
+def test_statement_estimate_memo_answers_as_computed_and_stays_bounded(programs, monkeypatch):
+    monkeypatch.setattr(CM, "_STMT_MEMO_SIZE", 64)
+    CM._STMT_MEMO.clear()
+    for p in programs:           # warm: candidates share most statements with their parent
+        CM.features(p, 4)
+    assert len(CM._STMT_MEMO) <= 64
+    monkeypatch.setattr(CM, "_STMT_MEMO_SIZE", 10**6)
+    CM._STMT_MEMO.clear()
+    calls = 0
+    for p in programs:
+        tk = (p.inputs, p.outputs, p.intermediates)
+        for st in CM._statements(p):
+            for optimistic in (False, True):
+                want = CM._stmt_estimate(p, st, 4, optimistic)
+                assert CM._stmt_estimate_memo(p, tk, st, 4, optimistic) == want
+                calls += 1
+    # the candidates' untouched statements repeat their parent's: fewer entries than questions
+    assert 0 < len(CM._STMT_MEMO) < calls
+    CM._STMT_MEMO.clear()
