@@ -106,9 +106,9 @@ class _Renamer:
         """``env`` maps the old names of the enclosing loop variables to their new names; its
         length is the nesting depth."""
         if isinstance(s, A.Assign):
-            return replace(s, tensor=self.tmap.get(s.tensor, s.tensor),
-                           index=tuple(self.expr(i, env) for i in s.index),
-                           value=self.expr(s.value, env))
+            return A.Assign(self.tmap.get(s.tensor, s.tensor),
+                            tuple(self.expr(i, env) for i in s.index), s.op,
+                            self.expr(s.value, env), s.pos)
         if isinstance(s, A.Loop):
             if self.by_path is not None:
                 new = self.by_path.get(path, s.var)
@@ -121,23 +121,25 @@ class _Renamer:
             inner[s.var] = new
             if len(inner) == len(env):
                 inner[f"\0{len(env)}"] = ""
-            return replace(s, var=new, body=self.body(s.body, path, inner))
+            return A.Loop(new, s.extent, s.kind, self.body(s.body, path, inner), s.pos)
         if isinstance(s, A.If):
-            return replace(s, cond=self.expr(s.cond, env), body=self.body(s.body, path, env))
+            return A.If(self.expr(s.cond, env), self.body(s.body, path, env), s.pos)
         raise TypeError(f"not a LEIR statement: {s!r}")
 
     def expr(self, e: A.Expr, env: dict[str, str]) -> A.Expr:
         if isinstance(e, A.Const):
             return e
+        # direct constructors: ``dataclasses.replace`` dominated canonicalization, which the
+        # search runs on every candidate
         if isinstance(e, A.Var):
-            return replace(e, name=env.get(e.name, e.name))
+            return A.Var(env.get(e.name, e.name), e.pos)
         if isinstance(e, A.Load):
-            return replace(e, tensor=self.tmap.get(e.tensor, e.tensor),
-                           index=tuple(self.expr(i, env) for i in e.index))
+            return A.Load(self.tmap.get(e.tensor, e.tensor),
+                          tuple(self.expr(i, env) for i in e.index), e.pos)
         if isinstance(e, A.Unary):
-            return replace(e, operand=self.expr(e.operand, env))
+            return A.Unary(e.op, self.expr(e.operand, env), e.pos)
         if isinstance(e, A.Binary):
-            return replace(e, lhs=self.expr(e.lhs, env), rhs=self.expr(e.rhs, env))
+            return A.Binary(e.op, self.expr(e.lhs, env), self.expr(e.rhs, env), e.pos)
         if isinstance(e, A.Call):
-            return replace(e, args=tuple(self.expr(a, env) for a in e.args))
+            return A.Call(e.func, tuple(self.expr(a, env) for a in e.args), e.pos)
         raise TypeError(f"not a LEIR expression: {e!r}")
