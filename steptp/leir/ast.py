@@ -220,24 +220,31 @@ Node = Union[Expr, Stmt, Tensor, Program]
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def children(node: object) -> Iterator[object]:
-    """Direct AST children of a node (expressions and statements), in field order. A tuple of
-    nodes (a body, an index) yields its elements."""
+_IN_TUPLE = (Const, Var, Load, Unary, Binary, Call, Assign, Loop, If, Tensor)
+_ALONE = (Const, Var, Load, Unary, Binary, Call, Assign, Loop, If)
+
+
+def _kids(node: object) -> list[object]:
     if isinstance(node, tuple):
-        yield from node
-        return
+        return list(node)
     names = _FIELD_NAMES.get(type(node))
     if names is None:
         names = tuple(f.name for f in fields(node) if f.name != "pos")  # type: ignore[arg-type]
         _FIELD_NAMES[type(node)] = names
+    out: list[object] = []
     for name in names:
         v = getattr(node, name)
         if isinstance(v, tuple):
-            for x in v:
-                if isinstance(x, (Const, Var, Load, Unary, Binary, Call, Assign, Loop, If, Tensor)):
-                    yield x
-        elif isinstance(v, (Const, Var, Load, Unary, Binary, Call, Assign, Loop, If)):
-            yield v
+            out.extend(x for x in v if isinstance(x, _IN_TUPLE))
+        elif isinstance(v, _ALONE):
+            out.append(v)
+    return out
+
+
+def children(node: object) -> Iterator[object]:
+    """Direct AST children of a node (expressions and statements), in field order. A tuple of
+    nodes (a body, an index) yields its elements."""
+    yield from _kids(node)
 
 
 def walk(node: object) -> Iterator[object]:
@@ -246,7 +253,9 @@ def walk(node: object) -> Iterator[object]:
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(list(children(n))))
+        kids = _kids(n)
+        kids.reverse()
+        stack.extend(kids)
 
 
 def strip_pos(node):
