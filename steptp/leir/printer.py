@@ -7,6 +7,7 @@ and ``print(parse(t))`` is a fixed point; the canonical hash is taken over this 
 
 from __future__ import annotations
 
+import functools
 import math
 
 from . import ast as A
@@ -115,6 +116,17 @@ def format_decl(t: A.Tensor, default: str, intermediate: bool = False) -> str:
     return f"{t.name}{shape}{dtype}{scope}"
 
 
+@functools.lru_cache(maxsize=4096)
+def _vars_and_accesses(stmt: A.Assign) -> tuple[tuple[str, ...], tuple[tuple[str, tuple], ...]]:
+    """An assignment's loop variables in first-appearance order (left-hand side first) and its
+    accesses (tensor, index), the left-hand side first. Keyed on the statement's value: every
+    print of a search's candidates meets the same statements again (bounded)."""
+    order = tuple(dict.fromkeys(
+        [v for e in stmt.index for v in A.free_vars(e)] + A.free_vars(stmt.value)))
+    return order, ((stmt.tensor, stmt.index),) + tuple((ld.tensor, ld.index)
+                                                       for ld in A.loads(stmt.value))
+
+
 def _implicit_from(chain: list[A.Loop], stmt: A.Assign, bound: tuple[str, ...],
                    tensors: dict[str, A.Tensor]) -> int:
     """How many loops of a perfect serial chain ending in ``stmt`` must be written out; the
@@ -123,12 +135,10 @@ def _implicit_from(chain: list[A.Loop], stmt: A.Assign, bound: tuple[str, ...],
     # ``parser.implicit_loops`` for each k, its stmt analysis done once: the variables in
     # first-appearance order, each one's plain-dimension extent, and which of them index
     # dimensions of different sizes (an inference that fails, as a message there).
-    order = list(dict.fromkeys(
-        [v for e in stmt.index for v in A.free_vars(e)] + A.free_vars(stmt.value)))
+    order, accesses = _vars_and_accesses(stmt)
     extents: dict[str, int] = {}
     clash: set[str] = set()
-    for name, index in [(stmt.tensor, stmt.index)] + [(ld.tensor, ld.index)
-                                                        for ld in A.loads(stmt.value)]:
+    for name, index in accesses:
         t = tensors.get(name)
         if t is None or len(index) != len(t.shape):
             continue
