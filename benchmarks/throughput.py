@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/throughput.py --policy random --jobs 1
     .venv/bin/python benchmarks/throughput.py --dask 2 --skip-local   # 1 vs 2 Dask workers
     .venv/bin/python benchmarks/throughput.py --lock-check # what the device lock buys
+    .venv/bin/python benchmarks/throughput.py --bookkeeping # the search thread alone
 
 What counts: a candidate (one canonical program) that was built, verified (passed) and timed IN
 THIS RUN. Reported apart: verification or timing answered from the cache, duplicates (a program
@@ -269,6 +270,61 @@ def lock_check(rounds: int = 5) -> None:
               f"per round {', '.join(f'{x:.2f}' for x in xs)}")
 
 
+class _Replay:
+    """Answers without building anything, from the program text alone: a verdict and a timing
+    derived from its SHA-256. Only for ``--bookkeeping``: it isolates the search's own thread
+    (candidate generation, ranking, records), and equal texts always get equal answers, so two
+    versions of the search code must take the same steps (printed as a digest)."""
+
+    target = "cpu"
+    num_threads = 1
+    fingerprint = "replay"
+
+    @staticmethod
+    def _h(text: str) -> int:
+        import hashlib
+
+        return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+    def verify(self, original, candidate, exactness):
+        from steptp.search.evaluator import VerifyOutcome
+
+        ok = self._h(candidate) % 7 != 0
+        return VerifyOutcome(ok=ok, status="ok" if ok else "failed_verify")
+
+    def time(self, program):
+        from steptp.records import Timing
+        from steptp.search.evaluator import TimeOutcome
+
+        m = 1e-3 * (0.3 + (self._h(program) % 1000) / 1000)
+        return TimeOutcome(Timing(median_s=m, min_s=m * 0.98, spread=0.01, repeats=5, number=1))
+
+    def close(self):
+        pass
+
+
+def bookkeeping(names, size: str, policy: str, budget: int) -> None:
+    """The search thread alone (``_Replay`` evaluator): CPU seconds per kernel, and a digest of
+    the steps taken (strategy, site, params, result text, outcome) to compare code versions."""
+    import hashlib
+    import json
+
+    from steptp.search import Budget, search_kernel
+
+    for name in names:
+        kid, prog, _, _ = workload_kernel(name, size)
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = search_kernel(prog, kid, policy, Budget(budget, 1e9), 0, _Replay(),
+                            return_result=True)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        d = hashlib.sha256()
+        for st in res.steps:
+            d.update(json.dumps([st.step_index, st.strategy, st.site, st.params, st.after_leir,
+                                 st.outcome], sort_keys=True, default=str).encode())
+        print(f"{name:16s} bookkeeping {cpu:6.1f} CPU s ({wall:6.1f} s wall), {len(res.steps)} "
+              f"steps, steps digest {d.hexdigest()[:16]}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -290,10 +346,18 @@ def main() -> None:
     ap.add_argument("--lock-check", action="store_true",
                     help="only: time one kernel alone, beside compile/verify load that takes the "
                          "device lock, and beside load that ignores it")
+    ap.add_argument("--bookkeeping", action="store_true",
+                    help="only: the search thread alone, against a stand-in evaluator that "
+                         "answers from the program text (CPU seconds, and a digest of the steps "
+                         "taken: equal digests = equal search decisions)")
     ap.add_argument("--_load", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._load:
         _load(args._load[0], float(args._load[1]))
+        return
+    if args.bookkeeping:
+        bookkeeping(selected(args.families, args.workloads, args.limit), args.size, args.policy,
+                    args.budget)
         return
     if args.lock_check:
         lock_check()
