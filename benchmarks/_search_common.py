@@ -1,8 +1,13 @@
-"""Shared helpers of the search benchmarks: the main kernel of an operator workload."""
+"""Shared helpers of the search benchmarks: which kernels to run (a fixed list of
+``workloads.py``, workload names, a family filter, or any extracted ``kernels.parquet``) and the
+main kernel of an operator workload."""
 
 from __future__ import annotations
 
+import argparse
 import math
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 
 def workload_kernel(name: str, size: str = "default"):
@@ -14,7 +19,19 @@ def workload_kernel(name: str, size: str = "default"):
     from steptp.tir.raise_ import raise_primfunc
     from steptp.zoo import workloads as W
     from steptp.zoo.relax_import import fused_primfuncs
+    from workloads import LEIR_KERNELS, torch_fn
 
+    if name in LEIR_KERNELS:
+        import torch
+
+        from steptp.leir import parse
+        from steptp.zoo._base import Lambda, stable_seed
+
+        _, text, fn, shapes = LEIR_KERNELS[name]
+        prog, _ = canonicalize(parse(text))
+        g = torch.Generator().manual_seed(stable_seed(name))
+        inputs = tuple(torch.randn(*s, generator=g) for s in shapes)
+        return kernel_id_of(prog), prog, Lambda(torch_fn(fn), name).eval(), inputs
     w = W.get(name)
     module, inputs = w.build(size)
     best = None
@@ -45,3 +62,99 @@ def selected(families: str, names: str | None, limit: int | None) -> list[str]:
 def geomean(xs) -> float:
     xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+@dataclass
+class Item:
+    """One kernel a benchmark runs: ``module``/``inputs`` (the PyTorch workload) are None for a
+    kernel read from a kernels table."""
+
+    name: str
+    kernel_id: str
+    program: Any
+    module: Any = None
+    inputs: Any = None
+    family: str = ""
+
+
+def add_selection_args(ap: argparse.ArgumentParser, default_list: str | None = None) -> None:
+    g = ap.add_argument_group("which kernels (first match wins: --kernels, --workloads, --list, "
+                              "--families)")
+    g.add_argument("--kernels", default=None, metavar="PARQUET",
+                   help="an extracted kernels table (steptp extract ... --out kernels.parquet); "
+                        "every kernel that raised to LEIR is run (no PyTorch baseline)")
+    g.add_argument("--workloads", default=None, help="comma-separated workload names")
+    g.add_argument("--list", default=default_list, choices=("heldout", "tuning"),
+                   help="a fixed list of benchmarks/workloads.py: heldout (the generalization "
+                        "figures) or tuning (what the heuristics were developed on)")
+    g.add_argument("--families", default="matmul,conv",
+                   help="zoo families of the ops suite (when no list/workloads are given)")
+    g.add_argument("--limit", type=int, default=None, help="only the first N kernels")
+    g.add_argument("--size", default="default", help="workload size preset (tiny or default)")
+
+
+def iter_items(args: argparse.Namespace) -> Iterator[Item | tuple[str, Exception]]:
+    """The kernels the selection arguments name, in order; ``(name, error)`` for a workload
+    whose kernel could not be built (the benchmark prints it and goes on)."""
+    from workloads import family, workload_list
+
+    if args.kernels:
+        import polars as pl
+
+        from steptp.leir import parse
+
+        df = pl.read_parquet(args.kernels)
+        if "raise_ok" in df.columns:
+            df = df.filter(pl.col("raise_ok"))
+        rows = list(df.iter_rows(named=True))[:args.limit] if args.limit else \
+            list(df.iter_rows(named=True))
+        for r in rows:
+            name = r.get("name") or r["kernel_id"]
+            try:
+                yield Item(f"{name}"[:40], r["kernel_id"], parse(r["leir"]))
+            except Exception as e:  # noqa: BLE001
+                yield (name, e)
+        return
+    if args.workloads:
+        names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    elif args.list:
+        names = list(workload_list(args.list))
+    else:
+        names = selected(args.families, None, None)
+    if args.limit:
+        names = names[:args.limit]
+    for name in names:
+        try:
+            kid, prog, module, inputs = workload_kernel(name, args.size)
+        except Exception as e:  # noqa: BLE001
+            yield (name, e)
+            continue
+        yield Item(name, kid, prog, module, inputs, family(name))
+
+
+TORCH = "<torch eager>"   # the slot of PyTorch eager in an interleaved re-timing
+
+
+def retime(ev, programs: list[str], item: Item | None = None, rounds: int = 5) -> list:
+    """Re-time LEIR/TVMScript ``programs`` interleaved and uncached (same protocol, same thread
+    count), plus PyTorch eager on ``item``'s module in the same rounds when ``item`` has one:
+    returns one Timing (or None) per program, and the torch timing last when timed."""
+    from steptp.measure.significance import interleaved, uncached_timer
+    from steptp.measure.timing import torch_eager_baseline
+
+    timer = uncached_timer(ev.target, ev.config)
+
+    def time_fn(p: str):
+        if p is TORCH:
+            try:
+                return torch_eager_baseline(item.module, item.inputs, num_threads=ev.num_threads,
+                                            config=ev.config)
+            except Exception:  # noqa: BLE001 - an op torch cannot run here: no baseline
+                return None
+        return timer(p)
+
+    progs = list(programs) + ([TORCH] if item is not None and item.module is not None else [])
+    try:
+        return interleaved(time_fn, progs, rounds=rounds)
+    finally:
+        timer.close()

@@ -244,3 +244,19 @@ def test_cost_model_prefers_a_register_tile_that_fits():
     assert cm.predict(fits) < cm.predict(spills)
     assert cm.predict(fits) < cm.predict(ikj)
     assert cm.features(fits)[cm.FEATURE_NAMES.index("register_tile")] == 16.0
+
+
+def test_search_modules_import_one_way():
+    """run.py (the search state) imports no policy; policies import run; kernel.py joins them."""
+    import ast
+    from pathlib import Path
+
+    import steptp.search as S
+
+    def imports(mod: str) -> set[str]:
+        tree = ast.parse((Path(S.__file__).parent / f"{mod}.py").read_text())
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+    assert "policies" not in imports("run") and "kernel" not in imports("run")
+    assert "run" in imports("policies") and "kernel" not in imports("policies")
+    assert {"run", "policies"} <= imports("kernel")

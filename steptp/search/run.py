@@ -1,7 +1,6 @@
-"""Search one kernel: states are canonical LEIR programs, actions are catalog rewrites.
-
-    steps, traj = search_kernel(program, kernel_id, "beam", Budget(64, 120), seed=0,
-                                evaluator=default_evaluator())
+"""The state of one kernel's search: states are canonical LEIR programs, actions are catalog
+rewrites. A policy (``steptp.search.policies``) drives a :class:`Search`;
+``steptp.search.kernel.search_kernel`` puts the two together (this module imports no policy).
 
 Every child a policy chooses is verified against the ORIGINAL kernel (with the loosest
 exactness class along its path), then timed. Each evaluation is one ``StepRecord`` row, kept
@@ -27,7 +26,7 @@ import hashlib
 import math
 import time as _time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from ..leir import ast as A
 from ..leir.canon import canonical_hash, canonical_text, canonicalize
@@ -304,41 +303,4 @@ def kernel_id_of(program: A.Program) -> str:
     return canonical_hash(program)[:16]
 
 
-def search_kernel(program: A.Program | str, kernel_id: str | None = None, policy: Any = "beam",
-                  budget: Budget | int = Budget(), seed: int = 0,
-                  evaluator: Evaluator | None = None, *, ranker: Ranker | None = None,
-                  target: str = "cpu", strategies=None, max_actions: int | None = None,
-                  on_progress=None, return_result: bool = False):
-    """Search one kernel with ``policy`` (a name or a ``Policy``) under ``budget``.
-
-    Returns ``(steps, trajectory)`` (``trajectory`` is None when the baseline could not be
-    measured), or the full :class:`SearchResult` (with the best-so-far curve) when
-    ``return_result``.
-    """
-    from .evaluator import default_evaluator
-    from .policies import make_policy
-
-    if isinstance(program, str):
-        from ..leir import parse
-
-        program = parse(program)
-    if isinstance(budget, int):
-        budget = Budget(budget)
-    pol = make_policy(policy) if isinstance(policy, str) else policy
-    own = evaluator is None
-    ev = evaluator or default_evaluator()
-    try:
-        kid = kernel_id or kernel_id_of(program)
-        s = Search(program, kid, pol.name, budget, seed, ev, ranker=ranker, target=target,
-                   strategies=strategies, max_actions=max_actions, on_progress=on_progress)
-        if s.root is not None:
-            pol.run(s)
-        res = s.result()
-    finally:
-        if own:
-            ev.close()
-    return res if return_result else (res.steps, res.trajectory)
-
-
-__all__ = ["Budget", "Node", "Search", "SearchResult", "search_kernel", "trajectory_id",
-           "kernel_id_of"]
+__all__ = ["Budget", "Node", "Search", "SearchResult", "trajectory_id", "kernel_id_of"]
