@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _search_common import add_selection_args, geomean, iter_items, retime  # noqa: E402
+from _search_common import add_selection_args, geomean, iter_items, retime, torch_best  # noqa: E402
 from workloads import VENDOR_FAMILIES  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def main() -> None:
         if base_t is None or best_t is None:
             print(f"{name:28s} re-timing failed")
             continue
-        torch_s = ts[2].median_s if len(ts) > 2 and ts[2] is not None else float("nan")
+        torch_s, _ = torch_best(ts, 2, ev.num_threads)   # the faster of the thread count and one thread
         fr = res.fractions(args.budget)
         speedup = base_t.median_s / best_t.median_s
         row = {"workload": name, "family": item.family, "kernel_id": kid, "curve": res.curve, "baseline_s": base_t.median_s,

@@ -13,8 +13,9 @@ time of the run that tuned it. Reused or not, the tuned program is RE-TIMED in t
 protocol, interleaved and uncached (``steptp.measure.significance.interleaved``: A, B, C, A, B,
 C, ...; same thread count), so drift hits all three alike. MetaSchedule uses the recipe of /work/shared/notes/tvm-0.27.md (a build function
 that skips the slow tensor-intrinsic import). Goal (issue 18): geomean ours/MS <= 1.0 on the held-out list at 64 trials, no kernel
-above 1.5; best / PyTorch eager <= 1.0 geomean on its matmul and conv kernels (PyTorch is timed
-in the same interleaved rounds, same thread count).
+above 1.5; best / PyTorch eager <= 1.0 geomean on its matmul and conv kernels (PyTorch eager is timed
+in the same interleaved rounds, at the same thread count and on one thread; the faster counts,
+its thread count is the digit after ``torch ms``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _search_common import add_selection_args, geomean, iter_items, retime  # noqa: E402
+from _search_common import add_selection_args, geomean, iter_items, retime, torch_best  # noqa: E402
 from workloads import VENDOR_FAMILIES  # noqa: E402
 
 
@@ -139,24 +140,25 @@ def main() -> None:
         with_torch = None if args.no_torch else item
         ts = retime(ev, [format_program(prog), res.trajectory.final_leir, ms_script], with_torch)
         base_t, ours_t, ms_t = ts[:3]
-        torch_t = ts[3] if len(ts) > 3 else None
         if None in (base_t, ours_t, ms_t):
             print(f"{name:24s} re-timing failed")
             continue
         ours, ms_s = ours_t.median_s, ms_t.median_s
-        torch_s = torch_t.median_s if torch_t is not None else float("nan")
+        torch_s, torch_threads = torch_best(ts, 3, ev.num_threads)
         row = {"workload": name, "family": item.family, "kernel_id": item.kernel_id,
                "baseline_s": base_t.median_s, "ours_spread": ours_t.spread,
                "ms_spread": ms_t.spread, "ours_s": ours, "ms_s": ms_s, "ratio": ours / ms_s,
                "torch_s": torch_s, "ours_over_torch": ours / torch_s,
-               "torch_spread": torch_t.spread if torch_t is not None else float("nan"),
+               "torch_threads": torch_threads,
+               "torch_n_s": ts[3].median_s if len(ts) > 3 and ts[3] else float("nan"),
+               "torch_1_s": ts[4].median_s if len(ts) > 4 and ts[4] else float("nan"),
                "ours_wall_s": ours_wall, "ms_wall_s": ms_wall, "ms_reused": reused,
                "measurements": res.measurements, "search_s": res.wall_s,
                "curve": res.curve, "strategies": res.trajectory.strategies}
         rows.append(row)
         ms_col = f"{ms_wall:5.0f}" + ("r" if reused else " ")
         print(f"{name:24s} {row['baseline_s']*1e3:9.4g} {ours*1e3:9.4g} {ms_s*1e3:9.4g} "
-              f"{row['ratio']:8.2f} {torch_s*1e3:9.4g} {row['ours_over_torch']:10.2f} "
+              f"{row['ratio']:8.2f} {torch_s*1e3:8.4g}{torch_threads or '-'} {row['ours_over_torch']:10.2f} "
               f"{ours_wall:7.0f} {ms_col:>6s} {res.measurements:4d}", flush=True)
     ev.close()
     if rows:
