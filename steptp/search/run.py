@@ -50,6 +50,12 @@ class Budget:
     seconds: float = 120.0
 
 
+#: The finishing moves a lookahead tries after a candidate (``Search.lookahead``): the
+#: moves of MetaSchedule's parallel-vectorize-unroll rule and the loop order beneath them.
+LOOKAHEAD_STRATEGIES = ("loop_vectorization", "loop_parallelization", "loop_unrolling",
+                        "loop_reorder")
+
+
 #: How much of the cost model's predicted finishing gain a beam state is credited with: a
 #: register tile measures slow until it is vectorized, unrolled and parallelized, and must
 #: survive in the beam until then.
@@ -83,6 +89,8 @@ class Node:
     ranked: Optional[list[Candidate]] = None
     next_untried: int = 0
     failures: int = 0
+    #: lookahead scores of re-ranked actions (text -> score), set once by a policy
+    lookahead: Optional[dict[str, float]] = None
 
     @property
     def seconds(self) -> float:
@@ -161,6 +169,10 @@ class Search:
         self.verifications = 0
         self.t0 = _time.perf_counter()
         self.seen: dict[str, Optional[Node]] = {}
+        # lookahead: text -> finishing follow-ups; ``lookahead_expansions`` counts them (each
+        # enumerates a state's finishing moves: bounded by the policy, never by the clock)
+        self._follow: dict[str, list[A.Program]] = {}
+        self.lookahead_expansions = 0
         prog, _ = canonicalize(program)
         self.original_text = canonical_text(prog)
         self.root: Optional[Node] = None
@@ -201,6 +213,33 @@ class Search:
             if self.max_actions is not None:
                 node.ranked = node.ranked[:self.max_actions]
         return node.ranked
+
+    def lookahead(self, cands: list[Candidate], depth: int = 2) -> list[float]:
+        """The cost model's best score (lower is better) reachable from each candidate by up to
+        ``depth - 1`` finishing moves (``LOOKAHEAD_STRATEGIES``), the candidate's own score
+        included: a register tile that only pays once vectorized and unrolled is credited with
+        what the model expects of that, and nothing is measured. Each step follows the best
+        follow-up greedily; follow-ups are enumerated once per state (memoized by text)."""
+        out = []
+        for c in cands:
+            best = self.ranker.scores([c.program])[0]
+            prog, text = c.program, c.text
+            for _ in range(max(0, depth - 1)):
+                if text not in self._follow:
+                    self.lookahead_expansions += 1
+                    follow = actions(prog, self.target, self.seed, LOOKAHEAD_STRATEGIES)
+                    self._follow[text] = [(f.program, f.text) for f in follow]
+                follow = self._follow[text]
+                if not follow:
+                    break
+                sc = self.ranker.scores([f[0] for f in follow])
+                i = min(range(len(sc)), key=lambda k: (sc[k], k))
+                if sc[i] >= best:
+                    break
+                best = sc[i]
+                prog, text = follow[i]
+            out.append(best)
+        return out
 
     def untried(self, node: Node) -> list[Candidate]:
         return [c for c in self.ranked(node)[node.next_untried:] if c.text not in self.seen]
