@@ -172,3 +172,38 @@ def torch_best(ts: list, n_programs: int, num_threads: int) -> tuple[float, int]
         return float("nan"), 0
     sec, k = min(got)
     return sec, k
+
+
+def curve_summary(curve: list[dict], budget: int, seconds: float) -> dict[str, float]:
+    """The best-so-far curve in four figures: the share of the final best speedup reached at
+    25% and 50% of the measurements and at 25% / 50% of the wall budget, and the measurement
+    count and wall time at which the final best was first reached."""
+    if not curve:
+        return {}
+    final = curve[-1]["best_speedup"]
+
+    def share(key: str, lim: float) -> float:
+        got = [pt["best_speedup"] for pt in curve if pt[key] <= lim]
+        return (max(got) if got else 1.0) / final
+
+    first = next(pt for pt in curve if pt["best_speedup"] >= final)
+    return {"meas25": share("measurements", 0.25 * budget),
+            "meas50": share("measurements", 0.5 * budget),
+            "wall25": share("elapsed_s", 0.25 * seconds),
+            "wall50": share("elapsed_s", 0.5 * seconds),
+            "best_at_meas": first["measurements"], "best_at_s": first["elapsed_s"],
+            "last_s": curve[-1]["elapsed_s"]}
+
+
+def print_curves(rows: list[dict], budget: int, seconds: float) -> None:
+    """The best-so-far table of a benchmark's rows (each with a ``curve``)."""
+    print(f"# best-so-far (share of the final best speedup; budget {budget} measurements, "
+          f"{seconds:g} s):")
+    print(f"#   {'workload':24s} {'@25%m':>6s} {'@50%m':>6s} {'@25%s':>6s} {'@50%s':>6s} "
+          f"{'best at':>8s} {'best s':>7s} {'last s':>7s}")
+    for r in rows:
+        c = curve_summary(r.get("curve") or [], budget, seconds)
+        if c:
+            print(f"#   {r['workload']:24s} {c['meas25']:6.2f} {c['meas50']:6.2f} "
+                  f"{c['wall25']:6.2f} {c['wall50']:6.2f} {c['best_at_meas']:8.0f} "
+                  f"{c['best_at_s']:7.0f} {c['last_s']:7.0f}")

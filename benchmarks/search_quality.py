@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _search_common import add_selection_args, geomean, iter_items, retime, torch_best  # noqa: E402
+from _search_common import add_selection_args, geomean, iter_items, print_curves, retime, torch_best  # noqa: E402
 from workloads import VENDOR_FAMILIES  # noqa: E402
 
 
@@ -107,6 +107,7 @@ def main() -> None:
     if vend:
         print(f"# geomean best/torch-eager on matmul+conv: "
               f"{geomean(r['best_over_torch'] for r in vend):.2f} ({len(vend)} kernels)")
+    print_curves(rows, args.budget, args.seconds)
     for k in ("25%", "50%"):
         print(f"# mean share of the final best speedup reached at {k} of the budget: "
               f"{sum(r['fractions'][k] for r in rows) / len(rows):.2f}")

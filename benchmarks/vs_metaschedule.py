@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _search_common import add_selection_args, geomean, iter_items, retime, torch_best  # noqa: E402
+from _search_common import add_selection_args, geomean, iter_items, print_curves, retime, torch_best  # noqa: E402
 from workloads import VENDOR_FAMILIES  # noqa: E402
 
 
@@ -98,6 +98,11 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=64, help="measurements (trials) each")
     ap.add_argument("--seconds", type=float, default=300.0, help="our search's wall budget per kernel")
     ap.add_argument("--policy", default="beam")
+    ap.add_argument("--lookahead", type=int, default=0,
+                    help="beam only: re-rank each state's K best actions by the cost model's "
+                         "score after a finishing move (Beam(lookahead=K))")
+    ap.add_argument("--ms-cache", default=str(MS_CACHE),
+                    help="where MetaSchedule's tuned programs are saved and reused")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ms-seed", type=int, default=1)
     ap.add_argument("--fresh-ms", action="store_true", help="tune MetaSchedule again (no reuse)")
@@ -111,11 +116,18 @@ def main() -> None:
     from steptp.leir import format_program
     from steptp.search import Budget, default_evaluator, search_kernel
 
+    policy = args.policy
+    if args.lookahead:
+        from steptp.search.policies import Beam
+
+        if policy != "beam":
+            raise SystemExit("--lookahead is a beam option (use --policy beam)")
+        policy = Beam(lookahead=args.lookahead)
     ev = default_evaluator(kind=args.evaluator)
     what = args.kernels or args.workloads or f"list {args.list}"
     print(f"# vs_metaschedule: {what}, {args.budget} trials each, our wall budget "
           f"{args.seconds:g} s, size={args.size}, TVM_NUM_THREADS={ev.num_threads}, "
-          f"policy={args.policy}, fingerprint={ev.fingerprint}")
+          f"policy={policy}, fingerprint={ev.fingerprint}")
     print(f"{'workload':24s} {'base ms':>9s} {'ours ms':>9s} {'MS ms':>9s} {'ours/MS':>8s} "
           f"{'torch ms':>9s} {'ours/torch':>10s} {'ours s':>7s} {'MS s':>6s} {'meas':>4s}")
     rows = []
@@ -125,7 +137,7 @@ def main() -> None:
             continue
         name, prog = item.name, item.program
         t0 = time.perf_counter()
-        res = search_kernel(prog, item.kernel_id, args.policy, Budget(args.budget, args.seconds),
+        res = search_kernel(prog, item.kernel_id, policy, Budget(args.budget, args.seconds),
                             args.seed, ev, return_result=True)
         ours_wall = time.perf_counter() - t0
         if res.trajectory is None:
@@ -133,7 +145,8 @@ def main() -> None:
             continue
         try:
             ms_script, ms_wall, reused = cached_metaschedule(item, prog, ev, args.budget,
-                                                             args.ms_seed, args.fresh_ms)
+                                                             args.ms_seed, args.fresh_ms,
+                                                             Path(args.ms_cache))
         except Exception as e:  # noqa: BLE001
             print(f"{name:24s} MetaSchedule failed: {type(e).__name__}: {e}")
             continue
@@ -166,8 +179,9 @@ def main() -> None:
         print(f"# geomean ours/MetaSchedule: {geomean(r['ratio'] for r in rows):.2f} "
               f"({len(rows)} kernels); worst {worst['ratio']:.2f} ({worst['workload']}); "
               f"{sum(r['ratio'] > 1.5 for r in rows)} above 1.5")
+        print_curves(rows, args.budget, args.seconds)
         reused = [r["workload"] for r in rows if r["ms_reused"]]
-        print(f"# MetaSchedule results reused from {MS_CACHE}/ (tuned by an earlier run, re-timed "
+        print(f"# MetaSchedule results reused from {args.ms_cache}/ (tuned by an earlier run, re-timed "
               f"here; 'r' in the MS s column): {', '.join(reused) if reused else 'none'}")
         vend = [r for r in rows if r["family"] in VENDOR_FAMILIES]
         if vend and not args.no_torch:
