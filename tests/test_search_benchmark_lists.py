@@ -48,3 +48,4 @@ def test_leir_kernel_matches_its_torch_op():
 def test_unknown_list_is_a_clear_error():
     with pytest.raises(SystemExit, match="unknown --list 'nope'"):
         BL.workload_list("nope")
+
