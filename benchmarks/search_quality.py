@@ -4,6 +4,8 @@ unscheduled kernel at a fixed measurement budget, the share of the final best re
 
     .venv/bin/python benchmarks/search_quality.py --families matmul,conv --size default \
         --budget 64 --seconds 300 --policy beam
+    .venv/bin/python benchmarks/search_quality.py --list heldout     # or: --list tuning
+    .venv/bin/python benchmarks/search_quality.py --kernels build/kernels.parquet --limit 8
 
 Printed figures, not a timed test. Goal (issue 5): geomean >= 5x over unscheduled on the
 matmul/conv workloads at default size.
@@ -11,7 +13,8 @@ matmul/conv workloads at default size.
 The search's own figures are the minimum over many single measurements, so they flatter the
 best program. The speedups quoted here come from re-measuring the unscheduled kernel and the
 best program after the search with the same protocol, interleaved and uncached
-(``steptp.measure.significance.interleaved``, the re-timing the release uses);
+(``steptp.measure.significance.interleaved``, the re-timing the release uses; PyTorch eager is
+timed in the same rounds);
 both are printed (``search x`` is the search's own figure, ``speedup`` the re-measured one).
 """
 
@@ -24,15 +27,15 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _search_common import geomean, selected, workload_kernel  # noqa: E402
+from _search_common import add_selection_args, geomean, iter_items, print_curves, retime, torch_best  # noqa: E402
+from workloads import VENDOR_FAMILIES  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default="matmul,conv")
-    ap.add_argument("--workloads", default=None, help="comma-separated names (overrides --families)")
-    ap.add_argument("--limit", type=int, default=None, help="first N workloads of the families")
-    ap.add_argument("--size", default="default")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    add_selection_args(ap)
     ap.add_argument("--budget", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=300.0)
     ap.add_argument("--policy", default="beam")
@@ -44,8 +47,6 @@ def main() -> None:
     args = ap.parse_args()
 
     from steptp.leir import format_program
-    from steptp.measure.significance import interleaved, uncached_timer
-    from steptp.measure.timing import torch_eager_baseline
     from steptp.search import Budget, default_evaluator, search_kernel
     from steptp.search.batch import write
 
@@ -58,35 +59,26 @@ def main() -> None:
           f"{'torch ms':>9s} "
           f"{'best/torch':>10s} {'@25%':>5s} {'@50%':>5s} {'meas':>4s} {'s':>5s}  path")
     rows, results, steps, trajs = [], {}, [], []
-    for name in selected(args.families, args.workloads, args.limit):
-        t0 = time.perf_counter()
-        try:
-            kid, prog, module, inputs = workload_kernel(name, args.size)
-        except Exception as e:  # noqa: BLE001
-            print(f"{name:28s} skipped: {e}")
+    for item in iter_items(args):
+        if isinstance(item, tuple):
+            print(f"{item[0]:28s} skipped: {item[1]}")
             continue
+        t0 = time.perf_counter()
+        name, kid, prog = item.name, item.kernel_id, item.program
         res = search_kernel(prog, kid, args.policy, budget, args.seed, ev, return_result=True)
         if res.trajectory is None:
             print(f"{name:28s} failed: {res.error}")
             continue
         tr = res.trajectory
-        timer = uncached_timer(ev.target, ev.config)
-        try:
-            base_t, best_t = interleaved(timer, [format_program(prog), tr.final_leir], rounds=5)
-        finally:
-            timer.close()
+        ts = retime(ev, [format_program(prog), tr.final_leir], None if args.no_torch else item)
+        base_t, best_t = ts[:2]
         if base_t is None or best_t is None:
             print(f"{name:28s} re-timing failed")
             continue
-        torch_s = float("nan")
-        if not args.no_torch:
-            try:
-                torch_s = torch_eager_baseline(module, inputs, num_threads=ev.num_threads).median_s
-            except Exception:  # noqa: BLE001
-                pass
+        torch_s, _ = torch_best(ts, 2, ev.num_threads)   # the faster of the thread count and one thread
         fr = res.fractions(args.budget)
         speedup = base_t.median_s / best_t.median_s
-        row = {"workload": name, "kernel_id": kid, "baseline_s": base_t.median_s,
+        row = {"workload": name, "family": item.family, "kernel_id": kid, "curve": res.curve, "baseline_s": base_t.median_s,
                "best_s": best_t.median_s, "baseline_spread": base_t.spread,
                "best_spread": best_t.spread, "search_baseline_s": tr.baseline_s,
                "search_best_s": tr.best_s, "search_speedup": tr.speedup, "speedup": speedup,
@@ -100,8 +92,8 @@ def main() -> None:
         trajs.append(tr)
         if args.out:
             write(args.out, steps, trajs, results, budget)
-        print(f"{name:28s} {base_t.median_s*1e3:9.3f} {best_t.median_s*1e3:9.3f} {speedup:7.2f}x "
-              f"{tr.speedup:7.2f}x {torch_s*1e3:9.3f} {row['best_over_torch']:10.2f} "
+        print(f"{name:28s} {base_t.median_s*1e3:9.4g} {best_t.median_s*1e3:9.4g} {speedup:7.2f}x "
+              f"{tr.speedup:7.2f}x {torch_s*1e3:9.4g} {row['best_over_torch']:10.2f} "
               f"{fr['25%']:5.2f} {fr['50%']:5.2f} "
               f"{res.measurements:4d} {row['wall_s']:5.0f}  {' > '.join(tr.strategies)}", flush=True)
     ev.close()
@@ -111,6 +103,11 @@ def main() -> None:
           f"{geomean(r['speedup'] for r in rows):.2f}x ({len(rows)} kernels); the search's own "
           f"figures: {geomean(r['search_speedup'] for r in rows):.2f}x")
     print(f"# geomean best/torch-eager: {geomean(r['best_over_torch'] for r in rows):.2f}")
+    vend = [r for r in rows if r["family"] in VENDOR_FAMILIES]
+    if vend:
+        print(f"# geomean best/torch-eager on matmul+conv: "
+              f"{geomean(r['best_over_torch'] for r in vend):.2f} ({len(vend)} kernels)")
+    print_curves(rows, args.budget, args.seconds)
     for k in ("25%", "50%"):
         print(f"# mean share of the final best speedup reached at {k} of the budget: "
               f"{sum(r['fractions'][k] for r in rows) / len(rows):.2f}")

@@ -244,3 +244,50 @@ def test_cost_model_prefers_a_register_tile_that_fits():
     assert cm.predict(fits) < cm.predict(spills)
     assert cm.predict(fits) < cm.predict(ikj)
     assert cm.features(fits)[cm.FEATURE_NAMES.index("register_tile")] == 16.0
+
+
+def test_search_modules_import_one_way():
+    """run.py (the search state) imports no policy; policies import run; kernel.py joins them."""
+    import ast
+    from pathlib import Path
+
+    import steptp.search as S
+
+    def imports(mod: str) -> set[str]:
+        tree = ast.parse((Path(S.__file__).parent / f"{mod}.py").read_text())
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+    assert "policies" not in imports("run") and "kernel" not in imports("run")
+    assert "run" in imports("policies") and "kernel" not in imports("policies")
+    assert {"run", "policies"} <= imports("kernel")
+
+
+def test_lookahead_credits_a_step_with_what_its_finishing_moves_reach(evaluator):
+    """Search.lookahead scores each candidate by the best the cost model expects after a
+    finishing move (vectorize / parallelize / unroll / reorder): never above its own score,
+    below it where a finishing move pays (a split whose inner loop can then be vectorized), and
+    each state's finishing moves are enumerated once. Beam(lookahead=k) re-ranks only the k best
+    actions of a state, the same way on every run."""
+    from steptp.search.policies import Beam
+
+    prog = parse(MATMUL)
+    s = Search(prog, "mm32", "beam", Budget(1, 60), 0, evaluator, strategies=LOOPS,
+               ranker=Ranker(learned=False))
+    cands = s.ranked(s.root)[:8]
+    own = s.ranker.scores([c.program for c in cands])
+    look = s.lookahead(cands, depth=2)
+    assert all(v <= o + 1e-12 for v, o in zip(look, own))
+    assert any(v < o - 1e-6 for v, o in zip(look, own))
+    n = s.lookahead_expansions
+    assert n == len(cands)
+    assert s.lookahead(cands, depth=2) == look and s.lookahead_expansions == n
+    orders = []
+    for _ in range(2):
+        s = Search(prog, "mm32", "beam", Budget(1, 60), 0, evaluator, strategies=LOOPS,
+                   ranker=Ranker(learned=False))
+        before = [c.text for c in s.ranked(s.root)]
+        Beam(lookahead=4)._look(s, s.root)
+        after = [c.text for c in s.ranked(s.root)]
+        assert sorted(after[:4]) == sorted(before[:4]) and after[4:] == before[4:]
+        orders.append(after)
+    assert orders[0] == orders[1]

@@ -45,6 +45,23 @@ def parallel_races(program: A.Program) -> list[str]:
     return out
 
 
+def _groups(K: np.ndarray) -> tuple[np.ndarray, int]:
+    """``np.unique(K, axis=1, return_inverse=True)``'s inverse (the same group numbers: columns
+    in lexicographic order) and the group count. ``np.unique`` along an axis sorts a void view
+    of the columns, 30x slower than ``lexsort`` of the rows (21 s of 22 on rmsnorm's
+    parallel row loop, 2M points)."""
+    n = K.shape[1]
+    order = np.lexsort(K[::-1])
+    srt = K[:, order]
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    new[1:] = np.any(srt[:, 1:] != srt[:, :-1], axis=0)
+    ids = np.cumsum(new) - 1
+    group = np.empty(n, dtype=np.int64)
+    group[order] = ids
+    return group, int(ids[-1]) + 1 if n else 0
+
+
 def _race_under(loop: A.Loop, path, under, shapes) -> str | None:
     v = loop.var
     tid = {name: k for k, name in enumerate(sorted(shapes))}
@@ -96,9 +113,7 @@ def _race_under(loop: A.Loop, path, under, shapes) -> str | None:
     K = np.concatenate(keys, axis=1)
     V = np.concatenate([m[3] for m in meta])
     W = np.concatenate([m[4] for m in meta])
-    _, group = np.unique(K, axis=1, return_inverse=True)
-    group = group.ravel()
-    g = int(group.max()) + 1
+    group, g = _groups(K)
     vmin = np.full(g, np.iinfo(np.int64).max)
     vmax = np.full(g, np.iinfo(np.int64).min)
     np.minimum.at(vmin, group, V)

@@ -7,8 +7,9 @@ ranks candidates before measuring, and the steps/trajectories tables.
 
 from .evaluator import (Evaluator, InProcessEvaluator, MeasurerEvaluator, TimeOutcome,
                         VerifyOutcome, default_evaluator)
-from .run import Budget, Node, Search, SearchResult, kernel_id_of, search_kernel, trajectory_id
+from .run import Budget, Node, Search, SearchResult, kernel_id_of, trajectory_id
 from .policies import MCTS, POLICIES, Beam, Greedy, Policy, RandomWalk, make_policy
+from .kernel import search_kernel
 
 __all__ = ["Evaluator", "InProcessEvaluator", "MeasurerEvaluator", "TimeOutcome", "VerifyOutcome",
            "default_evaluator", "Budget", "Node", "Search", "SearchResult", "kernel_id_of",

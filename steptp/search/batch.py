@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from ..records import StepRecord, TrajectoryRecord, table, write_table, write_text_atomic
-from .run import Budget, SearchResult, search_kernel
+from .kernel import search_kernel
+from .run import Budget, SearchResult
 
 
 def load_kernels(path: str | Path) -> list[tuple[str, str]]:

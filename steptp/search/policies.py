@@ -12,7 +12,12 @@ measured times.
   with the best expected time over the whole frontier (the state's measured time times the
   model's predicted ratio child/state), then keeps the ``width`` best states (children and the
   previous frontier, by measured time adjusted by the cost model's remaining potential), to
-  ``depth`` levels.
+  ``depth`` levels; then keeps measuring the best open states until the budget is spent. With
+  ``lookahead`` k, the k best-ranked untried actions of each frontier state are re-ranked by
+  the best score the cost model expects after up to ``lookahead_depth - 1`` finishing moves
+  (``Search.lookahead``), so an enabling step is measured before a look-alike dead end; at
+  most ``lookahead_limit`` states are expanded that way per search (a count, not a clock, so
+  a rerun decides the same).
 * :class:`MCTS` — UCT over measured states with progressive widening (a node with ``n`` visits
   has at most ``ceil(widen * n ** alpha)`` children, opened in rank order). Reward: log speedup
   over the unscheduled kernel, normalized by the best so far; a failed or timed-out candidate is
@@ -109,17 +114,40 @@ class Beam(Policy):
     name = "beam"
 
     def __init__(self, width: int = 4, depth: int = 16, per_level: Optional[int] = None,
-                 per_node: Optional[int] = None):
+                 per_node: Optional[int] = None, lookahead: int = 0, lookahead_depth: int = 2,
+                 lookahead_limit: int = 48):
         self.width = width
         self.depth = depth
         self.per_level = per_level or 2 * width
         self.per_node = per_node or max(2, self.per_level // 2)
+        self.lookahead = lookahead
+        self.lookahead_depth = lookahead_depth
+        self.lookahead_limit = lookahead_limit
+
+    def _look(self, s: Search, n: Node) -> None:
+        """Re-rank the first ``lookahead`` untried actions of ``n`` by their lookahead score
+        (once per state)."""
+        if self.lookahead <= 0 or n.lookahead is not None \
+                or s.lookahead_expansions >= self.lookahead_limit:
+            return
+        n.lookahead = {}
+        r = s.ranked(n)
+        head_at = n.next_untried
+        head = [c for c in r[head_at:head_at + self.lookahead]]
+        if len(head) < 2:
+            return
+        vals = s.lookahead(head, self.lookahead_depth)
+        order = sorted(range(len(head)), key=lambda i: (vals[i], i))
+        r[head_at:head_at + len(head)] = [head[i] for i in order]
+        n.lookahead = {head[i].text: vals[i] for i in range(len(head))}
 
     def run(self, s: Search) -> None:
         frontier: list[Node] = [s.root]
         for _level in range(self.depth):
             if s.done:
                 return
+            for n in frontier:
+                self._look(s, n)
             # the best-ranked untried actions over the frontier, at most per_node per state so
             # that every state of the beam is explored
             # Actions of different states are compared by their expected time: the state's
@@ -134,10 +162,11 @@ class Beam(Policy):
                     continue
                 scores = s.ranker.scores([n.program] + [c.program for c in cands])
                 base = math.log(max(n.seconds, 1e-12)) - scores[0]
+                look = n.lookahead or {}
                 for ci, (c, sc) in enumerate(zip(cands, scores[1:])):
-                    pool.append((base + sc, fi, ci, n))
+                    pool.append((base + min(sc, look.get(c.text, sc)), fi, ci, n))
             if not pool:
-                return
+                break
             pool.sort(key=lambda t: (t[0], t[1], t[2]))
             chosen = pool[:self.per_level]
             # evaluate in frontier order, each node's actions in rank order
@@ -162,7 +191,7 @@ class Beam(Policy):
             # band), so only states that can still enter the beam are asked
             frontier = list(itertools.islice((n for n in cand_nodes if s.untried(n)), self.width))
             if not frontier:
-                return
+                break
         # depth exhausted with budget left: keep widening around the best states
         while not s.done:
             n = _best_open(s)

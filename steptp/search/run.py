@@ -1,7 +1,6 @@
-"""Search one kernel: states are canonical LEIR programs, actions are catalog rewrites.
-
-    steps, traj = search_kernel(program, kernel_id, "beam", Budget(64, 120), seed=0,
-                                evaluator=default_evaluator())
+"""The state of one kernel's search: states are canonical LEIR programs, actions are catalog
+rewrites. A policy (``steptp.search.policies``) drives a :class:`Search`;
+``steptp.search.kernel.search_kernel`` puts the two together (this module imports no policy).
 
 Every child a policy chooses is verified against the ORIGINAL kernel (with the loosest
 exactness class along its path), then timed. Each evaluation is one ``StepRecord`` row, kept
@@ -27,7 +26,7 @@ import hashlib
 import math
 import time as _time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from ..leir import ast as A
 from ..leir.canon import canonical_hash, canonical_text, canonicalize
@@ -49,6 +48,12 @@ IMPROVE_RULE = SignificanceRule()
 class Budget:
     measurements: int = 64
     seconds: float = 120.0
+
+
+#: The finishing moves a lookahead tries after a candidate (``Search.lookahead``): the
+#: moves of MetaSchedule's parallel-vectorize-unroll rule and the loop order beneath them.
+LOOKAHEAD_STRATEGIES = ("loop_vectorization", "loop_parallelization", "loop_unrolling",
+                        "loop_reorder")
 
 
 #: How much of the cost model's predicted finishing gain a beam state is credited with: a
@@ -84,6 +89,8 @@ class Node:
     ranked: Optional[list[Candidate]] = None
     next_untried: int = 0
     failures: int = 0
+    #: lookahead scores of re-ranked actions (text -> score), set once by a policy
+    lookahead: Optional[dict[str, float]] = None
 
     @property
     def seconds(self) -> float:
@@ -162,6 +169,10 @@ class Search:
         self.verifications = 0
         self.t0 = _time.perf_counter()
         self.seen: dict[str, Optional[Node]] = {}
+        # lookahead: text -> finishing follow-ups; ``lookahead_expansions`` counts them (each
+        # enumerates a state's finishing moves: bounded by the policy, never by the clock)
+        self._follow: dict[str, list[A.Program]] = {}
+        self.lookahead_expansions = 0
         prog, _ = canonicalize(program)
         self.original_text = canonical_text(prog)
         self.root: Optional[Node] = None
@@ -202,6 +213,33 @@ class Search:
             if self.max_actions is not None:
                 node.ranked = node.ranked[:self.max_actions]
         return node.ranked
+
+    def lookahead(self, cands: list[Candidate], depth: int = 2) -> list[float]:
+        """The cost model's best score (lower is better) reachable from each candidate by up to
+        ``depth - 1`` finishing moves (``LOOKAHEAD_STRATEGIES``), the candidate's own score
+        included: a register tile that only pays once vectorized and unrolled is credited with
+        what the model expects of that, and nothing is measured. Each step follows the best
+        follow-up greedily; follow-ups are enumerated once per state (memoized by text)."""
+        out = []
+        for c in cands:
+            best = self.ranker.scores([c.program])[0]
+            prog, text = c.program, c.text
+            for _ in range(max(0, depth - 1)):
+                if text not in self._follow:
+                    self.lookahead_expansions += 1
+                    follow = actions(prog, self.target, self.seed, LOOKAHEAD_STRATEGIES)
+                    self._follow[text] = [(f.program, f.text) for f in follow]
+                follow = self._follow[text]
+                if not follow:
+                    break
+                sc = self.ranker.scores([f[0] for f in follow])
+                i = min(range(len(sc)), key=lambda k: (sc[k], k))
+                if sc[i] >= best:
+                    break
+                best = sc[i]
+                prog, text = follow[i]
+            out.append(best)
+        return out
 
     def untried(self, node: Node) -> list[Candidate]:
         return [c for c in self.ranked(node)[node.next_untried:] if c.text not in self.seen]
@@ -316,41 +354,4 @@ def kernel_id_of(program: A.Program) -> str:
     return canonical_hash(program)[:16]
 
 
-def search_kernel(program: A.Program | str, kernel_id: str | None = None, policy: Any = "beam",
-                  budget: Budget | int = Budget(), seed: int = 0,
-                  evaluator: Evaluator | None = None, *, ranker: Ranker | None = None,
-                  target: str = "cpu", strategies=None, max_actions: int | None = None,
-                  on_progress=None, return_result: bool = False):
-    """Search one kernel with ``policy`` (a name or a ``Policy``) under ``budget``.
-
-    Returns ``(steps, trajectory)`` (``trajectory`` is None when the baseline could not be
-    measured), or the full :class:`SearchResult` (with the best-so-far curve) when
-    ``return_result``.
-    """
-    from .evaluator import default_evaluator
-    from .policies import make_policy
-
-    if isinstance(program, str):
-        from ..leir import parse
-
-        program = parse(program)
-    if isinstance(budget, int):
-        budget = Budget(budget)
-    pol = make_policy(policy) if isinstance(policy, str) else policy
-    own = evaluator is None
-    ev = evaluator or default_evaluator()
-    try:
-        kid = kernel_id or kernel_id_of(program)
-        s = Search(program, kid, pol.name, budget, seed, ev, ranker=ranker, target=target,
-                   strategies=strategies, max_actions=max_actions, on_progress=on_progress)
-        if s.root is not None:
-            pol.run(s)
-        res = s.result()
-    finally:
-        if own:
-            ev.close()
-    return res if return_result else (res.steps, res.trajectory)
-
-
-__all__ = ["Budget", "Node", "Search", "SearchResult", "search_kernel", "trajectory_id",
-           "kernel_id_of"]
+__all__ = ["Budget", "Node", "Search", "SearchResult", "trajectory_id", "kernel_id_of"]
