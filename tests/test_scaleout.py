@@ -347,3 +347,28 @@ def test_leir_parses_from_many_threads_at_once():
     with ThreadPoolExecutor(4) as ex:
         got = set().union(*ex.map(many, range(4)))
     assert got == {want}
+
+
+def test_verdicts_the_search_never_asked_for_do_not_stop_verifying_ahead(tmp_path, monkeypatch):
+    """Prefetched candidates the search moved past (another state was expanded) used to sit in
+    the pending slots for good, and after two of them nothing was verified ahead again (23 of
+    128 candidates in the throughput benchmark)."""
+    from steptp.search.evaluator import MeasurerEvaluator
+
+    monkeypatch.setenv("STEPTP_LOCK_DIR", str(tmp_path))
+    variants = [MATMUL_SPLIT.replace("* B[k,j]", f"* B[k,j] * {1 + i / 100:.2f}") for i in range(1, 4)]
+    ev = MeasurerEvaluator(config=None, cache=None, jobs=2, num_threads=1)
+    try:
+        ev.prefetch(MATMUL, [(variants[0], "exact"), (variants[1], "exact")])
+        deadline = time.time() + 120
+        while not all(f.done() for f in ev._pending.values()) and time.time() < deadline:
+            time.sleep(0.05)
+        # the search went elsewhere: the next state's candidate is still verified ahead
+        ev.prefetch(MATMUL, [(MATMUL_SPLIT, "exact")])
+        assert ev.prefetch_stats["submitted"] == 3
+        assert ev.verify(MATMUL, MATMUL_SPLIT, "exact").ok
+        # and a verdict set aside is still used when the search comes back to it
+        assert ev.verify(MATMUL, variants[0], "exact").status == "failed_verify"
+        assert ev.prefetch_stats["used"] == 2 and ev.measurer.stats["verify_runs"] == 3
+    finally:
+        ev.close()

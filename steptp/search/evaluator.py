@@ -267,6 +267,7 @@ class MeasurerEvaluator:
         # parallel with the current one (never during a timing: the device lock)
         self.prefetch_depth = self.jobs - 1
         self._pending: dict[tuple[str, str, str], Any] = {}
+        self._ready: dict[tuple[str, str, str], Any] = {}
         self._executor = None
         self.prefetch_stats = {"submitted": 0, "used": 0}
 
@@ -287,9 +288,17 @@ class MeasurerEvaluator:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=self.prefetch_depth,
                                                 thread_name_prefix="steptp-prefetch")
+        wanted = {(original, cand, exactness) for cand, exactness in items}
+        for key in [k for k, f in self._pending.items() if k not in wanted and f.done()]:
+            # a finished verdict the search did not ask for (yet): kept aside, bounded, so it
+            # neither blocks new work nor is lost if the search comes back to it
+            self._ready[key] = self._pending.pop(key)
+            while len(self._ready) > 64:
+                self._ready.pop(next(iter(self._ready)))
         for cand, exactness in items:
             key = (original, cand, exactness)
-            if key in self._pending or len(self._pending) >= 2 * self.prefetch_depth:
+            if (key in self._pending or key in self._ready
+                    or len(self._pending) >= 2 * self.prefetch_depth):
                 continue
             job = VerifyJob(original, cand, exactness, self.seeds)
             self._pending[key] = self._executor.submit(
@@ -299,7 +308,8 @@ class MeasurerEvaluator:
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
         from ..measure.service import VerifyJob
 
-        fut = self._pending.pop((original, candidate, exactness), None)
+        key = (original, candidate, exactness)
+        fut = self._pending.pop(key, None) or self._ready.pop(key, None)
         if fut is not None:
             self.prefetch_stats["used"] += 1
             oc = fut.result()
