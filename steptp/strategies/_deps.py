@@ -123,6 +123,27 @@ def _term_range(a: int, b: int, n: int, d: str) -> tuple[float, float] | None:
     return min(vals), max(vals)
 
 
+def _free_terms(ca: dict[str, int], cb: dict[str, int], a_common: set[str], b_common: set[str],
+                a_ext: dict[str, int], b_ext: dict[str, int]) -> tuple[int, int, list[int]]:
+    """The range and the coefficients that the loops outside the shared ones add to the
+    difference of two subscripts (``a``'s terms minus ``b``'s, each loop free)."""
+    lo = hi = 0
+    coefs: list[int] = []
+    for v, c in ca.items():
+        if v not in a_common:
+            n = a_ext[v]
+            lo += min(0, c * (n - 1))
+            hi += max(0, c * (n - 1))
+            coefs.append(c)
+    for v, c in cb.items():
+        if v not in b_common:
+            n = b_ext[v]
+            lo -= max(0, c * (n - 1))
+            hi -= min(0, c * (n - 1))
+            coefs.append(c)
+    return lo, hi, coefs
+
+
 def feasible(a: Access, b: Access, common: Sequence[tuple[str, str, int]], dirs: Sequence[str]) -> bool:
     """May an instance of ``a`` and an instance of ``b`` touch the same element when the shared
     loops ``common`` — triples (variable in a, variable in b, extent) — relate by ``dirs``?
@@ -152,18 +173,10 @@ def feasible(a: Access, b: Access, common: Sequence[tuple[str, str, int]], dirs:
             lo += r[0]
             hi += r[1]
             coefs.extend([x - y] if d == "=" else [x, y])
-        for v, c in ca.items():
-            if v not in a_common:
-                n = a_ext[v]
-                lo += min(0, c * (n - 1))
-                hi += max(0, c * (n - 1))
-                coefs.append(c)
-        for v, c in cb.items():
-            if v not in b_common:
-                n = b_ext[v]
-                lo -= max(0, c * (n - 1))
-                hi -= min(0, c * (n - 1))
-                coefs.append(c)
+        flo, fhi, fcoefs = _free_terms(ca, cb, a_common, b_common, a_ext, b_ext)
+        lo += flo
+        hi += fhi
+        coefs.extend(fcoefs)
         if lo > 0 or hi < 0:
             return False
         g = 0
@@ -254,20 +267,7 @@ def _prepare(a: Access, b: Access, common: Sequence[tuple[str, str, int]]) -> li
         if any(v not in a_ext for v in ca) or any(v not in b_ext for v in cb):
             continue
         const = fa[1] - fb[1]
-        lo = hi = 0
-        coefs: list[int] = []
-        for v, c in ca.items():
-            if v not in a_common:
-                n = a_ext[v]
-                lo += min(0, c * (n - 1))
-                hi += max(0, c * (n - 1))
-                coefs.append(c)
-        for v, c in cb.items():
-            if v not in b_common:
-                n = b_ext[v]
-                lo -= max(0, c * (n - 1))
-                hi -= min(0, c * (n - 1))
-                coefs.append(c)
+        lo, hi, coefs = _free_terms(ca, cb, a_common, b_common, a_ext, b_ext)
         g_free = 0
         for c in coefs:
             g_free = math.gcd(g_free, abs(c))
