@@ -6,6 +6,7 @@ SQLite file, a real tvm.rpc tracker and server on 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
@@ -303,25 +304,29 @@ def test_torch_eager_baseline():
 
 
 # ---------------------------------------------------------------------------- RPC
-@pytest.fixture(scope="module")
-def rpc_device():
+@contextlib.contextmanager
+def rpc_fleet(key: str, servers: int = 1, ports: tuple[int, int] = (19190, 19300)):
+    """A TVM RPC tracker and ``servers`` device servers of ``key`` on 127.0.0.1, registered
+    (each server process inherits TVM_NUM_THREADS=1)."""
     from tvm import rpc
     from tvm.rpc.tracker import Tracker
 
     old = os.environ.get("TVM_NUM_THREADS")
-    os.environ["TVM_NUM_THREADS"] = "1"  # inherited by the server process
-    tracker = server = None
+    os.environ["TVM_NUM_THREADS"] = "1"
+    procs = []
     try:
-        tracker = Tracker(host="127.0.0.1", port=19190, port_end=19290, silent=True)
-        server = rpc.Server(host="127.0.0.1", port=19300, port_end=19400,
-                            tracker_addr=("127.0.0.1", tracker.port), key="steptp-test",
-                            silent=True)
-        deadline = time.monotonic() + 30
+        tracker = Tracker(host="127.0.0.1", port=ports[0], port_end=ports[0] + 100, silent=True)
+        procs.append(tracker)
+        for _ in range(servers):
+            procs.append(rpc.Server(host="127.0.0.1", port=ports[1], port_end=ports[1] + 100,
+                                    tracker_addr=("127.0.0.1", tracker.port), key=key,
+                                    silent=True))
+        deadline = time.monotonic() + 60
         while True:
             info = rpc.connect_tracker("127.0.0.1", tracker.port).summary()["queue_info"]
-            if info.get("steptp-test", {}).get("free", 0) > 0:
+            if info.get(key, {}).get("free", 0) >= servers:
                 break
-            assert time.monotonic() < deadline, "the RPC server never registered"
+            assert time.monotonic() < deadline, f"the RPC servers never registered: {info}"
             time.sleep(0.1)
         yield tracker
     finally:
@@ -329,9 +334,14 @@ def rpc_device():
             os.environ.pop("TVM_NUM_THREADS", None)
         else:
             os.environ["TVM_NUM_THREADS"] = old
-        for p in (server, tracker):
-            if p is not None:
-                p.terminate()
+        for p in reversed(procs):
+            p.terminate()
+
+
+@pytest.fixture(scope="module")
+def rpc_device():
+    with rpc_fleet("steptp-test") as tracker:
+        yield tracker
 
 
 @pytest.mark.slow

@@ -16,18 +16,7 @@ from steptp import params as P  # noqa: E402
 from steptp.measure import MeasureConfig, Measurer  # noqa: E402
 from steptp.measure.service import device_lock  # noqa: E402
 
-MATMUL = """kernel matmul(A: f32[32,32], B: f32[32,32]) -> C: f32[32,32]
-  for i in 32, j in 32:
-    for k in 32:
-      C[i,j] += A[i,k] * B[k,j]
-"""
-
-MATMUL_SPLIT = """kernel matmul(A: f32[32,32], B: f32[32,32]) -> C: f32[32,32]
-  for io in 4, ii in 8:
-    for k in 32:
-      for j in 32 vectorized:
-        C[io*8+ii,j] += A[io*8+ii,k] * B[k,j]
-"""
+from test_measure import MATMUL, MATMUL_SPLIT, rpc_fleet  # noqa: E402  (a 32x32 matmul, a loop rewrite of it)
 
 FAST = dict(min_repeat_ms=5, repeats=5, remeasure_tries=1, timeout_s=30, num_threads=1)
 
@@ -145,34 +134,8 @@ def test_runner_and_device_params():
 @pytest.fixture
 def fleet():
     """A TVM RPC tracker and 2 device servers (key ``steptp-fleet``) on 127.0.0.1."""
-    from tvm import rpc
-    from tvm.rpc.tracker import Tracker
-
-    old = os.environ.get("TVM_NUM_THREADS")
-    os.environ["TVM_NUM_THREADS"] = "1"  # inherited by the server processes
-    procs = []
-    try:
-        tracker = Tracker(host="127.0.0.1", port=19500, port_end=19600, silent=True)
-        procs.append(tracker)
-        for _ in range(2):
-            procs.append(rpc.Server(host="127.0.0.1", port=19700, port_end=19800,
-                                    tracker_addr=("127.0.0.1", tracker.port), key="steptp-fleet",
-                                    silent=True))
-        deadline = time.monotonic() + 60
-        while True:
-            info = rpc.connect_tracker("127.0.0.1", tracker.port).summary()["queue_info"]
-            if info.get("steptp-fleet", {}).get("free", 0) >= 2:
-                break
-            assert time.monotonic() < deadline, f"the RPC servers never registered: {info}"
-            time.sleep(0.2)
+    with rpc_fleet("steptp-fleet", servers=2, ports=(19500, 19700)) as tracker:
         yield tracker
-    finally:
-        if old is None:
-            os.environ.pop("TVM_NUM_THREADS", None)
-        else:
-            os.environ["TVM_NUM_THREADS"] = old
-        for p in reversed(procs):
-            p.terminate()
 
 
 def _search_on_worker(kernel_text: str, devices: dict, cache: str, lockdir: str) -> dict:

@@ -144,6 +144,15 @@ def _free_terms(ca: dict[str, int], cb: dict[str, int], a_common: set[str], b_co
     return lo, hi, coefs
 
 
+def _solvable(lo: int, hi: int, g: int, const: int) -> bool:
+    """May ``const + sum(c_i * x_i)`` be 0, given that it lies in ``[lo, hi]`` (``const``
+    included) and the ``c_i`` have GCD ``g`` (0: no free terms)? Both tests are necessary
+    conditions only: when in doubt, a dependence is assumed."""
+    if lo > 0 or hi < 0:
+        return False
+    return const == 0 if g == 0 else const % g == 0
+
+
 def feasible(a: Access, b: Access, common: Sequence[tuple[str, str, int]], dirs: Sequence[str]) -> bool:
     """May an instance of ``a`` and an instance of ``b`` touch the same element when the shared
     loops ``common`` — triples (variable in a, variable in b, extent) — relate by ``dirs``?
@@ -177,16 +186,10 @@ def feasible(a: Access, b: Access, common: Sequence[tuple[str, str, int]], dirs:
         lo += flo
         hi += fhi
         coefs.extend(fcoefs)
-        if lo > 0 or hi < 0:
-            return False
         g = 0
         for c in coefs:
             g = math.gcd(g, abs(c))
-        const = fa[1] - fb[1]
-        if g == 0:
-            if const != 0:
-                return False
-        elif const % g != 0:
+        if not _solvable(lo, hi, g, fa[1] - fb[1]):
             return False
     return True
 
@@ -302,12 +305,7 @@ def _feasible_prepared(subs: list[tuple] | None, common: Sequence[tuple[str, str
             lo += r[0]
             hi += r[1]
             g = math.gcd(g, r[2])
-        if lo > 0 or hi < 0:
-            return False
-        if g == 0:
-            if const != 0:
-                return False
-        elif const % g != 0:
+        if not _solvable(lo, hi, g, const):
             return False
     return True
 
