@@ -340,6 +340,7 @@ class MeasurerEvaluator:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
         self._pending.clear()
+        self._ready.clear()
         self.measurer.close()
 
     def __enter__(self):
