@@ -106,6 +106,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ms-seed", type=int, default=1)
     ap.add_argument("--fresh-ms", action="store_true", help="tune MetaSchedule again (no reuse)")
+    ap.add_argument("--ms-only", action="store_true",
+                    help="only tune MetaSchedule into --ms-cache (no search, no re-timing): fills "
+                         "the cache ahead of a comparison run, e.g. overnight")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--evaluator", default="inprocess")
     ap.add_argument("--json", default=None)
@@ -136,6 +139,12 @@ def main() -> None:
             print(f"{item[0]:24s} skipped: {item[1]}")
             continue
         name, prog = item.name, item.program
+        if args.ms_only:
+            _, ms_wall, reused = cached_metaschedule(item, prog, ev, args.budget, args.ms_seed,
+                                                     args.fresh_ms, Path(args.ms_cache))
+            print(f"{name:24s} MetaSchedule {'reused' if reused else 'tuned'} ({ms_wall:.0f} s)",
+                  flush=True)
+            continue
         t0 = time.perf_counter()
         res = search_kernel(prog, item.kernel_id, policy, Budget(args.budget, args.seconds),
                             args.seed, ev, return_result=True)
