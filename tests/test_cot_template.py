@@ -106,3 +106,31 @@ def test_summary_counts_distinct_templates(steps):
     assert summary["prediction_agrees"] + summary["prediction_disagrees"] == 12
     assert all("measured" in s.cot and "step_speedup" in s.cot["measured"] for s in out)
     assert all(str(round(s.step_speedup, 2)) + "x" not in s.cot_text.split("</think>")[0] for s in out)
+
+
+def test_an_alternative_faster_by_itself_says_why_it_ranks_below():
+    """rfactor on a row sum, with a parallel outer loop as the alternative: the parallel loop is
+    predicted faster for one step, the rfactor leaves more to gain. The reason has to say so,
+    with both follow-up predictions; "predicted faster ... the cost model prefers the chosen
+    step" alone reads as a contradiction a model would learn."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from cot_steps import step
+
+    from steptp.cot.facts import GENERIC
+    from steptp.cot.template import _fmt_time
+
+    st = step("rowsum", "reduction_factorization", {"path": [0, 0], "loops": ["j"]}, {"factor": 32})
+    f = facts(st, GENERIC)
+    for seed in range(6):       # both wordings
+        cot = TemplateWriter(seed=seed, hardware=GENERIC).write(st, f)
+        (par,) = [c for c in cot.candidates if c.strategy == "loop_parallelization" and not c.refused]
+        alt = next(a for a in f.alternatives if a.strategy == "loop_parallelization")
+        assert alt.predicted_s < f.predicted.after_s             # the case: faster by itself
+        assert alt.potential_s > f.predicted.after_potential_s   # ... but leaves less
+        assert _fmt_time(alt.potential_s) in par.reason
+        assert _fmt_time(f.predicted.after_potential_s) in par.reason
+        assert "prefers the chosen step" not in par.reason
+        validate(cot.model_dump(), st)

@@ -133,6 +133,26 @@ def test_balance_caps_the_big_strategy(progs):
     assert entropy({"a": 3}) == 0.0
 
 
+def test_one_kernel_gives_at_most_two_answers_per_strategy(progs):
+    """Four parallelizations of one kernel's outer loop teach one thing four times: the cap keeps
+    the two with the largest measured gain; other kernels and other strategies are untouched."""
+    from steptp.curate.core import _repetition_cap
+
+    a, b, _ = progs
+    gains = [1.2, 3.0, 1.5, 2.0]
+    mine = [_step(a, b, f"p{n}", n, kid="k0", strategy="loop_parallelization")
+            .model_copy(update={"best_descendant_speedup": g}) for n, g in enumerate(gains)]
+    other = [_step(a, b, f"o{n}", n, kid="k1", strategy="loop_parallelization") for n in range(2)]
+    third = [_step(a, b, "v0", 0, kid="k0", strategy="loop_vectorization")]
+    kept, rej = _repetition_cap(mine + other + third, CurateConfig())
+    assert sorted(s.best_descendant_speedup for s in kept if s.kernel_id == "k0"
+                  and s.strategy == "loop_parallelization") == [2.0, 3.0]
+    assert {s.trajectory_id for s in kept} >= {"o0", "o1", "v0"} and len(kept) == 5
+    assert [r.reason.split(":")[0] for r in rej] == ["repetitive", "repetitive"]
+    assert "4 answers of loop_parallelization on kernel k0, cap 2" in rej[0].reason
+    assert len(_repetition_cap(mine, CurateConfig(max_per_kernel_strategy=0))[0]) == 4
+
+
 def test_workload_groups_and_splits():
     ks = [_kernel("k1", ["bert"]), _kernel("k2", ["bert", "gpt2"]), _kernel("k3", ["gpt2"]),
           _kernel("k4", ["resnet"]), _kernel("k5", ["mlp"]), _kernel("k6", ["scan"]), _kernel("k7", ["llama"])]

@@ -204,3 +204,36 @@ def test_export_does_not_import_curation():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_the_prompt_states_the_hardware_facts_the_reasoning_cites(release):
+    """"fits in L2 (2 MiB)" in an answer is only learnable if the prompt says L2 is 2 MiB: every
+    cache size and the vector width the reasoning cites appear in the user turn."""
+    import re
+
+    d, _, _ = release
+    cited = 0
+    for sp in ("train", "validation", "test"):
+        for line in (d / "stage" / f"chat/{sp}.jsonl").read_text().splitlines():
+            user, assistant = (m["content"] for m in json.loads(line)["messages"][1:])
+            for level, size in re.findall(r"\b(L[123]) \(([\d.]+ (?:KiB|MiB|bytes))\)", assistant):
+                assert f"{level} {size}" in user, (level, size, user[:300])
+                cited += 1
+            for bits in re.findall(r"(\d+)-bit (?:vectors|registers)", assistant):
+                assert f"{bits}-bit vectors" in user
+                cited += 1
+    assert cited >= 3
+
+
+def test_chat_files_interleave_kernels():
+    from steptp.export.chat import interleaved
+
+    steps = [_step(kernel_id=k, trajectory_id=f"t{k}", step_index=i)
+             for k in ("a", "b", "c") for i in range(3 if k == "a" else 1)]
+    out = interleaved(steps)
+    assert sorted(map(id, out)) == sorted(map(id, steps))              # a permutation
+    assert {s.kernel_id for s in out[:3]} == {"a", "b", "c"}           # every kernel up front
+    assert [s.step_index for s in out if s.kernel_id == "a"] == [0, 1, 2]   # each in its order
+    by_kernel_reversed = [s for k in ("c", "b", "a") for s in steps if s.kernel_id == k]
+    assert [s.kernel_id for s in interleaved(by_kernel_reversed)] == [s.kernel_id for s in out]

@@ -26,7 +26,7 @@ from .facts import Facts, SiteAccess, facts as compute_facts
 from .schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, ExpectedEffect,
                      Observation)
 
-WRITER_VERSION = "template-2"
+WRITER_VERSION = "template-3"
 MAX_ALTERNATIVES = 2
 
 
@@ -475,6 +475,19 @@ class TemplateWriter:
                               f"it ahead of this step; a candidate for the next one.",
                               f"predicted {_fmt_time(a.predicted_s)} at {where}, ranked higher by the "
                               f"cost model; it stays open for a later step.")
+            elif p is not None and p.after_s and a.predicted_s < p.after_s \
+                    and p.after_potential_s and a.potential_s > p.after_potential_s:
+                # faster by itself yet ranked below: the ranking weighs what each step leaves
+                # open, and saying only "predicted faster, ranked below" reads as a contradiction
+                claims.append(Claim(kind="ranks_below", strategy=a.strategy, other=f.strategy))
+                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}, faster by itself, "
+                              f"but it leaves less to gain: the best follow-up is predicted "
+                              f"{_fmt_time(a.potential_s)} after it and "
+                              f"{_fmt_time(p.after_potential_s)} after the chosen step.",
+                              f"predicted {_fmt_time(a.predicted_s)} at {where}, ahead for one step; "
+                              f"the chosen step opens more (best follow-up predicted "
+                              f"{_fmt_time(p.after_potential_s)}, against {_fmt_time(a.potential_s)} "
+                              f"after this one), so the cost model ranks it below.")
             else:
                 claims.append(Claim(kind="ranks_below", strategy=a.strategy, other=f.strategy))
                 reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)} (potential "

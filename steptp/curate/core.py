@@ -42,6 +42,8 @@ REASONS: dict[str, str] = {
     "alternative": "another child of the same program is the SFT answer to this prompt (pairs)",
     "unknown_kernel": "the step's kernel is not in the kernels table",
     "balance": "its strategy is above the balancing cap",
+    "repetitive": "its kernel already has the most SFT answers of this strategy allowed "
+                  "(curate.max_per_kernel_strategy; the step stays in pairs and all-steps)",
 }
 
 
@@ -55,6 +57,8 @@ class CurateConfig(BaseModel):
     min_gain: float = Field(0.05, ge=0, description="significantly faster: more than this relative gain ...")
     spread_factor: float = Field(1.0, ge=0, description="... and more than this x the larger spread")
     max_pairs_per_state: int = Field(4, ge=0, description="preference pairs per prompt at most")
+    max_per_kernel_strategy: int = Field(2, ge=0, description="SFT answers of one strategy per "
+                                         "kernel at most (0: no cap)")
     balance_factor: float = Field(3.0, gt=0, description="cap = factor x median strategy count")
     balance_min_steps: int = Field(30, ge=0, description="balance only with at least this many steps")
     balance_min_strategies: int = Field(3, ge=1, description="... and this many strategies")
@@ -277,6 +281,28 @@ def _balance(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[StepRecor
     return kept, rej, info
 
 
+def _repetition_cap(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[StepRecord], list[RejectRecord]]:
+    """At most ``cfg.max_per_kernel_strategy`` SFT answers per (kernel, strategy). A search that
+    parallelizes the same outer loop at four depths of one trajectory yields four answers a model
+    learns as one; the larger measured gains stay (ties: a seeded hash)."""
+    cap = cfg.max_per_kernel_strategy
+    if cap <= 0:
+        return steps, []
+    groups: dict[tuple[str, str], list[StepRecord]] = {}
+    for s in steps:
+        groups.setdefault((s.kernel_id, s.strategy), []).append(s)
+    drop: dict[str, int] = {}
+    for mine in groups.values():
+        if len(mine) > cap:
+            mine = sorted(mine, key=lambda s: (-_gain(s), _hkey("repetitive", cfg.seed, step_key(s))))
+            drop.update((step_key(s), len(mine)) for s in mine[cap:])
+    kept = [s for s in steps if step_key(s) not in drop]
+    rej = [_reject(s, "repetitive", f"{drop[step_key(s)]} answers of {s.strategy} on kernel "
+                                    f"{s.kernel_id}, cap {cap} (smaller gains go first)")
+           for s in steps if step_key(s) in drop]
+    return kept, rej
+
+
 def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateConfig,
                      hardware: str) -> tuple[str, str] | None:
     """The rules about what a step says (not how it measured): no_op ... too_long."""
@@ -388,6 +414,8 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
             rejects.append(_reject(s, "alternative", f"{best.trajectory_id}:{best.step_index} "
                                                      f"({best.strategy}) is the answer to this prompt"))
 
+    kept, rrej = _repetition_cap(kept, cfg)
+    rejects += rrej
     before_counts = strategy_counts(kept)
     kept, brej, binfo = _balance(kept, cfg)
     rejects += brej

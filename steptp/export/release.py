@@ -26,14 +26,37 @@ ROLES = ("improving", "preparatory", "neutral", "regressing", "failed")
 MANIFEST = "manifest.json"
 
 
-def hardware_description(fingerprint: Mapping[str, Any] | None, target: str = "") -> str:
-    """What the user turn names as the target hardware."""
+def recorded_hardware(steps: Sequence[StepRecord]) -> dict[str, Any] | None:
+    """The hardware the steps' reasoning describes (``cot["hardware"]``), when they all agree."""
+    seen = {json.dumps(h, sort_keys=True) for s in steps
+            if isinstance(s.cot, dict) and isinstance(h := s.cot.get("hardware"), dict)}
+    return json.loads(seen.pop()) if len(seen) == 1 else None
+
+
+def hardware_description(fingerprint: Mapping[str, Any] | None, target: str = "",
+                         facts: Mapping[str, Any] | None = None) -> str:
+    """What the user turn names as the target hardware. For a CPU it also states the facts the
+    reasoning cites (SIMD width, cache sizes, line size; ``facts``: a
+    :class:`steptp.cot.facts.Hardware` dict, by default this machine's): a model trained on "fits
+    in L2 (2 MiB)" must be able to read the 2 MiB in its prompt, not learn one machine's figure."""
     if not fingerprint:
         return target or "unknown"
     if fingerprint.get("gpu_name") and "cuda" in json.dumps(fingerprint.get("target", {})):
         return f"{fingerprint['gpu_name']} (CUDA)"
     cores = fingerprint.get("num_threads") or fingerprint.get("cpu_affinity")
-    return f"{fingerprint.get('cpu_model', 'CPU')} ({fingerprint.get('machine', '')}, {cores} threads)"
+    base = f"{fingerprint.get('cpu_model', 'CPU')} ({fingerprint.get('machine', '')}, {cores} threads)"
+    if facts is None:
+        from ..cot.facts import Hardware
+
+        facts = Hardware.current(int(cores) if cores else None).to_dict()
+    from ..cot.template import _fmt_bytes as size    # the reasoning's own wording of a size
+
+    try:
+        return (f"{base}: {int(facts['vector_bits'])}-bit vectors; data caches "
+                f"L1 {size(int(facts['l1_bytes']))}, L2 {size(int(facts['l2_bytes']))}, "
+                f"L3 {size(int(facts['l3_bytes']))}; {int(facts.get('line_bytes', 64))}-byte lines")
+    except (KeyError, TypeError, ValueError):
+        return base
 
 
 def _with_split(df: pl.DataFrame, splits: Mapping[str, str]) -> pl.DataFrame:
@@ -121,7 +144,7 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
     splits: dict[str, str] = dict(curated["splits"])
     report: dict[str, Any] = dict(curated.get("report") or {})
     target = steps[0].target if steps else (kernels[0].target if kernels else "")
-    hw = hardware_description(fingerprint, target)
+    hw = hardware_description(fingerprint, target, recorded_hardware(steps))
 
     all_steps: list[StepRecord] = list(curated.get("all_steps") or steps)
     pairs: list[dict[str, Any]] = list(curated.get("pairs") or [])
@@ -137,7 +160,7 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
 
     by_split: dict[str, list[str]] = {s: [] for s in SPLITS}
     tokens: list[int] = []
-    for s in steps:
+    for s in chat.interleaved(steps):
         sp = splits.get(s.kernel_id, "train")
         ex = chat.example(s, hw, sp)
         tokens.append(ex["meta"]["tokens"]["total"])
