@@ -107,7 +107,8 @@ def test_release_folder(release):
     card = (stage / "README.md").read_text()
     for needle in ("## Strategies", "plots/speedups.png", "plots/tokens.png", "Test CPU", "load_dataset",
                    "pl.read_parquet", "| train |", "distinct sentence templates", "## Step roles",
-                   "preference pairs", "| SFT examples |"):
+                   "preference pairs", "| SFT examples |",
+                   "| `unverified` | 1 | not verified against the reference"):
         assert needle in card, needle
 
     # publish: manifest with checksums, atomic move, replaces an older release

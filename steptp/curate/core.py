@@ -441,6 +441,7 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     report = {
         "input_steps": len(steps), "kept_steps": len(sft_steps), "rejected_steps": len(rejects),
         "rejects_by_reason": dict(sorted(reason_counts.items())),
+        "reason_meanings": {k: REASONS.get(k, "") for k in sorted(reason_counts)},
         "roles": role_counts(all_steps),
         "sft_roles": {r: n for r, n in role_counts(sft_steps).items() if n},
         "pairs": len(pairs),

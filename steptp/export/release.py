@@ -220,6 +220,7 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
         "entropy_before_bits": report.get("entropy_before_bits"),
         "balance": report.get("balance"),
         "rejects_by_reason": dict(sorted(Counter(r.reason.split(":", 1)[0] for r in rejects).items())),
+        "reason_meanings": dict(report.get("reason_meanings") or {}),
         "step_speedup": {**_q(speedups), "geomean": _geomean(speedups)},
         "trajectory_speedup": {**_q(traj_speedups), "geomean": _geomean(traj_speedups)},
         "tokens": _q([float(t) for t in tokens]),
@@ -306,8 +307,9 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "## Steps not used for SFT", "",
         "Each with its reason in `data/rejects.parquet` (`alternative`: a sibling is the answer to that "
         "prompt; it is in the preference pairs).", "",
-        "| reason | steps |", "| --- | ---: |",
-        *[f"| `{k}` | {v} |" for k, v in stats["rejects_by_reason"].items()],
+        "| reason | steps | meaning |", "| --- | ---: | --- |",
+        *[f"| `{k}` | {v} | {(stats.get('reason_meanings') or {}).get(k, '')} |"
+          for k, v in stats["rejects_by_reason"].items()],
         *_cot_lines(stats.get("cot_variety")),
         "", "## Hardware", "",
         f"Timed on: **{stats['hardware']}**.", "",
