@@ -247,3 +247,30 @@ def test_tiling_says_how_much_closer_the_reuse_gets():
     msg = problems(with_claim(raw, kind="reuse", side="after", access="B[k,j]",
                               value=b.reuse_bytes), st)
     assert f"after the step the reuse distance of `B[k,j]` is {b.reuse_bytes_after} bytes" in msg
+
+
+@pytest.mark.parametrize("rows,cols", [(64, 64), (256, 32)])
+def test_the_bottleneck_is_the_one_whose_remedy_is_predicted_faster(rows, cols):
+    """Serial and scalar at once: the diagnosis names parallelism or vectorization after the
+    cost model's prediction for each remedy, so the heading agrees with the ranking below it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from cot_steps import step
+
+    from steptp import strategies as S
+    from steptp.cot.facts import GENERIC, facts
+    from steptp.leir import parse
+
+    text = (f"kernel ew(X: f32[{rows},{cols}]) -> Y: f32[{rows},{cols}]\n"
+            f"  for i in {rows}, j in {cols}:\n    Y[i,j] = exp(X[i,j] * 0.5)\n")
+    c = S.candidates(parse(text), strategy="loop_unrolling", seed=None)[0]
+    f = facts(step("ew", c.strategy, c.site.to_json(), dict(c.params), before=text), GENERIC)
+    best = {}
+    for a in f.alternatives:
+        best.setdefault(a.strategy, a.predicted_s)
+    par, vec = best["loop_parallelization"], best["loop_vectorization"]
+    assert par != vec
+    assert f.diagnosis.kind == ("vectorization" if vec < par else "parallelism")
+    assert f.diagnosis.detail["predicted_s"] == min(par, vec)

@@ -847,7 +847,8 @@ def diagnose(pf: ProgramFacts, text: str, hw: Hardware, alts: tuple = (),
        at least as many iterations as cores, and the cost model predicts a parallel loop faster
        — parallelism;
     3. a scalar innermost loop with unit/zero strides, not a reduction axis, at least one vector
-       wide, and the cost model predicts vector code faster — vectorization;
+       wide, and the cost model predicts vector code faster — vectorization (when 2 and 3 both
+       hold, the one whose remedy is predicted faster);
     4. the innermost loop carries a dependence other than a reduction (a scan: each iteration
        reads what the previous one wrote), or it is the reduction axis (one serial chain of
        updates) — dependence;
@@ -868,6 +869,7 @@ def diagnose(pf: ProgramFacts, text: str, hw: Hardware, alts: tuple = (),
                                  {"access": a.text, "stride": a.stride,
                                   "stride_bytes": abs(a.stride) * isz,
                                   "new_line": abs(a.stride) * isz >= hw.line_bytes})
+    found: list[Diagnosis] = []
     any_parallel = any(lp.kind in ("parallel",) or lp.kind.startswith(("blockIdx", "threadIdx"))
                        for lp in pf.loops)
     if si.loops and not any_parallel and hw.cores > 1:
@@ -876,16 +878,22 @@ def diagnose(pf: ProgramFacts, text: str, hw: Hardware, alts: tuple = (),
         best = _best(alts, "loop_parallelization", before_s) if before_s else None
         if lp0.kind == "serial" and lp0.extent >= hw.cores and not an.carries_dependence(outer_path) \
                 and best is not None:
-            return Diagnosis("parallelism", lp0.var, None, hot.path,
-                             {"extent": lp0.extent, "cores": hw.cores,
-                              "predicted_s": best.predicted_s})
+            found.append(Diagnosis("parallelism", lp0.var, None, hot.path,
+                                   {"extent": lp0.extent, "cores": hw.cores,
+                                    "predicted_s": best.predicted_s}))
     best = _best(alts, "loop_vectorization", before_s) if before_s else None
     if inner is not None and inner.kind in ("serial", "unrolled") \
             and inner.var not in hot.reduction_axes and inner.extent >= lanes \
             and all(a.stride is not None and abs(a.stride) <= 1 for a in hot.accesses) \
             and best is not None:
-        return Diagnosis("vectorization", inner.var, None, hot.path,
-                         {"extent": inner.extent, "lanes": lanes, "predicted_s": best.predicted_s})
+        found.append(Diagnosis("vectorization", inner.var, None, hot.path,
+                               {"extent": inner.extent, "lanes": lanes,
+                                "predicted_s": best.predicted_s}))
+    if found:
+        # both apply: the main limiter is the one whose remedy the cost model predicts faster
+        # (a "serial code" heading over a vector step the prediction prefers reads as a non
+        # sequitur); ties keep the rule order
+        return min(found, key=lambda d: d.detail["predicted_s"])
     if inner is not None and inner.kind != "vectorized":
         carried = [c for c in an.loop_carried(si.loop_paths[-1]) if not c.reduction]
         if carried:
