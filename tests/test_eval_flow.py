@@ -30,7 +30,9 @@ def test_eval_flow_cached_rerun(tmp_path):
     env = dict(os.environ, PREFECT_HOME=str(tmp_path / "ph"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
                PREFECT_LOCAL_STORAGE_PATH=str(tmp_path / "results"), PYTHONPATH=str(ROOT),
                STEPTP_LOCK_DIR=str(tmp_path / "locks"), PREFECT_LOGGING_LEVEL="INFO")
-    env.pop("PREFECT_API_URL", None)
+    from _prefect_server import api_url
+
+    env["PREFECT_API_URL"] = api_url()      # one loopback server for the suite
     args = [sys.executable, "-c", SCRIPT, str(tmp_path / "mm.leir"), str(tmp_path / "eval"),
             str(tmp_path / "cache.sqlite")]
     runs = [subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)

@@ -60,8 +60,10 @@ def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(PREFECT_HOME=str(tmp / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
                PREFECT_LOGGING_LEVEL="INFO", STEPTP_LOCK_DIR=str(tmp / "locks"))
-    env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_LOCAL_STORAGE_PATH", None)
+    from _prefect_server import api_url
+
+    env["PREFECT_API_URL"] = api_url()      # one loopback server for the suite
     return env
 
 

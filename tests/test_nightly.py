@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
 
+from _prefect_server import api_url  # noqa: E402
 from steptp import params as P  # noqa: E402
 from steptp.codehash import stage_hash  # noqa: E402
 from steptp.export import ReleaseExists, content_digest, publish_release  # noqa: E402
@@ -238,7 +239,7 @@ SMALL = {
     "extract": {"zoo": "softmax,gemv", "size": "tiny", "jobs": 1, "check": True},
     # measurements (not seconds) bound the search, so equal timings give equal searches
     "search": {"policy": "beam", "max_kernels": 2, "measurements": 4, "seconds": 300, "jobs": 1,
-               "threads": 1},
+               "threads": 1, "remeasure_rounds": 1, "remeasure_pairs": 2},
     "cot": {"writer": "template"},
     "curate": {"max_spread": 100.0},     # a loaded machine times noisily; the gate is tested elsewhere
     "nightly": {"version": "{version}+nightly.{date}"},
@@ -256,6 +257,7 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
                GIT_COMMITTER_EMAIL="t@t", **extra)
     for k in ("PREFECT_API_URL", "PREFECT_LOCAL_STORAGE_PATH", "STEPTP_CACHE"):
         env.pop(k, None)
+    env["PREFECT_API_URL"] = api_url()      # one loopback server for the suite (_prefect_server)
     env.update(extra)
     return env
 
