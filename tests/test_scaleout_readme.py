@@ -49,32 +49,6 @@ def readme_cluster() -> tuple[list[str], dict]:
     return [ln for ln in lines if ln], yaml.safe_load(params)
 
 
-def _descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            kids.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out += kids.get(p, [])
-        todo += kids.get(p, [])
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def test_the_readme_cluster_block_names_every_piece():
     lines, params = readme_cluster()
     assert any(ln.startswith("dask scheduler") for ln in lines)
@@ -90,6 +64,7 @@ def test_the_readme_cluster_block_names_every_piece():
 def test_readme_cluster_commands_build_a_release_on_loopback(tmp_path):
     from _prefect_server import api_url
     from test_flows import SMALL
+    from test_scaleout import _cmdline, _descendants
 
     from steptp import params as P
 
