@@ -229,3 +229,19 @@ def test_anthropic_client_through_httpx2(tmp_path, monkeypatch):
     with pytest.raises(LLMError) as e:
         client.complete([{"role": "user", "content": "fail"}])
     assert "HTTP 500" in str(e.value) and key not in str(e.value) and e.value.__cause__ is None
+
+
+def test_prompts_from_leir_files_name_this_machine_as_a_release_does(tmp_path):
+    """A model trained on a release reads "...: 512-bit vectors; data caches L1 ..." in every
+    prompt; evaluating it on LEIR files or a kernels table must not drop that line to "cpu"."""
+    from steptp.eval.policies.base import prompt_messages
+    from steptp.export.release import hardware_description
+    from steptp.measure.fingerprint import current
+
+    (tmp_path / "mm.leir").write_text(MM)
+    (root,) = from_leir([tmp_path / "mm.leir"]).roots
+    assert root.hardware == hardware_description(current().to_dict())
+    assert "-bit vectors; data caches L1 " in root.hardware
+    user = prompt_messages(root)[1]["content"]
+    assert user.startswith(f"Target hardware: {root.hardware}\n")
+    assert from_leir([tmp_path / "mm.leir"], hardware="Test CPU").roots[0].hardware == "Test CPU"

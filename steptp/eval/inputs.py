@@ -103,8 +103,17 @@ def from_release(folder: str | Path, split: str = "test", target: str = "cpu") -
     return Inputs(roots, list(states.values()), sft, best, f"{folder} ({split})")
 
 
+def this_machine() -> str:
+    """The user turn's hardware line for this machine, worded as a release words it, so a model
+    trained on a release sees the same kind of prompt here."""
+    from ..export.release import hardware_description
+    from ..measure.fingerprint import current
+
+    return hardware_description(current().to_dict())
+
+
 def from_kernels(path: str | Path, target: str = "cpu", hardware: str = "") -> Inputs:
-    roots = _roots(_read(Path(path)), hardware, target, str(path))
+    roots = _roots(_read(Path(path)), hardware or this_machine(), target, str(path))
     return Inputs(roots, list(roots), source=str(path))
 
 
@@ -112,6 +121,7 @@ def from_leir(paths: Sequence[str | Path], target: str = "cpu", hardware: str = 
     from ..leir import LeirCheckError, LeirSyntaxError
 
     roots = []
+    here = "" if hardware else this_machine()
     for p in paths:
         try:
             prog = parse(Path(p).read_text())
@@ -121,7 +131,8 @@ def from_leir(paths: Sequence[str | Path], target: str = "cpu", hardware: str = 
         except (LeirSyntaxError, LeirCheckError) as e:
             raise EvalInputError(f"{p}: invalid LEIR:\n{e}") from None
         text = format_program(prog)
-        roots.append(State(canonical_hash(prog)[:16], text, text, hardware=hardware, target=target))
+        roots.append(State(canonical_hash(prog)[:16], text, text, hardware=hardware or here,
+                           target=target))
     return Inputs(roots, list(roots), source=", ".join(map(str, paths)))
 
 
