@@ -62,6 +62,9 @@ class Counting:
         self.timings: list[tuple[str, str, bool]] = []  # (program hash, status, cached)
         self._verified: set[str] = set()
         self.reasons: dict[str, int] = {}
+        # (worker seconds of the timing, its median / the best median timed before it)
+        self.timing_profile: list[tuple[float, float]] = []
+        self._best: float | None = None
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -86,6 +89,10 @@ class Counting:
         ph = _hash(program)
         if ph in self._verified:  # a candidate (the baseline is timed without a verification)
             self.timings.append((ph, t.status, bool(getattr(t, "cached", False))))
+            if t.timing is not None and self._best is not None:
+                self.timing_profile.append((t.wall_s, t.timing.median_s / self._best))
+        if t.timing is not None:
+            self._best = min(self._best or t.timing.median_s, t.timing.median_s)
         if t.status != "ok":
             why = f"timing {t.status}: {t.reason[:120]}"
             self.reasons[why] = self.reasons.get(why, 0) + 1
@@ -116,7 +123,8 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             st = {k: 0 for k in ("compile_s", "verify_s", "reference_s", "time_s",
                                  "lock_wait_s", "rebuilds")}
             st.update(inner.measurer.stats)
-            pre = dict(getattr(inner, "prefetch_stats", {"submitted": 0, "used": 0}))
+            pre = {"submitted": 0, "used": 0, "batches": 0}
+            pre.update(getattr(inner, "prefetch_stats", {}))
         finally:
             inner.close()  # reaps the workers: their CPU time is now in RUSAGE_CHILDREN
         cpu = _cpu_s() - cpu0
@@ -142,7 +150,9 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
              verify_hits=st["verify_hits"], time_hits=st["time_hits"],
              compile_s=st["compile_s"], verify_s=st["verify_s"], reference_s=st["reference_s"],
              time_s=st["time_s"], lock_wait_s=st["lock_wait_s"], rebuilds=st["rebuilds"],
-             prefetched=pre["submitted"], prefetch_used=pre["used"], name=name,
+             prefetched=pre["submitted"], prefetch_used=pre["used"], batches=pre["batches"],
+             slow_timings=sum(1 for _, r in ev.timing_profile if r > 2),
+             slow_timing_s=sum(w for w, r in ev.timing_profile if r > 2), name=name,
              reasons=ev.reasons,
              measurements=res.measurements, best_speedup=(res.baseline.median_s / res.best.seconds
                                                            if res.best is not None else None))
@@ -179,8 +189,9 @@ def _report(total: dict, cores: int, wall: float, label: str) -> None:
           f"cache, {total['duplicates']} duplicates, {total['failed_build']} failed builds, "
           f"{total['failed_verify']} failed verifications, {total['timeout']} timeouts, "
           f"{total['crashed']} crashes, {total['timing_failed']} failed timings; "
-          f"{total['prefetched']} verified ahead ({total['prefetch_used']} used), "
-          f"{total['rebuilds']} timings had to rebuild")
+          f"{total['prefetched']} verified in {total['batches']} batches ahead of or with the "
+          f"search's call ({total['prefetch_used']} used), {total['rebuilds']} timings had to "
+          f"rebuild")
     for why, n in sorted(total.get("reasons", {}).items(), key=lambda kv: -kv[1])[:4]:
         print(f"#     {n} x {why}")
     print(f"#   seconds: search bookkeeping {total['bookkeeping_s']:.1f}, compile "
@@ -188,6 +199,8 @@ def _report(total: dict, cores: int, wall: float, label: str) -> None:
           f"{total['reference_s']:.1f}, timing {total['time_s']:.1f}, device-lock waits "
           f"{total['lock_wait_s']:.1f} (worker sums; the search waited {total['wait_s']:.1f} "
           f"in the evaluator)")
+    print(f"#   timings of candidates over 2x the best time so far: {total['slow_timings']}, "
+          f"{total['slow_timing_s']:.1f} s of the timing calls' wall")
 
 
 def _dask_pass(names, args, n_workers: int, run_dir: str) -> tuple[dict, float]:
@@ -303,6 +316,19 @@ class _Replay:
         pass
 
 
+class _ReplayAhead(_Replay):
+    """``_Replay`` that also takes the search's verify-ahead offers (and does nothing with
+    them): its digest must equal ``_Replay``'s (verifying ahead changes no decision)."""
+
+    prefetch_depth = 2
+
+    def __init__(self):
+        self.offered = 0
+
+    def prefetch(self, original, items):
+        self.offered += len(items)
+
+
 def bookkeeping(names, size: str, policy: str, budget: int) -> None:
     """The search thread alone (``_Replay`` evaluator): CPU seconds per kernel, and a digest of
     the steps taken (strategy, site, params, result text, outcome) to compare code versions."""
@@ -313,16 +339,20 @@ def bookkeeping(names, size: str, policy: str, budget: int) -> None:
 
     for name in names:
         kid, prog, _, _ = workload_kernel(name, size)
-        c0, t0 = time.process_time(), time.perf_counter()
-        res = search_kernel(prog, kid, policy, Budget(budget, 1e9), 0, _Replay(),
-                            return_result=True)
-        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-        d = hashlib.sha256()
-        for st in res.steps:
-            d.update(json.dumps([st.step_index, st.strategy, st.site, st.params, st.after_leir,
-                                 st.outcome], sort_keys=True, default=str).encode())
-        print(f"{name:16s} bookkeeping {cpu:6.1f} CPU s ({wall:6.1f} s wall), {len(res.steps)} "
-              f"steps, steps digest {d.hexdigest()[:16]}", flush=True)
+        for ev in (_Replay(), _ReplayAhead()):
+            c0, t0 = time.process_time(), time.perf_counter()
+            res = search_kernel(prog, kid, policy, Budget(budget, 1e9), 0, ev,
+                                return_result=True)
+            cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+            d = hashlib.sha256()
+            for st in res.steps:
+                d.update(json.dumps([st.step_index, st.strategy, st.site, st.params,
+                                     st.after_leir, st.outcome], sort_keys=True,
+                                    default=str).encode())
+            how = (f", verifying ahead ({ev.offered} offers)" if isinstance(ev, _ReplayAhead)
+                   else "")
+            print(f"{name:16s} bookkeeping {cpu:6.1f} CPU s ({wall:6.1f} s wall), "
+                  f"{len(res.steps)} steps, steps digest {d.hexdigest()[:16]}{how}", flush=True)
 
 
 def main() -> None:

@@ -242,10 +242,13 @@ class Measurer:
         return sum(p.starts for p in (self._verify_pool, self._time_pool) if p is not None)
 
     # ------------------------------------------------------------------ verification
-    def verify_many(self, pairs: Sequence[Any]) -> list[VerifyOutcome]:
+    def verify_many(self, pairs: Sequence[Any], together: bool = False) -> list[VerifyOutcome]:
         """Verify each pair: a ``VerifyJob``, a dict of its fields, or a tuple ``(before,
         after)`` / ``(before, after, exactness)`` of LEIR (or TVMScript) texts, ``after`` being
-        the candidate. Results in input order."""
+        the candidate. Results in input order. ``together``: the uncached ones take the device
+        lock's shared side once, as a group, so that no timing slips in between them and they
+        all run on the cores at once (each taking its own hold could leave one verifying alone
+        before a timing and the other alone after it)."""
         jobs = [self._as_job(p) for p in pairs]
         out: list[VerifyOutcome | None] = [None] * len(jobs)
         fp = self.local_fingerprint.id
@@ -275,11 +278,14 @@ class Measurer:
                          "target": self.target.to_dict(), "verify_threads": 1}
                         for _, idx in groups]
             pool = self._pool("verify")
-            if len(payloads) <= 1 or pool.size == 1:
-                results = [self._build_verify(p) for p in payloads]
-            else:
-                with ThreadPoolExecutor(max_workers=min(pool.size, len(payloads))) as ex:
-                    results = list(ex.map(self._build_verify, payloads))
+            group = together and len(payloads) > 1 and pool.size > 1 and self.backend is None
+            with self._group_hold(group):
+                run = (lambda p: self._build_verify(p, locked=True)) if group else self._build_verify
+                if len(payloads) <= 1 or pool.size == 1:
+                    results = [run(p) for p in payloads]
+                else:
+                    with ThreadPoolExecutor(max_workers=min(pool.size, len(payloads))) as ex:
+                        results = list(ex.map(run, payloads))
             for (key, idx), r in zip(groups, results):
                 job = jobs[idx[0]]
                 if r.ok:
@@ -298,11 +304,24 @@ class Measurer:
                     out[i] = oc
         return out  # type: ignore[return-value]
 
-    def _build_verify(self, payload: dict) -> WorkerResult:
-        """One ``build_verify`` task, holding the device lock shared (no timing meanwhile)."""
+    @contextmanager
+    def _group_hold(self, hold: bool) -> Iterator[None]:
+        if not hold:
+            yield
+            return
+        t0 = time.monotonic()
+        with device_lock(device_name(self.target), self.lock_directory, shared=True):
+            with self._stats_lock:
+                self.stats["lock_wait_s"] += time.monotonic() - t0
+            yield
+
+    def _build_verify(self, payload: dict, locked: bool = False) -> WorkerResult:
+        """One ``build_verify`` task, holding the device lock shared (no timing meanwhile);
+        ``locked``: the caller holds it for a group (taking it again here could deadlock
+        behind a timing waiting at the turnstile)."""
         pool = self._pool("verify")
         t0 = time.monotonic()
-        if self.backend is not None:
+        if self.backend is not None or locked:
             r = pool.run("build_verify", payload)
         else:
             with device_lock(device_name(self.target), self.lock_directory, shared=True):

@@ -196,6 +196,22 @@ def _signal_name(n: int) -> str:
         return f"SIG{n}"
 
 
+_SPAWNER: ThreadPoolExecutor | None = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawn(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` (a ``Popen``) on one thread that lives as long as this process. The death
+    signal (``PR_SET_PDEATHSIG``) fires when the THREAD that started a worker exits, not the
+    process: a worker started from a short-lived thread (a ``ThreadPoolExecutor`` of one
+    ``verify_many`` call) was SIGKILLed as soon as that call returned."""
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptp-spawner")
+    return _SPAWNER.submit(fn).result()
+
+
 class Worker:
     """One worker process, restarted on demand. Not thread-safe: one task at a time."""
 
@@ -227,10 +243,11 @@ class Worker:
         c_r, p_w = os.pipe()
         self._log = tempfile.TemporaryFile(prefix="steptp-worker-")
         try:
-            self.proc = subprocess.Popen(
+            log = self._log
+            self.proc = _spawn(lambda: subprocess.Popen(
                 [sys.executable, "-m", "steptp.measure.worker", str(c_r), str(c_w)],
-                pass_fds=(c_r, c_w), env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-                stderr=self._log, start_new_session=True)
+                pass_fds=(c_r, c_w), env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=log, start_new_session=True))
         finally:
             os.close(c_r)
             os.close(c_w)

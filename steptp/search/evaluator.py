@@ -262,23 +262,26 @@ class MeasurerEvaluator:
         self.jobs = max(1, int(jobs))
         self.measurer = Measurer(self.target, self.config, cache=cache, jobs=self.jobs,
                                  backend=backend)
-        # candidates verified ahead (``prefetch``) while the search waits on another one: with
-        # ``jobs`` workers, ``jobs - 1`` of a state's next candidates compile and verify in
-        # parallel with the current one (never during a timing: the device lock)
-        self.prefetch_depth = self.jobs - 1
-        self._pending: dict[tuple[str, str, str], Any] = {}
-        self._ready: dict[tuple[str, str, str], Any] = {}
+        # candidates verified ahead (``prefetch``): a batch of up to ``jobs`` candidates the
+        # search will probably verify next compiles and verifies on all workers at once (one
+        # shared hold of the device lock, so no timing splits the batch); the next batch is
+        # sent once that one is done, so a timing never waits behind more than one batch
+        self.prefetch_depth = self.jobs if self.jobs > 1 else 0
+        self._pending: dict[tuple[str, str, str], tuple[Any, int]] = {}
+        self._ready: dict[tuple[str, str, str], tuple[Any, int]] = {}
         self._executor = None
-        self.prefetch_stats = {"submitted": 0, "used": 0}
+        self.prefetch_stats = {"submitted": 0, "used": 0, "batches": 0}
 
     @property
     def fingerprint(self) -> str:
         return self.measurer.fingerprint.id
 
     def prefetch(self, original: str, items: Sequence[tuple[str, str]]) -> None:
-        """Start verifying ``(candidate, exactness)`` pairs of ``original`` in the background;
-        a later ``verify`` of the same pair takes the result. Verdicts do not depend on when
-        they were computed, so this changes no result, only when the work happens."""
+        """Start verifying ``(candidate, exactness)`` pairs of ``original`` in the background, in
+        the order given (the search's expected order; the first may be the very candidate it
+        verifies next); a later ``verify`` of the same pair takes the result. At most one batch
+        of ``prefetch_depth`` is in flight. Verdicts do not depend on when they were computed,
+        so this changes no result, only when the work happens."""
         if self.prefetch_depth <= 0:
             return
         from concurrent.futures import ThreadPoolExecutor
@@ -286,33 +289,41 @@ class MeasurerEvaluator:
         from ..measure.service import VerifyJob
 
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=self.prefetch_depth,
-                                                thread_name_prefix="steptp-prefetch")
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptp-prefetch")
         wanted = {(original, cand, exactness) for cand, exactness in items}
-        for key in [k for k, f in self._pending.items() if k not in wanted and f.done()]:
+        for key in [k for k, (f, _) in self._pending.items() if k not in wanted and f.done()]:
             # a finished verdict the search did not ask for (yet): kept aside, bounded, so it
             # neither blocks new work nor is lost if the search comes back to it
             self._ready[key] = self._pending.pop(key)
             while len(self._ready) > 64:
                 self._ready.pop(next(iter(self._ready)))
+        if any(not f.done() for f, _ in self._pending.values()):
+            return  # one batch at a time: the next one goes when this one is done
+        keys = []
         for cand, exactness in items:
             key = (original, cand, exactness)
-            if (key in self._pending or key in self._ready
-                    or len(self._pending) >= 2 * self.prefetch_depth):
+            if key in self._pending or key in self._ready or key in keys:
                 continue
-            job = VerifyJob(original, cand, exactness, self.seeds)
-            self._pending[key] = self._executor.submit(
-                lambda j=job: self.measurer.verify_many([j])[0])
-            self.prefetch_stats["submitted"] += 1
+            keys.append(key)
+            if len(keys) >= self.prefetch_depth:
+                break
+        if not keys:
+            return
+        jobs = [VerifyJob(o, c, e, self.seeds) for o, c, e in keys]
+        fut = self._executor.submit(self.measurer.verify_many, jobs, True)
+        for i, key in enumerate(keys):
+            self._pending[key] = (fut, i)
+        self.prefetch_stats["submitted"] += len(keys)
+        self.prefetch_stats["batches"] += 1
 
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
         from ..measure.service import VerifyJob
 
         key = (original, candidate, exactness)
-        fut = self._pending.pop(key, None) or self._ready.pop(key, None)
-        if fut is not None:
+        ahead = self._pending.pop(key, None) or self._ready.pop(key, None)
+        if ahead is not None:
             self.prefetch_stats["used"] += 1
-            oc = fut.result()
+            oc = ahead[0].result()[ahead[1]]
         else:
             oc = self.measurer.verify_many([VerifyJob(original, candidate, exactness,
                                                       self.seeds)])[0]

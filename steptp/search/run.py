@@ -263,7 +263,7 @@ class Search:
         self.seen[cand.text] = None
         s = get(cand.strategy)
         path_exact = _worse(node.exactness, cand.exactness)
-        self._prefetch(node)
+        self._prefetch(node, cand, path_exact)
         child_prog, _ = canonicalize(cand.program)
         after_text = cand.text
         self.verifications += 1
@@ -279,10 +279,13 @@ class Search:
             self.steps.append(StepRecord(**base, outcome=v.status if v.status != "ok"
                                          else "failed_verify", verified=False, reason=v.reason[:4000]))
             node.failures += 1
+            self._prefetch(node)
             self._progress()
             return None
         self.measurements += 1
         tm = self.evaluator.time(after_text)
+        # the next batch compiles and verifies while this thread records and ranks
+        self._prefetch(node)
         if tm.timing is None:
             self.steps.append(StepRecord(**base, outcome=tm.status if tm.status in
                                          ("timeout", "crashed", "failed_build", "suspect_timing")
@@ -310,16 +313,19 @@ class Search:
         self._progress()
         return child
 
-    def _prefetch(self, node: Node) -> None:
-        """Let an evaluator that can (``prefetch``) compile and verify the next candidates of
-        ``node`` in rank order while this one is evaluated; no result depends on it."""
+    def _prefetch(self, node: Node, cand: Optional[Candidate] = None, exact: str = "") -> None:
+        """Let an evaluator that can (``prefetch``) compile and verify ``cand`` (about to be
+        verified) together with the next candidates of ``node`` in rank order, on all its
+        workers at once; no result depends on it. Only a node whose actions are already ranked
+        is asked (ranking it here, earlier than the policy would, could change what it holds)."""
         pre = getattr(self.evaluator, "prefetch", None)
         depth = getattr(self.evaluator, "prefetch_depth", 0)
-        if pre is None or depth <= 0 or self.root is None:
+        if pre is None or depth <= 0 or self.root is None or node.ranked is None:
             return
-        nxt = self.untried(node)[:depth]
-        if nxt:
-            pre(self.original_text, [(c.text, _worse(node.exactness, c.exactness)) for c in nxt])
+        items = [(cand.text, exact)] if cand is not None else []
+        items += [(c.text, _worse(node.exactness, c.exactness)) for c in self.untried(node)[:depth]]
+        if items:
+            pre(self.original_text, items)
 
     def _record_curve(self) -> None:
         self.curve.append({"measurements": float(self.measurements), "elapsed_s": self.elapsed,
