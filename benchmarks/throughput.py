@@ -126,7 +126,7 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             pre = {"submitted": 0, "used": 0, "batches": 0}
             pre.update(getattr(inner, "prefetch_stats", {}))
         finally:
-            inner.close()  # reaps the workers: their CPU time is now in RUSAGE_CHILDREN
+            inner.close()  # reaps the workers (inside reuse_workers: hands them on)
         cpu = _cpu_s() - cpu0
     seen: set[str] = set()
     c = {"verify_calls": len(ev.verdicts), "duplicates": 0, "failed_build": 0,
@@ -370,6 +370,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=_cores(),
                     help="compile/verify workers of the Measurer (default: the cores)")
     ap.add_argument("--cache", default=None, help="a measurement cache to reuse (default: fresh)")
+    ap.add_argument("--fresh-workers", action="store_true",
+                    help="start each search's measurement workers anew (default: the searches "
+                         "of the run share them, as a release's searches do)")
     ap.add_argument("--dask", type=int, default=0, metavar="N",
                     help="also run on a LocalCluster of 1 then N workers and print the scaling")
     ap.add_argument("--skip-local", action="store_true", help="only the --dask comparison")
@@ -405,18 +408,28 @@ def main() -> None:
     # its timings wait for each other, not for other projects' on this machine
     os.environ.setdefault("STEPTP_LOCK_DIR", os.path.join(run_dir, "locks"))
     if not args.skip_local:
+        from contextlib import nullcontext
+
+        from steptp.measure.worker import reuse_workers
+
         total: dict = {}
         wall = 0.0
-        for name in names:
-            c = run_search(name, args.size, args.policy, args.budget, args.seconds, args.jobs,
-                           args.cache, run_dir)
-            _add(total, c)
-            wall += c["wall_s"]
-            print(f"{name:16s} {c['unique']:3d} unique verified+timed of {c['verify_calls']:3d} "
-                  f"verified; {c['wall_s']:6.1f} s (bookkeeping {c['bookkeeping_s']:.1f}, compile "
-                  f"{c['compile_s']:.1f}, verify {c['verify_s']:.1f}, reference "
-                  f"{c['reference_s']:.1f}, timing {c['time_s']:.1f}); best "
-                  f"{c['best_speedup'] or float('nan'):.2f}x", flush=True)
+        cpu0 = _cpu_s()
+        with nullcontext() if args.fresh_workers else reuse_workers():
+            for name in names:
+                c = run_search(name, args.size, args.policy, args.budget, args.seconds,
+                               args.jobs, args.cache, run_dir)
+                _add(total, c)
+                wall += c["wall_s"]
+                print(f"{name:16s} {c['unique']:3d} unique verified+timed of "
+                      f"{c['verify_calls']:3d} verified; {c['wall_s']:6.1f} s (bookkeeping "
+                      f"{c['bookkeeping_s']:.1f}, compile {c['compile_s']:.1f}, verify "
+                      f"{c['verify_s']:.1f}, reference {c['reference_s']:.1f}, timing "
+                      f"{c['time_s']:.1f}); best {c['best_speedup'] or float('nan'):.2f}x",
+                      flush=True)
+        # the workers the searches shared were reaped at the end of the block: the CPU time of
+        # the whole pass (a search's own figure misses the workers it handed on)
+        total["cpu_s"] = _cpu_s() - cpu0
         _report(total, cores, wall, f"{args.policy}, size {args.size}, budget {args.budget}, "
                                     f"jobs {args.jobs}")
     if args.dask:

@@ -430,3 +430,26 @@ def test_verifying_ahead_changes_no_decision_of_the_search():
     ev = runs[True][1]
     # every candidate was offered before it was verified (with it, or ahead of it)
     assert set(ev.verified) <= ev.offered and len(ev.offered) > len(set(ev.verified))
+
+
+def test_measurers_in_one_run_reuse_the_workers_and_the_run_stops_them(tmp_path):
+    from steptp.measure.worker import reuse_workers
+
+    def measurer(threads=1):
+        return Measurer(None, MeasureConfig(**{**FAST, "num_threads": threads}), cache=None,
+                        jobs=1, lock_directory=tmp_path, speed_of_light=False)
+
+    with reuse_workers() as shelf:
+        with measurer() as m:
+            assert m.verify_many([(MATMUL, MATMUL_SPLIT)])[0].passed
+            proc = m._verify_pool.workers[0].proc
+        assert proc.poll() is None                      # handed back, still running
+        with measurer() as m:                           # the next search: no start-up
+            v = m.verify_many([(MATMUL, MATMUL_SPLIT)])[0]
+            assert v.passed and m.time_many([MATMUL_SPLIT])[0].ok
+            assert m._verify_pool.workers[0].proc is proc and shelf.reused == 1
+            assert m.stats["reference_s"] == 0 and m.stats["rebuilds"] == 0
+        with measurer(threads=2) as m:                  # other worker settings: its own pool
+            assert m.time_many([MATMUL])[0].ok
+            assert m._verify_pool.workers[0].proc is not proc and shelf.reused == 1
+    assert proc.wait(timeout=30) is not None            # the run's end stopped the workers

@@ -46,7 +46,7 @@ from .fingerprint import Fingerprint, current
 from .programs import MeasureError
 from .timing import MeasureConfig
 from .verify import DEFAULT_SEEDS, RULE_VERSION, TOLERANCES, VerifyResult, tolerance
-from .worker import WorkerError, WorkerPool, WorkerResult
+from .worker import WorkerError, WorkerPool, WorkerResult, current_shelf
 
 
 # ---------------------------------------------------------------------------- requests / results
@@ -196,6 +196,7 @@ class Measurer:
         self._recalibrated = peaks is not None  # given peaks are the caller's: never re-measured
         self._verify_pool: WorkerPool | None = None
         self._time_pool: WorkerPool | None = None
+        self._shelf = current_shelf()   # inside ``reuse_workers``: pools come from and go back to it
         self._pool_lock = threading.Lock()
         self.stats = {"verify_runs": 0, "verify_hits": 0, "time_runs": 0, "time_hits": 0,
                       "compile_s": 0.0, "verify_s": 0.0, "reference_s": 0.0, "time_s": 0.0,
@@ -227,15 +228,21 @@ class Measurer:
                 if self._verify_pool is None:
                     # started with the timing thread count: a worker verifies with one thread
                     # and times (what it built) with all of them (steptp.measure.tasks)
-                    self._verify_pool = WorkerPool(self.jobs, num_threads=self.config.num_threads,
-                                                   timeout_s=self.verify_timeout_s,
-                                                   memory_limit_mb=self.memory_limit_mb)
+                    self._verify_pool = self._new_pool(self.jobs, self.verify_timeout_s)
                 return self._verify_pool
             if self._time_pool is None:
-                self._time_pool = WorkerPool(1, num_threads=self.config.num_threads,
-                                             timeout_s=self.config.timeout_s,
-                                             memory_limit_mb=self.memory_limit_mb)
+                self._time_pool = self._new_pool(1, self.config.timeout_s)
             return self._time_pool
+
+    def _new_pool(self, size: int, timeout_s: float) -> WorkerPool:
+        pool = WorkerPool(size, num_threads=self.config.num_threads, timeout_s=timeout_s,
+                          memory_limit_mb=self.memory_limit_mb)
+        if self._shelf is not None:
+            kept = self._shelf.take(pool.key)
+            if kept is not None:
+                pool.close()   # never started a worker: nothing to stop
+                return kept
+        return pool
 
     @property
     def worker_starts(self) -> int:
@@ -462,7 +469,10 @@ class Measurer:
     def close(self) -> None:
         for p in (self._verify_pool, self._time_pool):
             if p is not None:
-                p.close()
+                if self._shelf is not None:
+                    self._shelf.put(p)
+                else:
+                    p.close()
         self._verify_pool = self._time_pool = None
 
     def __enter__(self) -> "Measurer":

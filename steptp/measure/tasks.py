@@ -55,8 +55,10 @@ def time_task(payload: dict[str, Any]) -> dict[str, Any]:
 # (built once, run once per seed) and the candidates it built, so that a candidate's timing runs
 # the very module its verification ran (``Measurer`` sends the timing to the worker that holds
 # it). Bounded: a kernel search has one reference; a few candidates wait for their timing.
+# Keyed by everything they depend on (text, target, seeds): a worker reused by the next
+# search (``worker.reuse_workers``) answers as a fresh one would.
 _REFERENCES: "OrderedDict[tuple, Any]" = OrderedDict()
-_BUILT: "OrderedDict[str, tuple[Any, Any]]" = OrderedDict()
+_BUILT: "OrderedDict[tuple[str, str], tuple[Any, Any]]" = OrderedDict()
 MAX_REFERENCES = 4
 MAX_BUILT = 16
 
@@ -125,7 +127,7 @@ def build_verify_task(payload: dict[str, Any]) -> dict[str, Any]:
     t3 = time.perf_counter()
     kept = built is not None and res.passed
     if kept:
-        _remember(_BUILT, payload["after"], (cand, built), MAX_BUILT)
+        _remember(_BUILT, (payload["after"], target.key), (cand, built), MAX_BUILT)
     return {"result": res.model_dump(), "compile_s": t2 - t1, "verify_s": t3 - t2,
             "reference_s": ref_s, "kept": kept}
 
@@ -138,7 +140,7 @@ def time_built_task(payload: dict[str, Any]) -> dict[str, Any]:
     config = MeasureConfig(**payload["config"])
     _threads(config.num_threads)
     t0 = time.perf_counter()
-    held = _BUILT.pop(payload["program"], None)
+    held = _BUILT.pop((payload["program"], _target(payload.get("target")).key), None)
     timing = measure(held[0] if held else payload["program"], _target(payload.get("target")),
                      config, built=held[1] if held else None)
     return {"timing": timing.model_dump(), "seconds": time.perf_counter() - t0,
