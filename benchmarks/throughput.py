@@ -65,6 +65,7 @@ class Counting:
         # (worker seconds of the timing, its median / the best median timed before it)
         self.timing_profile: list[tuple[float, float]] = []
         self._best: float | None = None
+        self.stopped = 0
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -82,13 +83,14 @@ class Counting:
             self._verified.add(ph)
         return v
 
-    def time(self, program):
+    def time(self, program, **kw):
         t0 = time.perf_counter()
-        t = self.inner.time(program)
+        t = self.inner.time(program, **kw)
         self.wait_s += time.perf_counter() - t0
         ph = _hash(program)
         if ph in self._verified:  # a candidate (the baseline is timed without a verification)
             self.timings.append((ph, t.status, bool(getattr(t, "cached", False))))
+            self.stopped += bool(getattr(t, "stopped_early", False))
             if t.timing is not None and self._best is not None:
                 self.timing_profile.append((t.wall_s, t.timing.median_s / self._best))
         if t.timing is not None:
@@ -121,7 +123,7 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             wall = time.perf_counter() - t0
             # .get: the same benchmark also measures older code (no stage seconds, no prefetch)
             st = {k: 0 for k in ("compile_s", "verify_s", "reference_s", "time_s",
-                                 "lock_wait_s", "rebuilds")}
+                                 "lock_wait_s", "rebuilds", "time_prepare_s", "time_calls_s")}
             st.update(inner.measurer.stats)
             pre = {"submitted": 0, "used": 0, "batches": 0}
             pre.update(getattr(inner, "prefetch_stats", {}))
@@ -150,7 +152,9 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
              verify_hits=st["verify_hits"], time_hits=st["time_hits"],
              compile_s=st["compile_s"], verify_s=st["verify_s"], reference_s=st["reference_s"],
              time_s=st["time_s"], lock_wait_s=st["lock_wait_s"], rebuilds=st["rebuilds"],
+             time_prepare_s=st["time_prepare_s"], time_calls_s=st["time_calls_s"],
              prefetched=pre["submitted"], prefetch_used=pre["used"], batches=pre["batches"],
+             stopped_early=ev.stopped, retimed=getattr(res, "retimed", 0),
              slow_timings=sum(1 for _, r in ev.timing_profile if r > 2),
              slow_timing_s=sum(w for w, r in ev.timing_profile if r > 2), name=name,
              reasons=ev.reasons,
@@ -199,6 +203,12 @@ def _report(total: dict, cores: int, wall: float, label: str) -> None:
           f"{total['reference_s']:.1f}, timing {total['time_s']:.1f}, device-lock waits "
           f"{total['lock_wait_s']:.1f} (worker sums; the search waited {total['wait_s']:.1f} "
           f"in the evaluator)")
+    print(f"#   timing: {total['time_prepare_s']:.1f} s of it warm-up and calibration; the "
+          f"timing calls took {total['time_calls_s']:.1f} s in all (lock waits, the speed-of-"
+          f"light check and the cache included)")
+    print(f"#   {total.get('stopped_early', 0)} timings stopped early (their first repeats clearly "
+          f"slower than the best so far), {total.get('retimed', 0)} of those states timed again "
+          f"in full before the search expanded them")
     print(f"#   timings of candidates over 2x the best time so far: {total['slow_timings']}, "
           f"{total['slow_timing_s']:.1f} s of the timing calls' wall")
 

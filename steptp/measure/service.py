@@ -98,6 +98,9 @@ class TimingOutcome(BaseModel):
     cached: bool = False
     fingerprint: str = ""
     wall_s: float = 0.0
+    #: the timing ended after its first repeats: clearly slower than the reference it was
+    #: asked to beat (``time_many``'s ``stop_if_slower_than``); never cached
+    stopped_early: bool = False
 
     @property
     def ok(self) -> bool:
@@ -200,7 +203,8 @@ class Measurer:
         self._pool_lock = threading.Lock()
         self.stats = {"verify_runs": 0, "verify_hits": 0, "time_runs": 0, "time_hits": 0,
                       "compile_s": 0.0, "verify_s": 0.0, "reference_s": 0.0, "time_s": 0.0,
-                      "lock_wait_s": 0.0, "rebuilds": 0}
+                      "lock_wait_s": 0.0, "rebuilds": 0, "time_prepare_s": 0.0,
+                      "time_calls_s": 0.0, "stopped_early": 0}
         self._held: dict[str, tuple[int, str]] = {}   # program hash -> (worker, text it built)
         self._stats_lock = threading.Lock()
 
@@ -387,18 +391,33 @@ class Measurer:
                                      "status": "suspect", "reason": why})
 
     def time_many(self, programs: Sequence[str], check_speed_of_light: bool | None = None,
-                  use_cache: bool = True) -> list[TimingOutcome]:
+                  use_cache: bool = True, stop_if_slower_than: Timing | None = None,
+                  rule=None) -> list[TimingOutcome]:
         """Time each program (LEIR or TVMScript text), one at a time on the device. Results in
         input order; a failure is a ``TimingOutcome`` with ``timing=None`` and a ``reason``; a
         timing below the machine's speed of light has ``status="suspect"`` and
-        ``timing.suspect``."""
+        ``timing.suspect``. ``stop_if_slower_than``: a reference timing; a program whose first
+        repeats are already clearly slower than it (``rule.clearly_slower``, ``rule`` a
+        ``SignificanceRule``, default the default rule) stops there (``stopped_early``, its
+        ``timing.repeats`` the repeats it had) and is not cached: the next caller may need
+        its full timing. Local timings only (an RPC device times in full)."""
         check = self.speed_of_light if check_speed_of_light is None else check_speed_of_light
-        out = self._time_many(programs, use_cache)
+        t0 = time.monotonic()
+        stop = None
+        if stop_if_slower_than is not None:
+            # plain data for the worker, which applies the rule (``tasks._stop``); the rule's
+            # module imports this one, so it is not imported here
+            stop = {"timing": stop_if_slower_than.model_dump(),
+                    "rule": rule.model_dump() if rule is not None else {}}
+        out = self._time_many(programs, use_cache, stop)
         if check and any(o.ok for o in out):
             out = [self._judge_speed(p, o) if o.ok else o for p, o in zip(programs, out)]
+        with self._stats_lock:
+            self.stats["time_calls_s"] += time.monotonic() - t0
         return out
 
-    def _time_many(self, programs: Sequence[str], use_cache: bool = True) -> list[TimingOutcome]:
+    def _time_many(self, programs: Sequence[str], use_cache: bool = True,
+                   stop: dict | None = None) -> list[TimingOutcome]:
         cache = self.cache if use_cache else None
         fp = self.fingerprint.id
         chash = self.config.hash
@@ -420,19 +439,22 @@ class Measurer:
             else:
                 todo.setdefault(ph, []).append(i)
         for ph, idx in todo.items():
-            r = self._time_one(programs[idx[0]], ph)
+            r = self._time_one(programs[idx[0]], ph, stop)
+            stopped = r.ok and bool(r.value.get("stopped_early"))
             with self._stats_lock:
                 self.stats["time_runs"] += 1
                 if r.ok:
                     self.stats["time_s"] += float(r.value.get("seconds", r.wall_s))
+                    self.stats["time_prepare_s"] += float(r.value.get("prepare_s", 0.0))
                     self.stats["rebuilds"] += int(bool(r.value.get("rebuilt")))
+                    self.stats["stopped_early"] += int(stopped)
             if r.ok:
                 timing = Timing(**r.value["timing"])
-                if cache is not None:
+                if cache is not None and not stopped:
                     cache.put_timing(ph, self.target.key, fp, chash, timing.model_dump(),
                                      leir=_canonical_leir(programs[idx[0]], ph))
                 oc = TimingOutcome(program_hash=ph, timing=timing, fingerprint=fp,
-                                   wall_s=r.wall_s)
+                                   wall_s=r.wall_s, stopped_early=stopped)
             else:
                 oc = TimingOutcome(program_hash=ph, status=r.status, reason=r.reason,
                                    fingerprint=fp, wall_s=r.wall_s)
@@ -440,9 +462,12 @@ class Measurer:
                 out[i] = oc
         return out  # type: ignore[return-value]
 
-    def _time_one(self, program: str, ph: str | None = None) -> WorkerResult:
+    def _time_one(self, program: str, ph: str | None = None,
+                  stop: dict | None = None) -> WorkerResult:
         payload = {"program": program, "target": self.target.to_dict(),
                    "config": self.config.model_dump()}
+        if stop is not None:
+            payload["stop_if_slower_than"] = stop
         if self.backend is not None:
             payload["backend"] = self.backend.to_dict()
             return self._pool("time").run("rpc_time", payload)

@@ -132,6 +132,19 @@ def build_verify_task(payload: dict[str, Any]) -> dict[str, Any]:
             "reference_s": ref_s, "kept": kept}
 
 
+def _stop(spec: dict[str, Any] | None):
+    """``measure``'s ``stop`` from plain data: ``{"timing": reference Timing dump, "rule":
+    SignificanceRule fields}``."""
+    if not spec:
+        return None
+    from ..records import Timing
+    from .significance import SignificanceRule
+
+    ref = Timing(**spec["timing"])
+    rule = SignificanceRule(**spec.get("rule", {}))
+    return lambda partial: rule.clearly_slower(ref, partial)
+
+
 def time_built_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Time ``program`` with the module ``build_verify_task`` built for it in this worker (built
     again when this worker does not hold it: restarted, or evicted)."""
@@ -141,7 +154,11 @@ def time_built_task(payload: dict[str, Any]) -> dict[str, Any]:
     _threads(config.num_threads)
     t0 = time.perf_counter()
     held = _BUILT.pop((payload["program"], _target(payload.get("target")).key), None)
+    phases: dict[str, float] = {}
+    stop = _stop(payload.get("stop_if_slower_than"))
     timing = measure(held[0] if held else payload["program"], _target(payload.get("target")),
-                     config, built=held[1] if held else None)
+                     config, built=held[1] if held else None, phases=phases, stop=stop)
     return {"timing": timing.model_dump(), "seconds": time.perf_counter() - t0,
+            "prepare_s": phases.get("prepare_s", 0.0),
+            "stopped_early": stop is not None and timing.repeats < config.repeats,
             "rebuilt": held is None, "tvm_num_threads": os.environ.get("TVM_NUM_THREADS")}

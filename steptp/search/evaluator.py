@@ -54,6 +54,8 @@ class TimeOutcome:
     reason: str = ""
     wall_s: float = 0.0
     cached: bool = False
+    #: ended after its first repeats, clearly slower than the ``slower_than`` it was given
+    stopped_early: bool = False
 
     @property
     def ok(self) -> bool:
@@ -70,6 +72,10 @@ class Evaluator(Protocol):
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome: ...
 
     def time(self, program: str) -> TimeOutcome: ...
+
+    # An evaluator with ``early_stop = True`` also takes ``time(program, slower_than=timing)``:
+    # it may end a timing whose first repeats are clearly slower than ``timing``
+    # (``SignificanceRule.clearly_slower``) and says so (``stopped_early``).
 
     def close(self) -> None: ...
 
@@ -196,10 +202,14 @@ class InProcessEvaluator:
                                  status, _time.perf_counter() - t0)
         return VerifyOutcome(True, worst_abs, worst_rel, "", "ok", _time.perf_counter() - t0)
 
-    def time(self, program: str) -> TimeOutcome:
+    early_stop = True
+
+    def time(self, program: str, slower_than: Optional[Timing] = None) -> TimeOutcome:
         """``measure.timing``'s protocol (warm-up, calibration, repeats, remeasure when noisy),
-        reusing the module ``verify`` just built for the same text."""
+        reusing the module ``verify`` just built for the same text; ``slower_than``: stop early
+        when the first repeats are clearly slower than it."""
         from ..leir import parse
+        from ..measure.significance import SignificanceRule
         from ..measure.timing import calibrate, repeat_until_quiet
         from ..measure.verify import random_inputs
         from ..tir import build as B
@@ -221,14 +231,20 @@ class InProcessEvaluator:
                 B.run(built, inputs)
             number = calibrate(lambda n: B.time(built, inputs, number=n, repeat=1).median,
                                cfg.min_repeat_ms, cfg.max_number)
+            stop = None
+            if slower_than is not None:
+                rule = SignificanceRule()
+                stop = lambda part: rule.clearly_slower(slower_than, part)  # noqa: E731
             t = repeat_until_quiet(
-                lambda n, r: list(B.time(built, inputs, number=n, repeat=r).results), number, cfg)
+                lambda n, r: list(B.time(built, inputs, number=n, repeat=r).results), number, cfg,
+                stop)
         except Exception as e:  # noqa: BLE001
             return TimeOutcome(None, "crashed", f"{type(e).__name__}: {e}"[:2000],
                                _time.perf_counter() - t0)
         finally:
             self._built = None
-        return TimeOutcome(t, "ok", "", _time.perf_counter() - t0)
+        return TimeOutcome(t, "ok", "", _time.perf_counter() - t0,
+                           stopped_early=slower_than is not None and t.repeats < cfg.repeats)
 
     def close(self) -> None:
         self._refs.clear()
@@ -249,7 +265,7 @@ class MeasurerEvaluator:
 
     def __init__(self, target=None, config=None, cache: Any = True, jobs: int = 1,
                  num_threads: int | None = None, seeds: Sequence[int] | None = None,
-                 backend=None):
+                 backend=None, early_stop: bool = True):
         from ..measure.service import Measurer
         from ..tir.build import default_target
 
@@ -262,6 +278,8 @@ class MeasurerEvaluator:
         self.jobs = max(1, int(jobs))
         self.measurer = Measurer(self.target, self.config, cache=cache, jobs=self.jobs,
                                  backend=backend)
+        #: the search may ask a timing to stop once clearly slower than its best (local only)
+        self.early_stop = bool(early_stop) and backend is None
         # candidates verified ahead (``prefetch``): a batch of up to ``jobs`` candidates the
         # search will probably verify next compiles and verifies on all workers at once (one
         # shared hold of the device lock, so no timing splits the batch); the next batch is
@@ -337,12 +355,13 @@ class MeasurerEvaluator:
         status = "failed_build" if "does not build" in reason else "failed_verify"
         return VerifyOutcome(False, r.max_abs_err, r.max_rel_err, reason, status, oc.wall_s)
 
-    def time(self, program: str) -> TimeOutcome:
-        oc = self.measurer.time_many([program])[0]
+    def time(self, program: str, slower_than: Optional[Timing] = None) -> TimeOutcome:
+        oc = self.measurer.time_many([program], stop_if_slower_than=slower_than
+                                     if self.early_stop else None)[0]
         if oc.status == "suspect":
             return TimeOutcome(None, "suspect_timing", oc.reason or "suspect timing", oc.wall_s)
         if oc.timing is not None:
-            return TimeOutcome(oc.timing, "ok", "", oc.wall_s, oc.cached)
+            return TimeOutcome(oc.timing, "ok", "", oc.wall_s, oc.cached, oc.stopped_early)
         status = {"timeout": "timeout", "crash": "crashed"}.get(oc.status, "failed_build")
         return TimeOutcome(None, status, oc.reason or oc.status, oc.wall_s)
 
