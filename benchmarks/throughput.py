@@ -16,6 +16,13 @@ generation, ranking, records), compile and verification runs (summed over the wo
 run in parallel), reference runs (once per kernel and seed per worker), timing (serialized
 under the device lock), lock waits, and the evaluator's wall time as the search saw it.
 
+As a release does, the searches of one run share their measurement workers
+(``steptp.measure.worker.reuse_workers``; ``--fresh-workers``: each search starts its own), and
+a candidate's timing may stop after its first repeats when they are clearly slower than the
+search's best (``--no-early-stop``: every timing in full); stopped timings are counted (they
+were built, verified and timed here) and reported apart. ``--bookkeeping`` digests the steps
+taken with and without verify-ahead offers: equal digests, equal decisions.
+
 A core-hour is wall time times the cores this process may run on (``sched_getaffinity``): the
 run occupies them all (compile/verify workers, then the timing threads). The machine may be
 shared (other processes compete for the same cores; the load average is printed): the figure is
@@ -102,7 +109,7 @@ class Counting:
 
 
 def run_search(name: str, size: str, policy: str, budget: int, seconds: float, jobs: int,
-               cache: str | None, run_dir: str, seed: int = 0) -> dict:
+               cache: str | None, run_dir: str, seed: int = 0, early_stop: bool = True) -> dict:
     """One kernel search with a fresh Measurer and cache (in ``run_dir``, whose roofline
     calibration the searches of one run share); its honest counts and stage seconds."""
     from steptp.search import Budget, search_kernel
@@ -111,7 +118,10 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
     kid, prog, _, _ = workload_kernel(name, size)
     with tempfile.TemporaryDirectory(prefix="cache-", dir=run_dir) as d:
         db = cache or os.path.join(run_dir, f"{os.path.basename(d)}.sqlite")
-        inner = MeasurerEvaluator(cache=db, jobs=jobs)
+        try:
+            inner = MeasurerEvaluator(cache=db, jobs=jobs, early_stop=early_stop)
+        except TypeError:  # older code (no early stop), measured by the same benchmark
+            inner = MeasurerEvaluator(cache=db, jobs=jobs)
         print(f"# {name}: {type(inner.measurer).__module__} from "
               f"{os.path.dirname(sys.modules['steptp'].__file__)}", flush=True)
         ev = Counting(inner)
@@ -380,6 +390,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=_cores(),
                     help="compile/verify workers of the Measurer (default: the cores)")
     ap.add_argument("--cache", default=None, help="a measurement cache to reuse (default: fresh)")
+    ap.add_argument("--no-early-stop", action="store_true",
+                    help="time every candidate in full (default: a timing whose first repeats "
+                         "are clearly slower than the search's best stops there)")
     ap.add_argument("--fresh-workers", action="store_true",
                     help="start each search's measurement workers anew (default: the searches "
                          "of the run share them, as a release's searches do)")
@@ -428,7 +441,8 @@ def main() -> None:
         with nullcontext() if args.fresh_workers else reuse_workers():
             for name in names:
                 c = run_search(name, args.size, args.policy, args.budget, args.seconds,
-                               args.jobs, args.cache, run_dir)
+                               args.jobs, args.cache, run_dir,
+                               early_stop=not args.no_early_stop)
                 _add(total, c)
                 wall += c["wall_s"]
                 print(f"{name:16s} {c['unique']:3d} unique verified+timed of "

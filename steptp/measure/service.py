@@ -478,7 +478,9 @@ class Measurer:
         if held is not None:
             worker, payload["program"] = held  # the text that worker built the module from
         try:
-            pool.prestart(worker)  # start-up is not measurement: do it outside the lock
+            # start-up is not measurement: outside the lock, and every worker at once (the
+            # first timing of a run is its baseline's; the verifications that follow need them)
+            pool.prestart(worker) if worker is not None else pool.prestart_all()
         except WorkerError as e:
             return WorkerResult("crash", reason=str(e))
         t0 = time.monotonic()

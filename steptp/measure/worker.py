@@ -448,6 +448,18 @@ class WorkerPool:
         finally:
             self._give(i)
 
+    def prestart_all(self) -> None:
+        """Start every idle worker that is not running, all at once (their TVM imports overlap),
+        so that none starts later in the middle of a batch. Raises ``WorkerError``."""
+        idle = [i for i, w in enumerate(self.workers) if not w.alive()]
+        if len(idle) <= 1:
+            for i in idle:
+                self.prestart(i)
+            return
+        with ThreadPoolExecutor(max_workers=len(idle)) as ex:
+            for f in [ex.submit(self.prestart, i) for i in idle]:
+                f.result()
+
     def run(self, task: str, payload: dict, timeout_s: float | None = None,
             worker: int | None = None) -> WorkerResult:
         """Run ``task`` on a free worker, or on worker number ``worker`` (waiting for it: it
