@@ -18,9 +18,9 @@ under the device lock), lock waits, and the evaluator's wall time as the search 
 
 As a release does, the searches of one run share their measurement workers
 (``steptp.measure.worker.reuse_workers``; ``--fresh-workers``: each search starts its own), and
-a candidate's timing may stop after its first repeats when they are clearly slower than the
-search's best (``--no-early-stop``: every timing in full); stopped timings are counted (they
-were built, verified and timed here) and reported apart. ``--bookkeeping`` digests the steps
+with ``--early-stop`` a candidate's timing may stop after its first repeats when they are
+clearly slower than the search's best; stopped timings are counted (they were built, verified
+and timed here) and reported apart. ``--bookkeeping`` digests the steps
 taken with and without verify-ahead offers: equal digests, equal decisions.
 
 A core-hour is wall time times the cores this process may run on (``sched_getaffinity``): the
@@ -109,7 +109,7 @@ class Counting:
 
 
 def run_search(name: str, size: str, policy: str, budget: int, seconds: float, jobs: int,
-               cache: str | None, run_dir: str, seed: int = 0, early_stop: bool = True) -> dict:
+               cache: str | None, run_dir: str, seed: int = 0, early_stop: bool = False) -> dict:
     """One kernel search with a fresh Measurer and cache (in ``run_dir``, whose roofline
     calibration the searches of one run share); its honest counts and stage seconds."""
     from steptp.search import Budget, search_kernel
@@ -390,9 +390,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=_cores(),
                     help="compile/verify workers of the Measurer (default: the cores)")
     ap.add_argument("--cache", default=None, help="a measurement cache to reuse (default: fresh)")
-    ap.add_argument("--no-early-stop", action="store_true",
-                    help="time every candidate in full (default: a timing whose first repeats "
-                         "are clearly slower than the search's best stops there)")
+    ap.add_argument("--early-stop", action="store_true",
+                    help="let a timing whose first repeats are clearly slower than the search's "
+                         "best stop there (default: every candidate timed in full)")
     ap.add_argument("--fresh-workers", action="store_true",
                     help="start each search's measurement workers anew (default: the searches "
                          "of the run share them, as a release's searches do)")
@@ -442,7 +442,7 @@ def main() -> None:
             for name in names:
                 c = run_search(name, args.size, args.policy, args.budget, args.seconds,
                                args.jobs, args.cache, run_dir,
-                               early_stop=not args.no_early_stop)
+                               early_stop=args.early_stop)
                 _add(total, c)
                 wall += c["wall_s"]
                 print(f"{name:16s} {c['unique']:3d} unique verified+timed of "

@@ -35,7 +35,7 @@ tvm = pytest.importorskip("tvm")
 from steptp.measure import MeasureConfig, Measurer  # noqa: E402
 from steptp.measure.cache import Cache  # noqa: E402
 
-from test_measure import MATMUL  # noqa: E402
+from test_measure import MATMUL, MATMUL_SPLIT  # noqa: E402
 
 FAST = dict(min_repeat_ms=2, repeats=5, remeasure_tries=0, timeout_s=30, num_threads=1)
 
@@ -48,12 +48,15 @@ def test_a_timing_clearly_slower_than_the_reference_stops_and_is_not_cached(tmp_
         # (a loaded machine may spread 3 short repeats past the default rule's 0.25: this rule
         # lets no spread stand in the way)
         lax = SignificanceRule(max_spread=100)
-        stopped = m.time_many([MATMUL], stop_if_slower_than=fast, rule=lax)[0]
+        assert m.verify_many([(MATMUL, MATMUL_SPLIT)])[0].passed
+        stopped = m.time_many([MATMUL_SPLIT], stop_if_slower_than=fast, rule=lax)[0]
         assert stopped.stopped_early and stopped.timing.repeats == 3
         assert m.stats["stopped_early"] == 1
-        # the next caller gets a full timing, measured anew (the short one was not cached)
-        full = m.time_many([MATMUL])[0]
+        # the next caller gets a full timing, measured anew (the short one was not cached), of
+        # the module verification built (the worker kept it)
+        full = m.time_many([MATMUL_SPLIT])[0]
         assert not full.cached and not full.stopped_early and full.timing.repeats == 5
+        assert m.stats["rebuilds"] == 0
         # against a reference it may beat, the timing runs in full
         m2 = m.time_many([MATMUL], stop_if_slower_than=slow, rule=lax, use_cache=False)[0]
         assert not m2.stopped_early and m2.timing.repeats == 5

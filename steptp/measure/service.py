@@ -448,6 +448,9 @@ class Measurer:
         for ph, idx in todo.items():
             r = self._time_one(programs[idx[0]], ph, stop)
             stopped = r.ok and bool(r.value.get("stopped_early"))
+            if stopped and r.worker is not None and not r.value.get("rebuilt"):
+                with self._stats_lock:  # that worker kept the module for a full timing
+                    self._held[ph] = (r.worker, programs[idx[0]])
             with self._stats_lock:
                 self.stats["time_runs"] += 1
                 if r.ok:
