@@ -109,7 +109,8 @@ class Counting:
 
 
 def run_search(name: str, size: str, policy: str, budget: int, seconds: float, jobs: int,
-               cache: str | None, run_dir: str, seed: int = 0, early_stop: bool = False) -> dict:
+               cache: str | None, run_dir: str, seed: int = 0, early_stop: bool = False,
+               ahead_after_timing: int | None = None) -> dict:
     """One kernel search with a fresh Measurer and cache (in ``run_dir``, whose roofline
     calibration the searches of one run share); its honest counts and stage seconds."""
     from steptp.search import Budget, search_kernel
@@ -124,6 +125,8 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             inner = MeasurerEvaluator(cache=db, jobs=jobs)
         print(f"# {name}: {type(inner.measurer).__module__} from "
               f"{os.path.dirname(sys.modules['steptp'].__file__)}", flush=True)
+        if ahead_after_timing is not None:
+            inner.ahead_after_timing = ahead_after_timing
         ev = Counting(inner)
         cpu0 = _cpu_s()
         try:
@@ -390,6 +393,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=_cores(),
                     help="compile/verify workers of the Measurer (default: the cores)")
     ap.add_argument("--cache", default=None, help="a measurement cache to reuse (default: fresh)")
+    ap.add_argument("--ahead-after-timing", type=int, default=None, metavar="N",
+                    help="candidates verified ahead right after each timing (default: a batch, "
+                         "one per worker; 0: none)")
     ap.add_argument("--early-stop", action="store_true",
                     help="let a timing whose first repeats are clearly slower than the search's "
                          "best stop there (default: every candidate timed in full)")
@@ -442,7 +448,8 @@ def main() -> None:
             for name in names:
                 c = run_search(name, args.size, args.policy, args.budget, args.seconds,
                                args.jobs, args.cache, run_dir,
-                               early_stop=args.early_stop)
+                               early_stop=args.early_stop,
+                               ahead_after_timing=args.ahead_after_timing)
                 _add(total, c)
                 wall += c["wall_s"]
                 print(f"{name:16s} {c['unique']:3d} unique verified+timed of "

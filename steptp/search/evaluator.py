@@ -286,6 +286,8 @@ class MeasurerEvaluator:
         # shared hold of the device lock, so no timing splits the batch); the next batch is
         # sent once that one is done, so a timing never waits behind more than one batch
         self.prefetch_depth = self.jobs if self.jobs > 1 else 0
+        #: how many of a state's next candidates go out right after each of its timings
+        self.ahead_after_timing = self.prefetch_depth
         self._pending: dict[tuple[str, str, str], tuple[Any, int]] = {}
         self._ready: dict[tuple[str, str, str], tuple[Any, int]] = {}
         self._executor = None

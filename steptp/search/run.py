@@ -364,6 +364,8 @@ class Search:
         if pre is None or depth <= 0 or self.root is None or node.ranked is None:
             return
         items = [(cand.text, exact)] if cand is not None else []
+        if cand is None:  # after a timing: ``ahead_after_timing`` of them (default: a batch)
+            depth = min(depth, getattr(self.evaluator, "ahead_after_timing", depth))
         items += [(c.text, _worse(node.exactness, c.exactness)) for c in self.untried(node)[:depth]]
         if items:
             pre(self.original_text, items)
