@@ -16,6 +16,13 @@ generation, ranking, records), compile and verification runs (summed over the wo
 run in parallel), reference runs (once per kernel and seed per worker), timing (serialized
 under the device lock), lock waits, and the evaluator's wall time as the search saw it.
 
+As a release does, the searches of one run share their measurement workers
+(``steptp.measure.worker.reuse_workers``; ``--fresh-workers``: each search starts its own), and
+with ``--early-stop`` a candidate's timing may stop after its first repeats when they are
+clearly slower than the search's best; stopped timings are counted (they were built, verified
+and timed here) and reported apart. ``--bookkeeping`` digests the steps
+taken with and without verify-ahead offers: equal digests, equal decisions.
+
 A core-hour is wall time times the cores this process may run on (``sched_getaffinity``): the
 run occupies them all (compile/verify workers, then the timing threads). The machine may be
 shared (other processes compete for the same cores; the load average is printed): the figure is
@@ -62,6 +69,10 @@ class Counting:
         self.timings: list[tuple[str, str, bool]] = []  # (program hash, status, cached)
         self._verified: set[str] = set()
         self.reasons: dict[str, int] = {}
+        # (worker seconds of the timing, its median / the best median timed before it)
+        self.timing_profile: list[tuple[float, float]] = []
+        self._best: float | None = None
+        self.stopped = 0
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -79,13 +90,18 @@ class Counting:
             self._verified.add(ph)
         return v
 
-    def time(self, program):
+    def time(self, program, **kw):
         t0 = time.perf_counter()
-        t = self.inner.time(program)
+        t = self.inner.time(program, **kw)
         self.wait_s += time.perf_counter() - t0
         ph = _hash(program)
         if ph in self._verified:  # a candidate (the baseline is timed without a verification)
             self.timings.append((ph, t.status, bool(getattr(t, "cached", False))))
+            self.stopped += bool(getattr(t, "stopped_early", False))
+            if t.timing is not None and self._best is not None:
+                self.timing_profile.append((t.wall_s, t.timing.median_s / self._best))
+        if t.timing is not None:
+            self._best = min(self._best or t.timing.median_s, t.timing.median_s)
         if t.status != "ok":
             why = f"timing {t.status}: {t.reason[:120]}"
             self.reasons[why] = self.reasons.get(why, 0) + 1
@@ -93,7 +109,8 @@ class Counting:
 
 
 def run_search(name: str, size: str, policy: str, budget: int, seconds: float, jobs: int,
-               cache: str | None, run_dir: str, seed: int = 0) -> dict:
+               cache: str | None, run_dir: str, seed: int = 0, early_stop: bool = False,
+               ahead_after_timing: int | None = None) -> dict:
     """One kernel search with a fresh Measurer and cache (in ``run_dir``, whose roofline
     calibration the searches of one run share); its honest counts and stage seconds."""
     from steptp.search import Budget, search_kernel
@@ -102,9 +119,14 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
     kid, prog, _, _ = workload_kernel(name, size)
     with tempfile.TemporaryDirectory(prefix="cache-", dir=run_dir) as d:
         db = cache or os.path.join(run_dir, f"{os.path.basename(d)}.sqlite")
-        inner = MeasurerEvaluator(cache=db, jobs=jobs)
+        try:
+            inner = MeasurerEvaluator(cache=db, jobs=jobs, early_stop=early_stop)
+        except TypeError:  # older code (no early stop), measured by the same benchmark
+            inner = MeasurerEvaluator(cache=db, jobs=jobs)
         print(f"# {name}: {type(inner.measurer).__module__} from "
               f"{os.path.dirname(sys.modules['steptp'].__file__)}", flush=True)
+        if ahead_after_timing is not None:
+            inner.ahead_after_timing = ahead_after_timing
         ev = Counting(inner)
         cpu0 = _cpu_s()
         try:
@@ -114,11 +136,12 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             wall = time.perf_counter() - t0
             # .get: the same benchmark also measures older code (no stage seconds, no prefetch)
             st = {k: 0 for k in ("compile_s", "verify_s", "reference_s", "time_s",
-                                 "lock_wait_s", "rebuilds")}
+                                 "lock_wait_s", "rebuilds", "time_prepare_s", "time_calls_s")}
             st.update(inner.measurer.stats)
-            pre = dict(getattr(inner, "prefetch_stats", {"submitted": 0, "used": 0}))
+            pre = {"submitted": 0, "used": 0, "batches": 0}
+            pre.update(getattr(inner, "prefetch_stats", {}))
         finally:
-            inner.close()  # reaps the workers: their CPU time is now in RUSAGE_CHILDREN
+            inner.close()  # reaps the workers (inside reuse_workers: hands them on)
         cpu = _cpu_s() - cpu0
     seen: set[str] = set()
     c = {"verify_calls": len(ev.verdicts), "duplicates": 0, "failed_build": 0,
@@ -142,7 +165,11 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
              verify_hits=st["verify_hits"], time_hits=st["time_hits"],
              compile_s=st["compile_s"], verify_s=st["verify_s"], reference_s=st["reference_s"],
              time_s=st["time_s"], lock_wait_s=st["lock_wait_s"], rebuilds=st["rebuilds"],
-             prefetched=pre["submitted"], prefetch_used=pre["used"], name=name,
+             time_prepare_s=st["time_prepare_s"], time_calls_s=st["time_calls_s"],
+             prefetched=pre["submitted"], prefetch_used=pre["used"], batches=pre["batches"],
+             stopped_early=ev.stopped, retimed=getattr(res, "retimed", 0),
+             slow_timings=sum(1 for _, r in ev.timing_profile if r > 2),
+             slow_timing_s=sum(w for w, r in ev.timing_profile if r > 2), name=name,
              reasons=ev.reasons,
              measurements=res.measurements, best_speedup=(res.baseline.median_s / res.best.seconds
                                                            if res.best is not None else None))
@@ -179,8 +206,9 @@ def _report(total: dict, cores: int, wall: float, label: str) -> None:
           f"cache, {total['duplicates']} duplicates, {total['failed_build']} failed builds, "
           f"{total['failed_verify']} failed verifications, {total['timeout']} timeouts, "
           f"{total['crashed']} crashes, {total['timing_failed']} failed timings; "
-          f"{total['prefetched']} verified ahead ({total['prefetch_used']} used), "
-          f"{total['rebuilds']} timings had to rebuild")
+          f"{total['prefetched']} verified in {total['batches']} batches ahead of or with the "
+          f"search's call ({total['prefetch_used']} used), {total['rebuilds']} timings had to "
+          f"rebuild")
     for why, n in sorted(total.get("reasons", {}).items(), key=lambda kv: -kv[1])[:4]:
         print(f"#     {n} x {why}")
     print(f"#   seconds: search bookkeeping {total['bookkeeping_s']:.1f}, compile "
@@ -188,6 +216,14 @@ def _report(total: dict, cores: int, wall: float, label: str) -> None:
           f"{total['reference_s']:.1f}, timing {total['time_s']:.1f}, device-lock waits "
           f"{total['lock_wait_s']:.1f} (worker sums; the search waited {total['wait_s']:.1f} "
           f"in the evaluator)")
+    print(f"#   timing: {total['time_prepare_s']:.1f} s of it warm-up and calibration; the "
+          f"timing calls took {total['time_calls_s']:.1f} s in all (lock waits, the speed-of-"
+          f"light check and the cache included)")
+    print(f"#   {total.get('stopped_early', 0)} timings stopped early (their first repeats clearly "
+          f"slower than the best so far), {total.get('retimed', 0)} of those states timed again "
+          f"in full before the search expanded them")
+    print(f"#   timings of candidates over 2x the best time so far: {total['slow_timings']}, "
+          f"{total['slow_timing_s']:.1f} s of the timing calls' wall")
 
 
 def _dask_pass(names, args, n_workers: int, run_dir: str) -> tuple[dict, float]:
@@ -303,6 +339,19 @@ class _Replay:
         pass
 
 
+class _ReplayAhead(_Replay):
+    """``_Replay`` that also takes the search's verify-ahead offers (and does nothing with
+    them): its digest must equal ``_Replay``'s (verifying ahead changes no decision)."""
+
+    prefetch_depth = 2
+
+    def __init__(self):
+        self.offered = 0
+
+    def prefetch(self, original, items):
+        self.offered += len(items)
+
+
 def bookkeeping(names, size: str, policy: str, budget: int) -> None:
     """The search thread alone (``_Replay`` evaluator): CPU seconds per kernel, and a digest of
     the steps taken (strategy, site, params, result text, outcome) to compare code versions."""
@@ -313,16 +362,20 @@ def bookkeeping(names, size: str, policy: str, budget: int) -> None:
 
     for name in names:
         kid, prog, _, _ = workload_kernel(name, size)
-        c0, t0 = time.process_time(), time.perf_counter()
-        res = search_kernel(prog, kid, policy, Budget(budget, 1e9), 0, _Replay(),
-                            return_result=True)
-        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-        d = hashlib.sha256()
-        for st in res.steps:
-            d.update(json.dumps([st.step_index, st.strategy, st.site, st.params, st.after_leir,
-                                 st.outcome], sort_keys=True, default=str).encode())
-        print(f"{name:16s} bookkeeping {cpu:6.1f} CPU s ({wall:6.1f} s wall), {len(res.steps)} "
-              f"steps, steps digest {d.hexdigest()[:16]}", flush=True)
+        for ev in (_Replay(), _ReplayAhead()):
+            c0, t0 = time.process_time(), time.perf_counter()
+            res = search_kernel(prog, kid, policy, Budget(budget, 1e9), 0, ev,
+                                return_result=True)
+            cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+            d = hashlib.sha256()
+            for st in res.steps:
+                d.update(json.dumps([st.step_index, st.strategy, st.site, st.params,
+                                     st.after_leir, st.outcome], sort_keys=True,
+                                    default=str).encode())
+            how = (f", verifying ahead ({ev.offered} offers)" if isinstance(ev, _ReplayAhead)
+                   else "")
+            print(f"{name:16s} bookkeeping {cpu:6.1f} CPU s ({wall:6.1f} s wall), "
+                  f"{len(res.steps)} steps, steps digest {d.hexdigest()[:16]}{how}", flush=True)
 
 
 def main() -> None:
@@ -340,6 +393,15 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=_cores(),
                     help="compile/verify workers of the Measurer (default: the cores)")
     ap.add_argument("--cache", default=None, help="a measurement cache to reuse (default: fresh)")
+    ap.add_argument("--ahead-after-timing", type=int, default=None, metavar="N",
+                    help="candidates verified ahead right after each timing (default: a batch, "
+                         "one per worker; 0: none)")
+    ap.add_argument("--early-stop", action="store_true",
+                    help="let a timing whose first repeats are clearly slower than the search's "
+                         "best stop there (default: every candidate timed in full)")
+    ap.add_argument("--fresh-workers", action="store_true",
+                    help="start each search's measurement workers anew (default: the searches "
+                         "of the run share them, as a release's searches do)")
     ap.add_argument("--dask", type=int, default=0, metavar="N",
                     help="also run on a LocalCluster of 1 then N workers and print the scaling")
     ap.add_argument("--skip-local", action="store_true", help="only the --dask comparison")
@@ -375,18 +437,30 @@ def main() -> None:
     # its timings wait for each other, not for other projects' on this machine
     os.environ.setdefault("STEPTP_LOCK_DIR", os.path.join(run_dir, "locks"))
     if not args.skip_local:
+        from contextlib import nullcontext
+
+        from steptp.measure.worker import reuse_workers
+
         total: dict = {}
         wall = 0.0
-        for name in names:
-            c = run_search(name, args.size, args.policy, args.budget, args.seconds, args.jobs,
-                           args.cache, run_dir)
-            _add(total, c)
-            wall += c["wall_s"]
-            print(f"{name:16s} {c['unique']:3d} unique verified+timed of {c['verify_calls']:3d} "
-                  f"verified; {c['wall_s']:6.1f} s (bookkeeping {c['bookkeeping_s']:.1f}, compile "
-                  f"{c['compile_s']:.1f}, verify {c['verify_s']:.1f}, reference "
-                  f"{c['reference_s']:.1f}, timing {c['time_s']:.1f}); best "
-                  f"{c['best_speedup'] or float('nan'):.2f}x", flush=True)
+        cpu0 = _cpu_s()
+        with nullcontext() if args.fresh_workers else reuse_workers():
+            for name in names:
+                c = run_search(name, args.size, args.policy, args.budget, args.seconds,
+                               args.jobs, args.cache, run_dir,
+                               early_stop=args.early_stop,
+                               ahead_after_timing=args.ahead_after_timing)
+                _add(total, c)
+                wall += c["wall_s"]
+                print(f"{name:16s} {c['unique']:3d} unique verified+timed of "
+                      f"{c['verify_calls']:3d} verified; {c['wall_s']:6.1f} s (bookkeeping "
+                      f"{c['bookkeeping_s']:.1f}, compile {c['compile_s']:.1f}, verify "
+                      f"{c['verify_s']:.1f}, reference {c['reference_s']:.1f}, timing "
+                      f"{c['time_s']:.1f}); best {c['best_speedup'] or float('nan'):.2f}x",
+                      flush=True)
+        # the workers the searches shared were reaped at the end of the block: the CPU time of
+        # the whole pass (a search's own figure misses the workers it handed on)
+        total["cpu_s"] = _cpu_s() - cpu0
         _report(total, cores, wall, f"{args.policy}, size {args.size}, budget {args.budget}, "
                                     f"jobs {args.jobs}")
     if args.dask:

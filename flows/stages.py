@@ -49,6 +49,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from steptp import params as P
 from steptp import pipeline
+from steptp.measure.worker import reuse_workers
 from steptp.pipeline import select_kernels  # noqa: F401 - re-exported (tests, users)
 from steptp.records import (KernelRecord, StepRecord, TrajectoryRecord, read_records, table,
                             write_table)
@@ -202,8 +203,9 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str,
     tasks = [search_one.with_options(task_run_name=f"search-{k.name}", **opts) for k in chosen]
     # submitted to the flow's task runner (``task_runner(p)``): ``search.jobs`` threads here, or
     # Dask workers; results in kernel order whatever order they finish in
-    futs = [t.submit(k, **a) for t, k in zip(tasks, chosen)]
-    results = [f.result() for f in futs]
+    with reuse_workers():  # searches in this process start their measurement workers once
+        futs = [t.submit(k, **a) for t, k in zip(tasks, chosen)]
+        results = [f.result() for f in futs]
     _log(f"search: {len(chosen)} kernels on {jobs if runner_kind(p) == 'local' else 'dask'} "
          f"workers")
     steps = [x for st, _ in results for x in st]

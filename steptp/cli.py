@@ -884,19 +884,22 @@ def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
     console.print(f"search: {len(chosen)} of {len(every)} kernels (max_kernels "
                   f"{a['max_kernels']}), policy {a['policy']}, {a['measurements']} measurements and "
                   f"{a['seconds']:g} s per kernel, threads {a['threads']}")
+    from .measure.worker import reuse_workers
+
     steps, trajs = [], []
-    for n, k in enumerate(chosen, 1):
-        st, tr = search_one(k, a["policy"], a["measurements"], a["seconds"], a["seed"], a["threads"],
-                            a["max_actions"], a["rule"], a["remeasure_rounds"],
-                            a["remeasure_pairs"], a["remeasure_seconds"], max_age_s=max_age,
-                            log=say, verify_jobs=a["verify_jobs"], devices=a["devices"])
-        steps += st
-        trajs += tr
-        # written after each kernel: an interrupted run keeps what it finished
-        write_table(table(steps, StepRecord), out / "steps.parquet")
-        write_table(table(trajs, TrajectoryRecord), out / "trajectories.parquet")
-        console.print(f"[{n}/{len(chosen)}] {escape(k.name)}: {len(st)} steps"
-                      + (f", best {tr[0].speedup:.2f}x" if tr else ", baseline failed"))
+    with reuse_workers():  # the kernels' searches start their measurement workers once
+        for n, k in enumerate(chosen, 1):
+            st, tr = search_one(k, a["policy"], a["measurements"], a["seconds"], a["seed"],
+                                a["threads"], a["max_actions"], a["rule"], a["remeasure_rounds"],
+                                a["remeasure_pairs"], a["remeasure_seconds"], max_age_s=max_age,
+                                log=say, verify_jobs=a["verify_jobs"], devices=a["devices"])
+            steps += st
+            trajs += tr
+            # written after each kernel: an interrupted run keeps what it finished
+            write_table(table(steps, StepRecord), out / "steps.parquet")
+            write_table(table(trajs, TrajectoryRecord), out / "trajectories.parquet")
+            console.print(f"[{n}/{len(chosen)}] {escape(k.name)}: {len(st)} steps"
+                          + (f", best {tr[0].speedup:.2f}x" if tr else ", baseline failed"))
     if not chosen:
         write_table(table([], StepRecord), out / "steps.parquet")
         write_table(table([], TrajectoryRecord), out / "trajectories.parquet")

@@ -75,7 +75,8 @@ def test_timing_runs_the_module_verification_built(tmp_path):
         other = MATMUL_SPLIT.replace("j in 32 vectorized", "j in 32")
         assert m.verify_many([(MATMUL, other)])[0].passed
         assert m.stats["verify_runs"] == 2 and m.stats["reference_s"] == ref_s
-        assert m.worker_starts == 1
+        # the unverified program's timing started the idle second worker too (outside the lock)
+        assert m.worker_starts == 2
 
 
 def test_verified_ahead_is_the_same_verdict(tmp_path, monkeypatch):
@@ -85,10 +86,10 @@ def test_verified_ahead_is_the_same_verdict(tmp_path, monkeypatch):
     wrong = MATMUL_SPLIT.replace("* B[k,j]", "* B[k,j] * 1.01")
     ev = MeasurerEvaluator(config=None, cache=None, jobs=2, num_threads=1)
     try:
-        assert ev.prefetch_depth == 1
+        assert ev.prefetch_depth == 2
         ev.prefetch(MATMUL, [(MATMUL_SPLIT, "exact"), (wrong, "exact")])
         ahead = [ev.verify(MATMUL, c, "exact") for c in (MATMUL_SPLIT, wrong)]
-        assert ev.prefetch_stats == {"submitted": 2, "used": 2}
+        assert ev.prefetch_stats == {"submitted": 2, "used": 2, "batches": 1}
         now = [ev.verify(MATMUL, c, "exact") for c in (MATMUL_SPLIT, wrong)]
         assert [a.ok for a in ahead] == [n.ok for n in now] == [True, False]
         assert ahead[1].status == now[1].status == "failed_verify"
@@ -324,7 +325,7 @@ def test_verdicts_the_search_never_asked_for_do_not_stop_verifying_ahead(tmp_pat
     try:
         ev.prefetch(MATMUL, [(variants[0], "exact"), (variants[1], "exact")])
         deadline = time.time() + 120
-        while not all(f.done() for f in ev._pending.values()) and time.time() < deadline:
+        while not all(f.done() for f, _ in ev._pending.values()) and time.time() < deadline:
             time.sleep(0.05)
         # the search went elsewhere: the next state's candidate is still verified ahead
         ev.prefetch(MATMUL, [(MATMUL_SPLIT, "exact")])
@@ -335,3 +336,121 @@ def test_verdicts_the_search_never_asked_for_do_not_stop_verifying_ahead(tmp_pat
         assert ev.prefetch_stats["used"] == 2 and ev.measurer.stats["verify_runs"] == 3
     finally:
         ev.close()
+
+
+def test_a_worker_outlives_the_thread_that_started_it():
+    """The death signal fires when the THREAD that spawned a worker exits: a worker started in
+    a short-lived thread (one ``verify_many``'s executor) was SIGKILLed when that call ended."""
+    from steptp.measure.worker import WorkerPool
+
+    with WorkerPool(1, timeout_s=60) as pool:
+        first = []
+        t = threading.Thread(target=lambda: first.append(pool.run("ping", {})))
+        t.start()
+        t.join(120)
+        time.sleep(0.5)
+        again = pool.run("ping", {})
+        assert first[0].ok and again.ok
+        assert again.value["pid"] == first[0].value["pid"] and pool.starts == 1
+
+
+def test_a_batch_verifies_on_every_worker_and_one_batch_is_in_flight(tmp_path, monkeypatch):
+    from steptp.search.evaluator import MeasurerEvaluator
+
+    monkeypatch.setenv("STEPTP_LOCK_DIR", str(tmp_path))
+    variants = [MATMUL_SPLIT.replace("j in 32 vectorized", "j in 32"), MATMUL_SPLIT,
+                MATMUL_SPLIT.replace("* B[k,j]", "* B[k,j] * 1.01")]
+    ev = MeasurerEvaluator(config=None, cache=None, jobs=2, num_threads=1)
+    try:
+        ev.prefetch(MATMUL, [(v, "exact") for v in variants])
+        # the batch takes the first two; while it runs, nothing more is sent
+        ev.prefetch(MATMUL, [(variants[2], "exact")])
+        assert ev.prefetch_stats == {"submitted": 2, "used": 0, "batches": 1}
+        got = [ev.verify(MATMUL, v, "exact") for v in variants]
+        assert [g.ok for g in got] == [True, True, False]
+        assert ev.prefetch_stats["used"] == 2 and ev.measurer.stats["verify_runs"] == 3
+        from steptp.measure.cache import program_hash
+
+        # the batch ran on both workers: each holds one of the two modules for its timing
+        held = ev.measurer._held  # program hash -> (worker that built it, text)
+        assert {held[program_hash(v)][0] for v in variants[:2]} == {0, 1}
+    finally:
+        ev.close()
+
+
+class _TextEvaluator:
+    """Verdicts and timings from the program text alone (as ``benchmarks/throughput.py
+    --bookkeeping``), optionally asking to verify ahead: the search must decide alike."""
+
+    target = "cpu"
+    num_threads = 1
+    fingerprint = "text"
+
+    def __init__(self, ahead: bool):
+        if ahead:
+            self.prefetch_depth = 2
+            self.offered: set[str] = set()
+            self.prefetch = lambda original, items: self.offered.update(c for c, _ in items)
+        self.verified: list[str] = []
+
+    @staticmethod
+    def _h(text: str) -> int:
+        import hashlib
+
+        return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+    def verify(self, original, candidate, exactness):
+        from steptp.search.evaluator import VerifyOutcome
+
+        self.verified.append(candidate)
+        ok = self._h(candidate) % 5 != 0
+        return VerifyOutcome(ok=ok, status="ok" if ok else "failed_verify")
+
+    def time(self, program):
+        from steptp.records import Timing
+        from steptp.search.evaluator import TimeOutcome
+
+        m = 1e-3 * (0.3 + (self._h(program) % 1000) / 1000)
+        return TimeOutcome(Timing(median_s=m, min_s=m * 0.98, spread=0.01, repeats=5, number=1))
+
+    def close(self):
+        pass
+
+
+def test_verifying_ahead_changes_no_decision_of_the_search():
+    from steptp.leir import parse
+    from steptp.search import Budget, search_kernel
+
+    prog = parse(MATMUL)
+    runs = {}
+    for ahead in (False, True):
+        ev = _TextEvaluator(ahead)
+        res = search_kernel(prog, "mm", "beam", Budget(16, 1e9), 0, ev, return_result=True)
+        runs[ahead] = ([(s.strategy, s.after_leir, s.outcome) for s in res.steps], ev)
+    assert len(runs[False][0]) >= 16 and runs[True][0] == runs[False][0]
+    ev = runs[True][1]
+    # every candidate was offered before it was verified (with it, or ahead of it)
+    assert set(ev.verified) <= ev.offered and len(ev.offered) > len(set(ev.verified))
+
+
+def test_measurers_in_one_run_reuse_the_workers_and_the_run_stops_them(tmp_path):
+    from steptp.measure.worker import reuse_workers
+
+    def measurer(threads=1):
+        return Measurer(None, MeasureConfig(**{**FAST, "num_threads": threads}), cache=None,
+                        jobs=1, lock_directory=tmp_path, speed_of_light=False)
+
+    with reuse_workers() as shelf:
+        with measurer() as m:
+            assert m.verify_many([(MATMUL, MATMUL_SPLIT)])[0].passed
+            proc = m._verify_pool.workers[0].proc
+        assert proc.poll() is None                      # handed back, still running
+        with measurer() as m:                           # the next search: no start-up
+            v = m.verify_many([(MATMUL, MATMUL_SPLIT)])[0]
+            assert v.passed and m.time_many([MATMUL_SPLIT])[0].ok
+            assert m._verify_pool.workers[0].proc is proc and shelf.reused == 1
+            assert m.stats["reference_s"] == 0 and m.stats["rebuilds"] == 0
+        with measurer(threads=2) as m:                  # other worker settings: its own pool
+            assert m.time_many([MATMUL])[0].ok
+            assert m._verify_pool.workers[0].proc is not proc and shelf.reused == 1
+    assert proc.wait(timeout=30) is not None            # the run's end stopped the workers

@@ -46,7 +46,7 @@ from .fingerprint import Fingerprint, current
 from .programs import MeasureError
 from .timing import MeasureConfig
 from .verify import DEFAULT_SEEDS, RULE_VERSION, TOLERANCES, VerifyResult, tolerance
-from .worker import WorkerError, WorkerPool, WorkerResult
+from .worker import WorkerError, WorkerPool, WorkerResult, current_shelf
 
 
 # ---------------------------------------------------------------------------- requests / results
@@ -98,6 +98,9 @@ class TimingOutcome(BaseModel):
     cached: bool = False
     fingerprint: str = ""
     wall_s: float = 0.0
+    #: the timing ended after its first repeats: clearly slower than the reference it was
+    #: asked to beat (``time_many``'s ``stop_if_slower_than``); never cached
+    stopped_early: bool = False
 
     @property
     def ok(self) -> bool:
@@ -196,12 +199,15 @@ class Measurer:
         self._recalibrated = peaks is not None  # given peaks are the caller's: never re-measured
         self._verify_pool: WorkerPool | None = None
         self._time_pool: WorkerPool | None = None
+        self._shelf = current_shelf()   # inside ``reuse_workers``: pools come from and go back to it
         self._pool_lock = threading.Lock()
         self.stats = {"verify_runs": 0, "verify_hits": 0, "time_runs": 0, "time_hits": 0,
                       "compile_s": 0.0, "verify_s": 0.0, "reference_s": 0.0, "time_s": 0.0,
-                      "lock_wait_s": 0.0, "rebuilds": 0}
+                      "lock_wait_s": 0.0, "rebuilds": 0, "time_prepare_s": 0.0,
+                      "time_calls_s": 0.0, "stopped_early": 0}
         self._held: dict[str, tuple[int, str]] = {}   # program hash -> (worker, text it built)
         self._stats_lock = threading.Lock()
+        self._nested = threading.local()
 
     # ------------------------------------------------------------------ identity
     @property
@@ -227,25 +233,34 @@ class Measurer:
                 if self._verify_pool is None:
                     # started with the timing thread count: a worker verifies with one thread
                     # and times (what it built) with all of them (steptp.measure.tasks)
-                    self._verify_pool = WorkerPool(self.jobs, num_threads=self.config.num_threads,
-                                                   timeout_s=self.verify_timeout_s,
-                                                   memory_limit_mb=self.memory_limit_mb)
+                    self._verify_pool = self._new_pool(self.jobs, self.verify_timeout_s)
                 return self._verify_pool
             if self._time_pool is None:
-                self._time_pool = WorkerPool(1, num_threads=self.config.num_threads,
-                                             timeout_s=self.config.timeout_s,
-                                             memory_limit_mb=self.memory_limit_mb)
+                self._time_pool = self._new_pool(1, self.config.timeout_s)
             return self._time_pool
+
+    def _new_pool(self, size: int, timeout_s: float) -> WorkerPool:
+        pool = WorkerPool(size, num_threads=self.config.num_threads, timeout_s=timeout_s,
+                          memory_limit_mb=self.memory_limit_mb)
+        if self._shelf is not None:
+            kept = self._shelf.take(pool.key)
+            if kept is not None:
+                pool.close()   # never started a worker: nothing to stop
+                return kept
+        return pool
 
     @property
     def worker_starts(self) -> int:
         return sum(p.starts for p in (self._verify_pool, self._time_pool) if p is not None)
 
     # ------------------------------------------------------------------ verification
-    def verify_many(self, pairs: Sequence[Any]) -> list[VerifyOutcome]:
+    def verify_many(self, pairs: Sequence[Any], together: bool = False) -> list[VerifyOutcome]:
         """Verify each pair: a ``VerifyJob``, a dict of its fields, or a tuple ``(before,
         after)`` / ``(before, after, exactness)`` of LEIR (or TVMScript) texts, ``after`` being
-        the candidate. Results in input order."""
+        the candidate. Results in input order. ``together``: the uncached ones take the device
+        lock's shared side once, as a group, so that no timing slips in between them and they
+        all run on the cores at once (each taking its own hold could leave one verifying alone
+        before a timing and the other alone after it)."""
         jobs = [self._as_job(p) for p in pairs]
         out: list[VerifyOutcome | None] = [None] * len(jobs)
         fp = self.local_fingerprint.id
@@ -275,11 +290,14 @@ class Measurer:
                          "target": self.target.to_dict(), "verify_threads": 1}
                         for _, idx in groups]
             pool = self._pool("verify")
-            if len(payloads) <= 1 or pool.size == 1:
-                results = [self._build_verify(p) for p in payloads]
-            else:
-                with ThreadPoolExecutor(max_workers=min(pool.size, len(payloads))) as ex:
-                    results = list(ex.map(self._build_verify, payloads))
+            group = together and len(payloads) > 1 and pool.size > 1 and self.backend is None
+            with self._group_hold(group):
+                run = (lambda p: self._build_verify(p, locked=True)) if group else self._build_verify
+                if len(payloads) <= 1 or pool.size == 1:
+                    results = [run(p) for p in payloads]
+                else:
+                    with ThreadPoolExecutor(max_workers=min(pool.size, len(payloads))) as ex:
+                        results = list(ex.map(run, payloads))
             for (key, idx), r in zip(groups, results):
                 job = jobs[idx[0]]
                 if r.ok:
@@ -298,11 +316,24 @@ class Measurer:
                     out[i] = oc
         return out  # type: ignore[return-value]
 
-    def _build_verify(self, payload: dict) -> WorkerResult:
-        """One ``build_verify`` task, holding the device lock shared (no timing meanwhile)."""
+    @contextmanager
+    def _group_hold(self, hold: bool) -> Iterator[None]:
+        if not hold:
+            yield
+            return
+        t0 = time.monotonic()
+        with device_lock(device_name(self.target), self.lock_directory, shared=True):
+            with self._stats_lock:
+                self.stats["lock_wait_s"] += time.monotonic() - t0
+            yield
+
+    def _build_verify(self, payload: dict, locked: bool = False) -> WorkerResult:
+        """One ``build_verify`` task, holding the device lock shared (no timing meanwhile);
+        ``locked``: the caller holds it for a group (taking it again here could deadlock
+        behind a timing waiting at the turnstile)."""
         pool = self._pool("verify")
         t0 = time.monotonic()
-        if self.backend is not None:
+        if self.backend is not None or locked:
             r = pool.run("build_verify", payload)
         else:
             with device_lock(device_name(self.target), self.lock_directory, shared=True):
@@ -361,18 +392,39 @@ class Measurer:
                                      "status": "suspect", "reason": why})
 
     def time_many(self, programs: Sequence[str], check_speed_of_light: bool | None = None,
-                  use_cache: bool = True) -> list[TimingOutcome]:
+                  use_cache: bool = True, stop_if_slower_than: Timing | None = None,
+                  rule=None) -> list[TimingOutcome]:
         """Time each program (LEIR or TVMScript text), one at a time on the device. Results in
         input order; a failure is a ``TimingOutcome`` with ``timing=None`` and a ``reason``; a
         timing below the machine's speed of light has ``status="suspect"`` and
-        ``timing.suspect``."""
+        ``timing.suspect``. ``stop_if_slower_than``: a reference timing; a program whose first
+        repeats are already clearly slower than it (``rule.clearly_slower``, ``rule`` a
+        ``SignificanceRule``, default the default rule) stops there (``stopped_early``, its
+        ``timing.repeats`` the repeats it had) and is not cached: the next caller may need
+        its full timing. Local timings only (an RPC device times in full)."""
         check = self.speed_of_light if check_speed_of_light is None else check_speed_of_light
-        out = self._time_many(programs, use_cache)
+        t0 = time.monotonic()
+        stop = None
+        if stop_if_slower_than is not None:
+            # plain data for the worker, which applies the rule (``tasks._stop``); the rule's
+            # module imports this one, so it is not imported here
+            stop = {"timing": stop_if_slower_than.model_dump(),
+                    "rule": rule.model_dump() if rule is not None else {}}
+        out = self._time_many(programs, use_cache, stop)
         if check and any(o.ok for o in out):
-            out = [self._judge_speed(p, o) if o.ok else o for p, o in zip(programs, out)]
+            outer = getattr(self._nested, "on", False)
+            self._nested.on = True   # a calibration of the peaks times through here too
+            try:
+                out = [self._judge_speed(p, o) if o.ok else o for p, o in zip(programs, out)]
+            finally:
+                self._nested.on = outer
+        if not getattr(self._nested, "on", False):
+            with self._stats_lock:
+                self.stats["time_calls_s"] += time.monotonic() - t0
         return out
 
-    def _time_many(self, programs: Sequence[str], use_cache: bool = True) -> list[TimingOutcome]:
+    def _time_many(self, programs: Sequence[str], use_cache: bool = True,
+                   stop: dict | None = None) -> list[TimingOutcome]:
         cache = self.cache if use_cache else None
         fp = self.fingerprint.id
         chash = self.config.hash
@@ -394,19 +446,25 @@ class Measurer:
             else:
                 todo.setdefault(ph, []).append(i)
         for ph, idx in todo.items():
-            r = self._time_one(programs[idx[0]], ph)
+            r = self._time_one(programs[idx[0]], ph, stop)
+            stopped = r.ok and bool(r.value.get("stopped_early"))
+            if stopped and r.worker is not None and not r.value.get("rebuilt"):
+                with self._stats_lock:  # that worker kept the module for a full timing
+                    self._held[ph] = (r.worker, programs[idx[0]])
             with self._stats_lock:
                 self.stats["time_runs"] += 1
                 if r.ok:
                     self.stats["time_s"] += float(r.value.get("seconds", r.wall_s))
+                    self.stats["time_prepare_s"] += float(r.value.get("prepare_s", 0.0))
                     self.stats["rebuilds"] += int(bool(r.value.get("rebuilt")))
+                    self.stats["stopped_early"] += int(stopped)
             if r.ok:
                 timing = Timing(**r.value["timing"])
-                if cache is not None:
+                if cache is not None and not stopped:
                     cache.put_timing(ph, self.target.key, fp, chash, timing.model_dump(),
                                      leir=_canonical_leir(programs[idx[0]], ph))
                 oc = TimingOutcome(program_hash=ph, timing=timing, fingerprint=fp,
-                                   wall_s=r.wall_s)
+                                   wall_s=r.wall_s, stopped_early=stopped)
             else:
                 oc = TimingOutcome(program_hash=ph, status=r.status, reason=r.reason,
                                    fingerprint=fp, wall_s=r.wall_s)
@@ -414,9 +472,12 @@ class Measurer:
                 out[i] = oc
         return out  # type: ignore[return-value]
 
-    def _time_one(self, program: str, ph: str | None = None) -> WorkerResult:
+    def _time_one(self, program: str, ph: str | None = None,
+                  stop: dict | None = None) -> WorkerResult:
         payload = {"program": program, "target": self.target.to_dict(),
                    "config": self.config.model_dump()}
+        if stop is not None:
+            payload["stop_if_slower_than"] = stop
         if self.backend is not None:
             payload["backend"] = self.backend.to_dict()
             return self._pool("time").run("rpc_time", payload)
@@ -427,7 +488,9 @@ class Measurer:
         if held is not None:
             worker, payload["program"] = held  # the text that worker built the module from
         try:
-            pool.prestart(worker)  # start-up is not measurement: do it outside the lock
+            # start-up is not measurement: outside the lock, and every worker at once (the
+            # first timing of a run is its baseline's; the verifications that follow need them)
+            pool.prestart(worker) if worker is not None else pool.prestart_all()
         except WorkerError as e:
             return WorkerResult("crash", reason=str(e))
         t0 = time.monotonic()
@@ -443,7 +506,10 @@ class Measurer:
     def close(self) -> None:
         for p in (self._verify_pool, self._time_pool):
             if p is not None:
-                p.close()
+                if self._shelf is not None:
+                    self._shelf.put(p)
+                else:
+                    p.close()
         self._verify_pool = self._time_pool = None
 
     def __enter__(self) -> "Measurer":

@@ -12,6 +12,9 @@ alone say nothing about noise, so the rule asks for a gap wider than the noise:
 * ``slower``: ``after.median / before.median > 1 + margin``;
 * ``same`` otherwise.
 
+``clearly_slower`` is the stricter test by which a search's timing may stop early: the fastest
+repeat so far, not the median, must be slower than the reference beyond the margin.
+
 So with 3% and 8% spreads the after-program must be more than 8% faster; with spreads under
 ``min_gain`` the gain must exceed ``min_gain``. The search's ``improved`` outcome, the step roles
 (``steptp.curate.roles``) and curation's ``noisy`` reject all use this one rule.
@@ -71,6 +74,15 @@ class SignificanceRule(BaseModel):
 
     def faster(self, before: Optional[Timing], after: Optional[Timing]) -> bool:
         return self.compare(before, after) == "faster"
+
+    def clearly_slower(self, reference: Optional[Timing], partial: Optional[Timing]) -> bool:
+        """May a timing stop early (``measure.timing``'s ``stop``): even the FASTEST of its
+        repeats so far is slower than ``reference``'s median by more than the margin (both
+        spreads, the partial one's over its few repeats), and neither is noisy. Stricter than
+        ``compare(reference, partial) == "slower"``, which looks at the median."""
+        if self.noisy(reference) or self.noisy(partial) or reference.median_s <= 0:
+            return False
+        return partial.min_s / reference.median_s > 1 + self.margin(reference, partial)
 
     def near(self, before: Optional[Timing], after: Optional[Timing], band: float = 2.0) -> bool:
         """Could the verdict flip on a re-measurement: the log ratio lies within a factor

@@ -55,8 +55,10 @@ def time_task(payload: dict[str, Any]) -> dict[str, Any]:
 # (built once, run once per seed) and the candidates it built, so that a candidate's timing runs
 # the very module its verification ran (``Measurer`` sends the timing to the worker that holds
 # it). Bounded: a kernel search has one reference; a few candidates wait for their timing.
+# Keyed by everything they depend on (text, target, seeds): a worker reused by the next
+# search (``worker.reuse_workers``) answers as a fresh one would.
 _REFERENCES: "OrderedDict[tuple, Any]" = OrderedDict()
-_BUILT: "OrderedDict[str, tuple[Any, Any]]" = OrderedDict()
+_BUILT: "OrderedDict[tuple[str, str], tuple[Any, Any]]" = OrderedDict()
 MAX_REFERENCES = 4
 MAX_BUILT = 16
 
@@ -125,9 +127,22 @@ def build_verify_task(payload: dict[str, Any]) -> dict[str, Any]:
     t3 = time.perf_counter()
     kept = built is not None and res.passed
     if kept:
-        _remember(_BUILT, payload["after"], (cand, built), MAX_BUILT)
+        _remember(_BUILT, (payload["after"], target.key), (cand, built), MAX_BUILT)
     return {"result": res.model_dump(), "compile_s": t2 - t1, "verify_s": t3 - t2,
             "reference_s": ref_s, "kept": kept}
+
+
+def _stop(spec: dict[str, Any] | None):
+    """``measure``'s ``stop`` from plain data: ``{"timing": reference Timing dump, "rule":
+    SignificanceRule fields}``."""
+    if not spec:
+        return None
+    from ..records import Timing
+    from .significance import SignificanceRule
+
+    ref = Timing(**spec["timing"])
+    rule = SignificanceRule(**spec.get("rule", {}))
+    return lambda partial: rule.clearly_slower(ref, partial)
 
 
 def time_built_task(payload: dict[str, Any]) -> dict[str, Any]:
@@ -138,8 +153,15 @@ def time_built_task(payload: dict[str, Any]) -> dict[str, Any]:
     config = MeasureConfig(**payload["config"])
     _threads(config.num_threads)
     t0 = time.perf_counter()
-    held = _BUILT.pop(payload["program"], None)
+    key = (payload["program"], _target(payload.get("target")).key)
+    held = _BUILT.pop(key, None)
+    phases: dict[str, float] = {}
+    stop = _stop(payload.get("stop_if_slower_than"))
     timing = measure(held[0] if held else payload["program"], _target(payload.get("target")),
-                     config, built=held[1] if held else None)
+                     config, built=held[1] if held else None, phases=phases, stop=stop)
+    stopped = stop is not None and timing.repeats < config.repeats
+    if stopped and held is not None:
+        _remember(_BUILT, key, held, MAX_BUILT)  # its full timing may follow: keep the module
     return {"timing": timing.model_dump(), "seconds": time.perf_counter() - t0,
+            "prepare_s": phases.get("prepare_s", 0.0), "stopped_early": stopped,
             "rebuilt": held is None, "tvm_num_threads": os.environ.get("TVM_NUM_THREADS")}

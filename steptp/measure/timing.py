@@ -14,6 +14,13 @@ isolated worker (``steptp.measure.service``;
 5. spread above ``max_spread``: measure again, up to ``remeasure_tries`` more times, keeping the
    attempt with the smallest spread; still above: ``noisy=True``.
 
+A caller that only needs to know whether a program beats a reference (a search, against its
+best time so far) may pass ``stop``: the first attempt then times ``EARLY_REPEATS`` repeats
+first, and when ``stop`` says those already show the program slower than the reference (the
+rule: ``SignificanceRule.clearly_slower``) the timing ends there, a ``Timing`` of the repeats it
+had (``repeats`` says how many; its spread is theirs). Otherwise the attempt goes on to the
+full ``repeats``, as if it had not been split.
+
 The unscheduled baseline of a kernel is simply ``measure`` of its unscheduled program.
 ``torch_eager_baseline`` times a PyTorch module in eager mode with the same protocol and thread
 count.
@@ -102,13 +109,27 @@ def calibrate(run: Callable[[int], float], min_repeat_ms: float, max_number: int
     return number
 
 
+#: repeats a timing that may stop early (``stop``) has before it may stop
+EARLY_REPEATS = 3
+
+
 def repeat_until_quiet(time_repeats: Callable[[int, int], list[float]], number: int,
-                       config: MeasureConfig) -> Timing:
+                       config: MeasureConfig,
+                       stop: Callable[[Timing], bool] | None = None) -> Timing:
     """Attempts of ``config.repeats`` repeats until spread <= max_spread (or tries run out);
-    the attempt with the smallest spread wins."""
+    the attempt with the smallest spread wins. ``stop``: see the module docstring (only the
+    first attempt may stop early)."""
     best: Timing | None = None
-    for _ in range(1 + config.remeasure_tries):
-        t = summarize(time_repeats(number, config.repeats), number, config.max_spread)
+    for attempt in range(1 + config.remeasure_tries):
+        if stop is not None and attempt == 0 and config.repeats > EARLY_REPEATS:
+            head = list(time_repeats(number, EARLY_REPEATS))
+            t = summarize(head, number, config.max_spread)
+            if stop(t):
+                return t
+            rest = list(time_repeats(number, config.repeats - EARLY_REPEATS))
+            t = summarize(head + rest, number, config.max_spread)
+        else:
+            t = summarize(time_repeats(number, config.repeats), number, config.max_spread)
         if best is None or t.spread < best.spread:
             best = t
         if not t.noisy:
@@ -147,19 +168,25 @@ def _resolve(target, config):
 
 
 def measure(program: Any, target=None, config: MeasureConfig | None = None,
-            built=None) -> Timing:
+            built=None, phases: dict[str, float] | None = None,
+            stop: Callable[[Timing], bool] | None = None) -> Timing:
     """Build ``program`` once for ``target`` and time it (see the module docstring); ``built``:
     time this module compiled from ``program`` instead of building again. Runs in this
-    process: use ``Measurer`` (or ``service.measure_isolated``) for untrusted kernels."""
+    process: use ``Measurer`` (or ``service.measure_isolated``) for untrusted kernels.
+    ``phases``: filled with the seconds of steps 1-3 (``prepare_s``); ``stop``: may end the
+    first attempt after ``EARLY_REPEATS`` repeats."""
     from ..tir import build as B
 
     target, config = _resolve(target, config)
+    t0 = _time.perf_counter()
     built, inputs, number = _prepare(program, target, config, built)
+    if phases is not None:
+        phases["prepare_s"] = _time.perf_counter() - t0
 
     def repeats(n: int, r: int) -> list[float]:
         return list(B.time(built, inputs, number=n, repeat=r).results)
 
-    return repeat_until_quiet(repeats, number, config)
+    return repeat_until_quiet(repeats, number, config, stop)
 
 
 # ---------------------------------------------------------------------------- PyTorch

@@ -196,6 +196,22 @@ def _signal_name(n: int) -> str:
         return f"SIG{n}"
 
 
+_SPAWNER: ThreadPoolExecutor | None = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawn(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` (a ``Popen``) on one thread that lives as long as this process. The death
+    signal (``PR_SET_PDEATHSIG``) fires when the THREAD that started a worker exits, not the
+    process: a worker started from a short-lived thread (a ``ThreadPoolExecutor`` of one
+    ``verify_many`` call) was SIGKILLed as soon as that call returned."""
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptp-spawner")
+    return _SPAWNER.submit(fn).result()
+
+
 class Worker:
     """One worker process, restarted on demand. Not thread-safe: one task at a time."""
 
@@ -227,10 +243,11 @@ class Worker:
         c_r, p_w = os.pipe()
         self._log = tempfile.TemporaryFile(prefix="steptp-worker-")
         try:
-            self.proc = subprocess.Popen(
+            log = self._log
+            self.proc = _spawn(lambda: subprocess.Popen(
                 [sys.executable, "-m", "steptp.measure.worker", str(c_r), str(c_w)],
-                pass_fds=(c_r, c_w), env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-                stderr=self._log, start_new_session=True)
+                pass_fds=(c_r, c_w), env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=log, start_new_session=True))
         finally:
             os.close(c_r)
             os.close(c_w)
@@ -387,6 +404,8 @@ class WorkerPool:
             wenv["STEPTP_WORKER_MEMORY_MB"] = str(int(memory_limit_mb))
         wenv.update(env or {})
         self.workers = [Worker(wenv, startup_timeout_s) for _ in range(size)]
+        #: what makes two pools interchangeable (``WorkerShelf``)
+        self.key = (size, float(timeout_s), tuple(sorted(wenv.items())), float(startup_timeout_s))
         self._busy = [False] * size
         self._cond = threading.Condition()
         self._closed = False
@@ -428,6 +447,18 @@ class WorkerPool:
             self.workers[i].start()
         finally:
             self._give(i)
+
+    def prestart_all(self) -> None:
+        """Start every idle worker that is not running, all at once (their TVM imports overlap),
+        so that none starts later in the middle of a batch. Raises ``WorkerError``."""
+        idle = [i for i, w in enumerate(self.workers) if not w.alive()]
+        if len(idle) <= 1:
+            for i in idle:
+                self.prestart(i)
+            return
+        with ThreadPoolExecutor(max_workers=len(idle)) as ex:
+            for f in [ex.submit(self.prestart, i) for i in idle]:
+                f.result()
 
     def run(self, task: str, payload: dict, timeout_s: float | None = None,
             worker: int | None = None) -> WorkerResult:
@@ -484,6 +515,70 @@ class WorkerPool:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+class WorkerShelf:
+    """Worker pools handed back by their owner (a ``Measurer`` that closed) for the next owner
+    that needs an interchangeable one (``WorkerPool.key``): a run of many kernel searches starts
+    its workers (about 3.5 s of TVM import each) once, not once per search. What a worker keeps
+    between tasks is keyed by everything it depends on (``steptp.measure.tasks``), so a reused
+    worker answers as a fresh one would. ``close`` stops the pools still on the shelf."""
+
+    def __init__(self):
+        self._pools: list[WorkerPool] = []
+        self._lock = threading.Lock()
+        self.closed = False
+        self.reused = 0
+
+    def take(self, key) -> "WorkerPool | None":
+        with self._lock:
+            for i, p in enumerate(self._pools):
+                if p.key == key and not p._closed:
+                    self.reused += 1
+                    return self._pools.pop(i)
+        return None
+
+    def put(self, pool: "WorkerPool") -> None:
+        with self._lock:
+            if not self.closed and not pool._closed:
+                self._pools.append(pool)
+                return
+        pool.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            pools, self._pools = self._pools, []
+        for p in pools:
+            p.close()
+
+
+_SHELF: WorkerShelf | None = None
+
+
+def current_shelf() -> WorkerShelf | None:
+    """The shelf of the innermost ``reuse_workers`` block, if any."""
+    return _SHELF
+
+
+class reuse_workers:
+    """``with reuse_workers():`` Measurers created inside hand their worker pools to one shelf
+    when they close and take them from it when they start (process-wide, so searches running in
+    threads share it); at the end of the block the workers left are stopped. Nested blocks
+    share the outer shelf."""
+
+    def __enter__(self) -> WorkerShelf:
+        global _SHELF
+        self._outer = _SHELF
+        if _SHELF is None:
+            _SHELF = WorkerShelf()
+        return _SHELF
+
+    def __exit__(self, *exc) -> None:
+        global _SHELF
+        if self._outer is None and _SHELF is not None:
+            shelf, _SHELF = _SHELF, None
+            shelf.close()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,13 @@ equals the cumulative speedup.
 Budget: ``measurements`` (timings of candidates; the baseline is not counted; a candidate that
 fails verification is not timed, so it costs wall time but no measurement) and ``seconds`` of
 wall time per kernel.
+
+Early stop: an evaluator that can (``early_stop``) ends a candidate's timing after its first
+repeats when they are already clearly slower than the best state's time
+(``SignificanceRule.clearly_slower``); its row keeps that short timing (``repeats`` says how
+many). Such a timing is only ever an ``after``: before a policy expands that state, it is timed
+again in full and its row updated, so no ``before`` (and no "faster" label of a child) rests
+on a stopped timing, and a wrong stop can only cost the state its own "improved".
 """
 
 from __future__ import annotations
@@ -91,6 +98,9 @@ class Node:
     failures: int = 0
     #: lookahead scores of re-ranked actions (text -> score), set once by a policy
     lookahead: Optional[dict[str, float]] = None
+    #: the timing stopped early (clearly slower than the best): re-timed in full before the
+    #: state is expanded (``Search.evaluate``)
+    partial: bool = False
 
     @property
     def seconds(self) -> float:
@@ -126,6 +136,8 @@ class SearchResult:
     verifications: int
     wall_s: float
     error: str = ""
+    #: stopped-early states timed again in full before they were expanded
+    retimed: int = 0
 
     def fractions(self, budget: int) -> dict[str, float]:
         """Best speedup reached within 25/50/100% of the budget, as a fraction of the final
@@ -179,6 +191,8 @@ class Search:
         self.best: Optional[Node] = None
         self.error = ""
         self._fp = ""
+        self._early = bool(getattr(evaluator, "early_stop", False))
+        self.retimed = 0   # stopped-early states timed again in full before their expansion
         tm = evaluator.time(self.original_text)
         if tm.timing is None:
             self.error = f"baseline could not be measured: {tm.status}: {tm.reason}"
@@ -260,10 +274,12 @@ class Search:
         Returns the new node when it verified and was measured, else None."""
         if cand.text in self.seen:
             return self.seen[cand.text]
+        if node.partial and not self._complete(node):
+            return None  # the state could not be timed again in full: nothing rests on it
         self.seen[cand.text] = None
         s = get(cand.strategy)
         path_exact = _worse(node.exactness, cand.exactness)
-        self._prefetch(node)
+        self._prefetch(node, cand, path_exact)
         child_prog, _ = canonicalize(cand.program)
         after_text = cand.text
         self.verifications += 1
@@ -279,10 +295,14 @@ class Search:
             self.steps.append(StepRecord(**base, outcome=v.status if v.status != "ok"
                                          else "failed_verify", verified=False, reason=v.reason[:4000]))
             node.failures += 1
+            self._prefetch(node)
             self._progress()
             return None
         self.measurements += 1
-        tm = self.evaluator.time(after_text)
+        tm = (self.evaluator.time(after_text, slower_than=self.best.timing) if self._early
+              else self.evaluator.time(after_text))
+        # the next batch compiles and verifies while this thread records and ranks
+        self._prefetch(node)
         if tm.timing is None:
             self.steps.append(StepRecord(**base, outcome=tm.status if tm.status in
                                          ("timeout", "crashed", "failed_build", "suspect_timing")
@@ -300,7 +320,8 @@ class Search:
                          step_speedup=step, cumulative_speedup=cum,
                          reason=f"{step:.3f}x over the parent, {cum:.3f}x over the unscheduled kernel")
         self.steps.append(rec)
-        child = Node(child_prog, after_text, after, node, rec, node.depth + 1, path_exact)
+        child = Node(child_prog, after_text, after, node, rec, node.depth + 1, path_exact,
+                     partial=bool(getattr(tm, "stopped_early", False)))
         node.children.append(child)
         self.seen[after_text] = child
         if after.median_s < self.best.seconds:
@@ -310,16 +331,44 @@ class Search:
         self._progress()
         return child
 
-    def _prefetch(self, node: Node) -> None:
-        """Let an evaluator that can (``prefetch``) compile and verify the next candidates of
-        ``node`` in rank order while this one is evaluated; no result depends on it."""
+    def _complete(self, node: Node) -> bool:
+        """Time a stopped-early state again, in full (its partial timing was never cached), and
+        update its row: from now on it may be a ``before``."""
+        tm = self.evaluator.time(node.text)
+        if tm.timing is None or getattr(tm, "stopped_early", False):
+            node.ranked = []  # never expanded: no policy comes back to it
+            return False
+        self.retimed += 1
+        after, parent = tm.timing, node.parent
+        step = parent.timing.median_s / after.median_s
+        cum = self.root.timing.median_s / after.median_s
+        rec = node.step.model_copy(update=dict(
+            after=after, step_speedup=step, cumulative_speedup=cum,
+            outcome="improved" if IMPROVE_RULE.faster(parent.timing, after) else "not_improved",
+            reason=f"{step:.3f}x over the parent, {cum:.3f}x over the unscheduled kernel"))
+        i = next(k for k, r in enumerate(self.steps) if r is node.step)
+        self.steps[i] = node.step = rec
+        node.timing, node.partial = after, False
+        if after.median_s < self.best.seconds:
+            self.best = node
+        self.ranker.observe(node.program, after.median_s)
+        return True
+
+    def _prefetch(self, node: Node, cand: Optional[Candidate] = None, exact: str = "") -> None:
+        """Let an evaluator that can (``prefetch``) compile and verify ``cand`` (about to be
+        verified) together with the next candidates of ``node`` in rank order, on all its
+        workers at once; no result depends on it. Only a node whose actions are already ranked
+        is asked (ranking it here, earlier than the policy would, could change what it holds)."""
         pre = getattr(self.evaluator, "prefetch", None)
         depth = getattr(self.evaluator, "prefetch_depth", 0)
-        if pre is None or depth <= 0 or self.root is None:
+        if pre is None or depth <= 0 or self.root is None or node.ranked is None:
             return
-        nxt = self.untried(node)[:depth]
-        if nxt:
-            pre(self.original_text, [(c.text, _worse(node.exactness, c.exactness)) for c in nxt])
+        items = [(cand.text, exact)] if cand is not None else []
+        if cand is None:  # after a timing: ``ahead_after_timing`` of them (default: a batch)
+            depth = min(depth, getattr(self.evaluator, "ahead_after_timing", depth))
+        items += [(c.text, _worse(node.exactness, c.exactness)) for c in self.untried(node)[:depth]]
+        if items:
+            pre(self.original_text, items)
 
     def _record_curve(self) -> None:
         self.curve.append({"measurements": float(self.measurements), "elapsed_s": self.elapsed,
@@ -346,7 +395,8 @@ class Search:
     def result(self) -> SearchResult:
         return SearchResult(self.steps, self.trajectory(), self.curve,
                             self.root.timing if self.root else None, self.best,
-                            self.measurements, self.verifications, self.elapsed, self.error)
+                            self.measurements, self.verifications, self.elapsed, self.error,
+                            self.retimed)
 
 
 def kernel_id_of(program: A.Program) -> str:
