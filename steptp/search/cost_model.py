@@ -28,6 +28,7 @@ import numpy as np
 
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE, affine
+from ..strategies._ir import layout_forms
 
 FREQ = 2.5e9                 # cycles per second
 SCALAR_OPS_PER_CYCLE = 2.0   # scalar float ops per cycle (one core)
@@ -137,12 +138,12 @@ class _Access:
         self.tensor = tensor
         self.write = write
         self.itemsize = ITEMSIZE.get(tensor.dtype, 4)
-        self.forms = [affine(e) for e in index]
-        dims = _strides(tensor.shape)
+        # a collapsed pair of subscripts (i//M, i%M over a dimension of M) is one dimension
+        self.forms, self.shape, opaque = layout_forms(index, tensor.shape)
+        dims = _strides(self.shape)
         self.stride: dict[str, float] = {}
-        self.affine = all(f is not None for f in self.forms)
-        self.opaque_vars = {v for f, e in zip(self.forms, index) if f is None
-                            for v in A.free_vars(e)}
+        self.affine = not opaque
+        self.opaque_vars = {v for e in opaque for v in A.free_vars(e)}
         for f, ds in zip(self.forms, dims):
             if f is None:
                 continue
@@ -157,7 +158,7 @@ class _Access:
 
     def footprint(self, inner: dict[str, int]) -> float:
         """Bytes of cache lines touched while the loops in ``inner`` run (others fixed)."""
-        shape = self.tensor.shape
+        shape = self.shape
         if not shape:
             return LINE
         spans = []
