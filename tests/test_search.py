@@ -184,6 +184,43 @@ def test_register_tiles_of_a_row_no_vector_divides_use_a_partial_register():
     assert cols == {8, 14}
 
 
+def test_collapse_is_offered_where_whole_registers_divide_the_collapsed_row_only():
+    from steptp.search.space import actions, collapse_reason
+    from steptp.strategies import Site
+
+    def offered(text):
+        return [c.site.loops for c in actions(parse(text)) if c.strategy == "loop_collapse"]
+
+    # a 1x1 conv of 12-wide rows: 12 f32 is no whole AVX-512 register, 6x12 = 72 is not
+    # either, 8x12 = 96 is six
+    pw = "kernel f32 pw(A[8,{h},12], B[4,8]) -> C[4,{h},12]\n C[j,k,l] += A[m,k,l] * B[j,m]\n"
+    assert offered(pw.format(h=8)) == [("k", "l")]
+    assert offered(pw.format(h=6)) == []
+    # rows of 16 already fill a register; a padded 3-wide conv row walks a wider input row, so
+    # the collapsed loop would not be contiguous in it
+    assert offered("kernel f32 r(A[8,16]) -> B[8,16]\n B[i,j] = A[i,j] * 2.0\n") == []
+    assert offered("kernel f32 c(E[8,8,14], B[4,8,3]) -> F[4,8,12]\n"
+                   " F[j,k,l] += E[m,k,l+o] * B[j,m,o]\n") == []
+    # parallel balance: 3 rows over 2 cores (a core idles a third of the time), 3 x 6 = 18 do not
+    three = parse("kernel f32 t(A[3,6]) -> B[3,6]\n for i in 3, j in 6:\n  B[i,j] = A[i,j] + 1.0\n")
+    site = Site.make([0], ["i", "j"])
+    assert collapse_reason(three, site, cores=2) == "parallel"
+    assert collapse_reason(three, site, cores=3) is None
+
+
+def test_cost_model_reads_a_collapsed_subscript_pair_as_one_unit_stride_dimension():
+    from steptp.search import cost_model as cm
+
+    text = ("kernel f32 pw(A[8,8,12], B[4,8]) -> C[4,8,12]\n"
+            " for j in 4, x in 6, m in 8, xi in 16{v}:\n"
+            "  C[j,(x*16+xi)//12,(x*16+xi)%12] += A[m,(x*16+xi)//12,(x*16+xi)%12] * B[j,m]\n")
+    vec, ser = parse(text.format(v=" vectorized")), parse(text.format(v=""))
+    f = cm.features(vec)
+    assert f[cm.FEATURE_NAMES.index("vector_lanes")] == 16.0
+    assert f[cm.FEATURE_NAMES.index("inner_strided")] == 0.0
+    assert cm.predict(vec) < cm.predict(ser)
+
+
 def test_unrolling_copies_of_a_long_serial_loop_are_bounded():
     from steptp.search.space import (MAX_UNROLLED, MAX_UNROLLED_OVER_LOOPS, actions,
                                      unrolled_over_loops, unrolled_size)

@@ -49,7 +49,8 @@ CUMSUM = parse(examples.text("cumsum"))
 # ============================================================================ registry
 def test_registry_vocabulary_and_metadata():
     names = S.names()
-    for n in ("loop_split", "loop_tiling", "loop_reorder", "loop_fusion", "loop_unrolling",
+    for n in ("loop_split", "loop_tiling", "loop_reorder", "loop_fusion", "loop_collapse",
+              "loop_unrolling",
               "loop_parallelization", "loop_vectorization", "loop_binding",
               "reduction_factorization", "compute_at"):
         assert n in names
@@ -351,6 +352,78 @@ def test_fusion_refuses_a_backward_read():
               for i in 4:
                 C[i] = A[i]
         """), "loop_fusion", {"path": [0], "loops": ["i", "i"]}, {})
+
+
+# ============================================================================ collapse
+POINTWISE = P("""
+    kernel pw(A: f32[8,6,12], B: f32[4,8]) -> C: f32[4,6,12]
+      for j in 4, k in 6, l in 12, m in 8:
+        C[j,k,l] += A[m,k,l] * B[j,m]
+""")
+
+
+def test_collapse_fuses_a_perfect_nest_into_one_loop_and_verifies_in_tvm():
+    from steptp.measure.verify import verify
+
+    got = S.apply(POINTWISE, "loop_collapse", {"path": [0, 0], "loops": ["k", "l"]}, {})
+    assert format_program(got) == T("""
+        kernel pw(A: f32[8,6,12], B: f32[4,8]) -> C: f32[4,6,12]
+          for j in 4, k_l in 72, m in 8:
+            C[j,k_l//12,k_l%12] += A[m,k_l//12,k_l%12] * B[j,m]
+    """)
+    r = verify(got, POINTWISE, exactness="exact", seeds=(0, 1))
+    assert r.passed, r.reason
+    # the collapsed loop is one unit-stride row of 72: split by a whole register and vectorized
+    # (the subscript pair reads as one dimension, so no dependence blocks either step)
+    split = S.apply(got, "loop_split", {"path": [0, 0], "loops": ["k_l"]}, {"factor": 8})
+    inner = S.apply(split, "loop_reorder", {"path": [0, 0], "loops": ["k_l_o", "k_l_i", "m"]},
+                    {"order": ["k_l_o", "m", "k_l_i"]})
+    vec = S.apply(inner, "loop_vectorization", {"path": [0, 0, 0, 0], "loops": ["k_l_i"]}, {})
+    assert "k_l_i in 8 vectorized" in format_program(vec)
+    par = S.apply(got, "loop_parallelization", {"path": [0, 0], "loops": ["k_l"]}, {})
+    r = verify(vec, POINTWISE, exactness="exact", seeds=(0,))
+    assert r.passed, r.reason
+    assert verify(par, POINTWISE, exactness="exact", seeds=(0,)).passed
+
+
+def test_collapse_refusals():
+    assert "does not hold exactly one loop" in refusal(
+        PRODUCER_CONSUMER, "loop_collapse", {"path": [0], "loops": ["i", "j"]}, {})
+    assert "is m, not l" in refusal(POINTWISE, "loop_collapse",
+                                    {"path": [0, 0, 0], "loops": ["l", "l"]}, {})
+    assert "no loop at path" in refusal(POINTWISE, "loop_collapse", {"path": [3], "loops": []}, {})
+    vec = S.apply(ELEMENTWISE, "loop_vectorization", {"path": [0, 0], "loops": ["j"]}, {})
+    assert "already vectorized" in refusal(vec, "loop_collapse",
+                                           {"path": [0], "loops": ["i", "j"]}, {})
+    one = P("""
+        kernel one(A: f32[1,8]) -> B: f32[1,8]
+          for i in 1, j in 8:
+            B[i,j] = A[i,j]
+    """)
+    assert "extent 1" in refusal(one, "loop_collapse", {"path": [0], "loops": ["i", "j"]}, {})
+    # j is spatial, m a reduction axis of the same statement
+    assert "m is a reduction axis of `C[j,k,l] += A[m,k,l] * B[j,m]` and l is not" in refusal(
+        POINTWISE, "loop_collapse", {"path": [0, 0, 0], "loops": ["l", "m"]}, {})
+
+
+def test_collapse_keeps_a_carried_dependence_visible():
+    """B[i,j+1] = B[i,j] runs along each row: after collapsing, the subscript pairs still say
+    that iteration x writes what x+1 reads, so the collapsed loop is not parallelized."""
+    scan = P("""
+        kernel scan(A: f32[4,5]) -> B: f32[4,5]
+          for i in 4, j in 4:
+            B[i,j+1] = B[i,j] + A[i,j]
+    """)
+    rows = P("""
+        kernel rows(A: f32[4,5]) -> B: f32[4,5]
+          for i in 4, j in 5:
+            B[i,j] = A[i,j] * 2.0
+    """)
+    got = S.apply(scan, "loop_collapse", {"path": [0], "loops": ["i", "j"]}, {})
+    assert "carries a read-after-write dependence on B" in refusal(
+        got, "loop_parallelization", {"path": [0], "loops": ["i_j"]}, {})
+    ok = S.apply(rows, "loop_collapse", {"path": [0], "loops": ["i", "j"]}, {})
+    assert S.check(ok, "loop_parallelization", {"path": [0], "loops": ["i_j"]}, {}).ok
 
 
 # ============================================================================ kinds

@@ -561,6 +561,15 @@ class LoopCollapse(Strategy):
         if outer.extent < 2 or inner.extent < 2:
             return refuse(f"loop {outer.var if outer.extent < 2 else inner.var} has extent 1: "
                           f"nothing to collapse")
+        # a reduction's axes are the loops absent from its left-hand side: one loop over a
+        # spatial and a reduction axis would be neither (its init would run every iteration)
+        for p, st in iter_stmts(inner.body, tuple(site.path) + (0,)):
+            if isinstance(st, A.Assign) and st.is_reduction:
+                axes = reduction_axes(st, enclosing_loops(program, p))
+                if (outer.var in axes) != (inner.var in axes):
+                    red, sp = (outer, inner) if outer.var in axes else (inner, outer)
+                    return refuse(f"{red.var} is a reduction axis of `{format_stmt(st).strip()}` "
+                                  f"and {sp.var} is not: a collapsed loop would be neither")
         return OK
 
     def rewrite(self, program, site, params):
