@@ -163,8 +163,8 @@ def test_action_space_offers_register_tilings_of_a_reduction():
     mm = parse("kernel f32 mm(A[64,64], B[64,64]) -> C[64,64]\n C[i,j] += A[i,k] * B[k,j]\n")
     tiles = sorted(tuple(c.params["factors"]) for c in actions(mm)
                    if c.strategy == "loop_tiling" and c.params.get("point") == "inner")
-    # rows 2..16, columns half a vector register (8 f32) to four of them, below 64
-    assert tiles == sorted((r, c) for r in (2, 4, 8, 16) for c in (8, 16, 32))
+    # rows 2..16, columns half a vector register (8 f32) to four of them (64: the whole row)
+    assert tiles == sorted((r, c) for r in (2, 4, 8, 16) for c in (8, 16, 32, 64))
     ew = parse("kernel f32 ew(A[64,64]) -> B[64,64]\n B[i,j] = A[i,j] + 1.0\n")
     assert not [c for c in actions(ew) if c.params.get("point") == "inner"]
 
@@ -176,7 +176,9 @@ def test_register_tiles_of_a_row_no_vector_divides_use_a_partial_register():
     # a vector LLVM splits badly, so it is not offered
     assert column_tiles(56, 16) == [8, 14]
     assert column_tiles(512, 16) == [8, 16, 32, 64]
-    assert column_tiles(12, 16) == []
+    assert column_tiles(12, 16) == [12]     # one masked register: the row is its own column
+    assert column_tiles(16, 16) == [8, 16]
+    assert column_tiles(4, 16) == []
     conv = parse("kernel f32 c(E[8,58], B[16,8,3]) -> F[16,56]\n"
                  " F[j,l] += E[m,l+o] * B[j,m,o]\n")
     cols = {c.params["factors"][1] for c in actions(conv)

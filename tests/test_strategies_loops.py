@@ -273,6 +273,31 @@ def test_tiling_point_loops_inner_makes_a_register_tile_of_a_reduction():
 
 
 
+def test_tiling_point_inner_with_a_whole_loop_as_the_column():
+    """A 16-wide row is one vector register: the tile's column is the whole row (factor = its
+    extent, not split), the rows split below the reduction."""
+    from steptp.measure.verify import verify
+
+    p = P("""
+        kernel c(E: f32[8,4,18], B: f32[8,8,3]) -> F: f32[8,4,16]
+          for j in 8, k in 4, l in 16, m in 8, o in 3:
+            F[j,k,l] += E[m,k,l+o] * B[j,m,o]
+    """)
+    got = S.apply(p, "loop_tiling", {"path": [0], "loops": ["j", "k", "l", "m", "o"]},
+                  {"loops": ["j", "l"], "factors": [4, 16], "point": "inner"})
+    assert format_program(got) == T("""
+        kernel c(E: f32[8,4,18], B: f32[8,8,3]) -> F: f32[8,4,16]
+          for j_o in 2, k in 4, m in 8, o in 3, j_i in 4, l in 16:
+            F[j_o*4+j_i,k,l] += E[m,k,l+o] * B[j_o*4+j_i,m,o]
+    """)
+    assert verify(got, p, exactness="reassociation", seeds=(0,)).passed
+    site = {"path": [0], "loops": ["j", "k", "l", "m", "o"]}
+    assert "that is a loop_reorder" in refusal(
+        p, "loop_tiling", site, {"loops": ["j", "l"], "factors": [8, 16], "point": "inner"})
+    assert "must be in [2, 15]" in refusal(p, "loop_tiling", site,
+                                           {"loops": ["k", "l"], "factors": [2, 16]})
+
+
 def test_tiling_point_inner_tiles_two_loops_apart():
     cv = P("""
         kernel cv(A: f32[4,10,10], W: f32[8,4,3,3]) -> C: f32[8,8,8]

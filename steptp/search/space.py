@@ -134,7 +134,7 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
                 continue
             for fb in column_tiles(b.extent, lanes):
                 for fa in ROW_TILES:
-                    if a.extent % fa or fa >= a.extent:
+                    if a.extent % fa or fa > a.extent:
                         continue
                     _offer(out, s, program, site,
                            {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"},
@@ -150,9 +150,9 @@ def finished_tilings(program: A.Program) -> list[A.Program]:
     vec = get("loop_vectorization")
     for c in _register_tilings(program, set()):
         out.append(c.program)
-        col = c.params["loops"][1] + "_i"   # the column's point loop (``_split``'s name)
+        col = c.params["loops"][1]   # the column's point loop: itself, or ``_split``'s col_i
         for p, lp in iter_stmts(c.program.body):
-            if isinstance(lp, A.Loop) and lp.var.startswith(col) \
+            if isinstance(lp, A.Loop) and (lp.var == col or lp.var.startswith(col + "_i")) \
                     and all(isinstance(b, A.Assign) for b in lp.body):
                 site = Site.make(p, [lp.var])
                 if vec.check(c.program, site, {}).ok:
@@ -165,10 +165,11 @@ def column_tiles(extent: int, lanes: int) -> list[int]:
     registers, and the divisors that fill one register partly (half to all of its lanes; e.g.
     14 of 16 lanes when the row has 56 elements and 16 does not divide it). Widths that are
     neither leave LLVM a vector it splits badly (a 28-wide f32 loop ran 15x slower than 14 on
-    a 56-wide conv row), so they are not offered."""
+    a 56-wide conv row), so they are not offered. A row that is itself such a width is its own
+    column (the whole loop becomes the point loop: a 16-wide f32 row is one register)."""
     partial = [d for d in range(max(2, lanes // 2), lanes) if extent % d == 0]
     whole = [k * lanes for k in (1, 2, 4) if extent % (k * lanes) == 0]
-    return [f for f in sorted(set(partial + whole)) if f < extent]
+    return [f for f in sorted(set(partial + whole)) if f <= extent]
 
 
 def _unit_stride(stmt: A.Assign, var: str, shape: tuple[int, ...] | None = None) -> bool:

@@ -365,7 +365,8 @@ class LoopTiling(Strategy):
                    "`\"point\": \"inner\"` the point loops go below the rest of the band "
                    "(`for i_o, j_o, k, i_i, j_i`: a register tile of a reduction, the multi-level "
                    "tiling of CPU matmul schedules); then the two loops need not be adjacent "
-                   "(`for f, y, x, c` tiled on f, x: `for f_o, y, x_o, c, f_i, x_i`).")
+                   "(`for f, y, x, c` tiled on f, x: `for f_o, y, x_o, c, f_i, x_i`), and one "
+                   "factor may be its loop's whole extent (that loop moves inside unsplit).")
 
     def sites(self, program, analysis=None):
         return _band_sites(program)
@@ -408,18 +409,38 @@ class LoopTiling(Strategy):
             return refuse(f"{names[0]} and {names[1]} are not adjacent loops of the band "
                           f"({', '.join(vars_)}); only point='inner' tiles loops apart"), None
         la, lb = loops[k], loops[kb]
+        # with point='inner' a whole loop may be a point loop (factor = its extent: a 16-wide
+        # row is one vector register, so the column of the tile is the row itself)
+        hi = (lambda lp: lp.extent) if point == "inner" else (lambda lp: lp.extent - 1)
         for lp, f in ((la, factors[0]), (lb, factors[1])):
-            if not isinstance(f, int) or isinstance(f, bool) or not 2 <= f < lp.extent:
-                return refuse(f"tile factor {f} for {lp.var} must be in [2, {lp.extent - 1}]"), None
+            if not isinstance(f, int) or isinstance(f, bool) or not 2 <= f <= hi(lp):
+                return refuse(f"tile factor {f} for {lp.var} must be in [2, {hi(lp)}]"), None
             if lp.extent % f:
                 return refuse(f"tile factor {f} does not divide the extent {lp.extent} of "
                               f"{lp.var} (use loop_split for a guarded split)"), None
+        whole_a, whole_b = factors[0] == la.extent, factors[1] == lb.extent
+        if whole_a and whole_b:
+            return refuse(f"both factors equal the extents of {la.var} and {lb.var}: that is "
+                          f"a loop_reorder"), None
         between = [lp.var for lp in loops[k + 1:kb]]
         rest = [lp.var for lp in loops[kb + 1:]]
         if point == "inner" and not rest:
             return refuse(f"no loop of the band lies below {names[1]}: 'inner' would equal "
                           f"'adjacent'"), None
         pa = tuple(site.path) + (0,) * k
+        if point == "inner" and (whole_a or whole_b):
+            if whole_a:
+                p2, bo, bi = _split(program, pa + (0,) * (1 + len(between)), factors[1])
+                names2 = [la.var, *between, bo, bi, *rest]
+                order = [*between, bo, *rest, la.var, bi]
+            else:
+                p2, ao, ai = _split(program, pa, factors[0])
+                names2 = [ao, ai, *between, lb.var, *rest]
+                order = [ao, *between, *rest, ai, lb.var]
+            v, reassoc = _reorder_analysis(p2, pa, names2, order)
+            if not v.ok:
+                return refuse(f"tiling {names[0]},{names[1]} is illegal: {v.reason}"), None
+            return OK, (p2, pa, names2, order, reassoc)
         p1, ao, ai = _split(program, pa, factors[0])
         # b sits len(between) levels below a's inner half
         p2, bo, bi = _split(p1, pa + (0,) * (2 + len(between)), factors[1])
