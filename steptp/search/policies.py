@@ -17,7 +17,10 @@ measured times.
   the best score the cost model expects after up to ``lookahead_depth - 1`` finishing moves
   (``Search.lookahead``), so an enabling step is measured before a look-alike dead end; at
   most ``lookahead_limit`` states are expanded that way per search (a count, not a clock, so
-  a rerun decides the same).
+  a rerun decides the same). An enabling move (``ENABLING``: ``loop_collapse``) whose best
+  register tile, vectorized, the cost model scores ``PROMOTE_MARGIN`` better than the state's
+  own best is measured first, followed by that tile and its vectorization (each a recorded
+  step): alone it measures slower than its parent and would never stay in the beam.
 * :class:`MCTS` — UCT over measured states with progressive widening (a node with ``n`` visits
   has at most ``ceil(widen * n ** alpha)`` children, opened in rank order). Reward: log speedup
   over the unscheduled kernel, normalized by the best so far; a failed or timed-out candidate is
