@@ -50,7 +50,7 @@ CUMSUM = parse(examples.text("cumsum"))
 def test_registry_vocabulary_and_metadata():
     names = S.names()
     for n in ("loop_split", "loop_tiling", "loop_reorder", "loop_fusion", "loop_collapse",
-              "loop_unrolling",
+              "loop_unrolling", "reverse_compute_at",
               "loop_parallelization", "loop_vectorization", "loop_binding",
               "reduction_factorization", "compute_at"):
         assert n in names
@@ -449,6 +449,66 @@ def test_collapse_keeps_a_carried_dependence_visible():
         got, "loop_parallelization", {"path": [0], "loops": ["i_j"]}, {})
     ok = S.apply(rows, "loop_collapse", {"path": [0], "loops": ["i", "j"]}, {})
     assert S.check(ok, "loop_parallelization", {"path": [0], "loops": ["i_j"]}, {}).ok
+
+
+# ============================================================================ reverse compute_at
+MATMUL_BIAS = P("""
+    kernel mmb(A: f32[8,16], B: f32[16,8], C: f32[8]) -> D: f32[8,8]
+      T0: f32[8,8]
+      for i_o in 2, j in 8, k in 16, i_i in 4:
+        T0[i_o*4+i_i,j] += A[i_o*4+i_i,k] * B[k,j]
+      for i in 8, j in 8:
+        D[i,j] = T0[i,j] + C[j]
+""")
+
+
+def test_reverse_compute_at_runs_the_epilogue_on_each_finished_tile():
+    from steptp.measure.verify import verify
+
+    site = {"path": [0], "loops": ["i_o", "j", "k", "i_i"]}
+    assert [c.params for c in S.candidates(MATMUL_BIAS, "reverse_compute_at", seed=None)] == \
+        [{"at": "i_o"}, {"at": "j"}]     # k is the reduction: nothing is complete above it
+    got = S.apply(MATMUL_BIAS, "reverse_compute_at", site, {"at": "i_o"})
+    assert format_program(got) == T("""
+        kernel mmb(A: f32[8,16], B: f32[16,8], C: f32[8]) -> D: f32[8,8]
+          T0: f32[8,8]
+          for i_o in 2:
+            for j in 8, k in 16, i_i in 4:
+              T0[i_o*4+i_i,j] += A[i_o*4+i_i,k] * B[k,j]
+            for j in 8, i_i in 4:
+              D[i_o*4+i_i,j] = T0[i_o*4+i_i,j] + C[j]
+    """)
+    r = verify(got, MATMUL_BIAS, exactness="exact", seeds=(0, 1))
+    assert r.passed, r.reason
+
+
+def test_reverse_compute_at_refusals():
+    site = {"path": [0], "loops": ["i_o", "j", "k", "i_i"]}
+    assert "k is a reduction axis" in refusal(MATMUL_BIAS, "reverse_compute_at", site, {"at": "k"})
+    assert "`at` must name a loop" in refusal(MATMUL_BIAS, "reverse_compute_at", site,
+                                              {"at": "i_i"})
+    transposed = P("""
+        kernel t(A: f32[8,16], B: f32[16,8]) -> D: f32[8,8]
+          T0: f32[8,8]
+          for i in 8, j in 8, k in 16:
+            T0[i,j] += A[i,k] * B[k,j]
+          for i in 8, j in 8:
+            D[i,j] = T0[j,i] * 2.0
+    """)
+    assert "exactly at the element it writes" in refusal(
+        transposed, "reverse_compute_at", {"path": [0], "loops": ["i", "j", "k"]}, {"at": "i"})
+    # the producer writes each row twice (a sum over r, in two halves that overlap): an
+    # iteration of i does not finish its elements
+    twice = P("""
+        kernel tw(A: f32[8,8]) -> D: f32[4,8]
+          T0: f32[4,8]
+          for i in 8, j in 8:
+            T0[i//2,j] = A[i,j]
+          for i in 4, j in 8:
+            D[i,j] = T0[i,j] + 1.0
+    """)
+    assert "each element of T0 once" in refusal(
+        twice, "reverse_compute_at", {"path": [0], "loops": ["i", "j"]}, {"at": "i"})
 
 
 # ============================================================================ kinds
