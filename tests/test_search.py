@@ -210,6 +210,20 @@ def test_collapse_is_offered_where_whole_registers_divide_the_collapsed_row_only
     assert collapse_reason(three, site, cores=3) is None
 
 
+def test_an_epilogue_moves_into_its_producer_only_once_the_producer_is_vectorized():
+    from steptp.search.space import actions
+
+    text = ("kernel f32 mmb(A[8,16], B[16,32], C[32]) -> D[8,32]\n T0[8,32]\n"
+            " for i in 2, k in 16, l in 4, j in 32{v}:\n  T0[i*4+l,j] += A[i*4+l,k] * B[k,j]\n"
+            " D[i,j] = T0[i,j] + C[j]\n")
+
+    def offered(v):
+        return [c.params for c in actions(parse(text.format(v=v))) if c.strategy == "reverse_compute_at"]
+
+    assert offered("") == []
+    assert offered(" vectorized") == [{"at": "i"}]
+
+
 def test_cost_model_reads_a_collapsed_subscript_pair_as_one_unit_stride_dimension():
     from steptp.search import cost_model as cm
 

@@ -263,6 +263,16 @@ def _vector_collapse(program, stmts, a, b, na, nb, unit_ext) -> bool:
     return lanes is not None and nb % lanes != 0 and (na * nb) % lanes == 0
 
 
+def _finished_nest(program: A.Program, site: Site) -> bool:
+    """Is the nest at ``site`` in its final shape (its innermost loop vectorized)? The search
+    moves an epilogue into a producer (``reverse_compute_at``) only then: the move breaks the
+    perfect nest that tiling and reordering need, so it is a finishing move."""
+    node = node_at(program, site.path)
+    while isinstance(node, A.Loop) and len(node.body) == 1 and isinstance(node.body[0], A.Loop):
+        node = node.body[0]
+    return isinstance(node, A.Loop) and node.kind == "vectorized"
+
+
 def actions(program: A.Program, target: str = "cpu", seed: int = 0,
             strategies: Iterable[str] | None = None) -> list[Candidate]:
     """Every legal, non-trivial action at ``program`` in a deterministic order (registry order,
@@ -273,6 +283,8 @@ def actions(program: A.Program, target: str = "cpu", seed: int = 0,
     out: list[Candidate] = []
     for c in cands:
         if c.strategy == "loop_collapse" and collapse_reason(program, c.site) is None:
+            continue
+        if c.strategy == "reverse_compute_at" and not _finished_nest(program, c.site):
             continue
         if c.text not in seen:
             seen.add(c.text)
