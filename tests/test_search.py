@@ -224,6 +224,18 @@ def test_an_epilogue_moves_into_its_producer_only_once_the_producer_is_vectorize
     assert offered(" vectorized") == [{"at": "i"}]
 
 
+def test_cost_model_reads_an_epilogue_inside_its_producers_tile_from_cache():
+    from steptp.search import cost_model as cm
+
+    head = ("kernel f32 mmb(A[256,256], B[256,256], C[256]) -> D[256,256]\n T0[256,256]\n")
+    mm = "T0[i*16+l,j] += A[i*16+l,k] * B[k,j]"
+    apart = parse(head + f" for i in 16, k in 256, l in 16, j in 256 vectorized:\n  {mm}\n"
+                  " D[i,j] = T0[i,j] + C[j]\n")
+    inside = parse(head + f" for i in 16:\n  for k in 256, l in 16, j in 256 vectorized:\n   {mm}\n"
+                   "  for l in 16, j in 256:\n   D[i*16+l,j] = T0[i*16+l,j] + C[j]\n")
+    assert cm.predict(inside) < cm.predict(apart)
+
+
 def test_cost_model_reads_a_collapsed_subscript_pair_as_one_unit_stride_dimension():
     from steptp.search import cost_model as cm
 
