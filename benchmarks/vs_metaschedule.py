@@ -176,7 +176,8 @@ def main() -> None:
                "torch_1_s": ts[4].median_s if len(ts) > 4 and ts[4] else float("nan"),
                "ours_wall_s": ours_wall, "ms_wall_s": ms_wall, "ms_reused": reused,
                "measurements": res.measurements, "search_s": res.wall_s,
-               "curve": res.curve, "strategies": res.trajectory.strategies}
+               "curve": res.curve, "strategies": res.trajectory.strategies,
+               "final_leir": res.trajectory.final_leir}
         rows.append(row)
         ms_col = f"{ms_wall:5.0f}" + ("r" if reused else " ")
         print(f"{name:24s} {row['baseline_s']*1e3:9.4g} {ours*1e3:9.4g} {ms_s*1e3:9.4g} "

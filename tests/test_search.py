@@ -163,8 +163,8 @@ def test_action_space_offers_register_tilings_of_a_reduction():
     mm = parse("kernel f32 mm(A[64,64], B[64,64]) -> C[64,64]\n C[i,j] += A[i,k] * B[k,j]\n")
     tiles = sorted(tuple(c.params["factors"]) for c in actions(mm)
                    if c.strategy == "loop_tiling" and c.params.get("point") == "inner")
-    # rows 2..16, columns half a vector register (8 f32) to four of them, below 64
-    assert tiles == sorted((r, c) for r in (2, 4, 8, 16) for c in (8, 16, 32))
+    # rows 2..16, columns half a vector register (8 f32) to four of them (64: the whole row)
+    assert tiles == sorted((r, c) for r in (2, 4, 8, 16) for c in (8, 16, 32, 64))
     ew = parse("kernel f32 ew(A[64,64]) -> B[64,64]\n B[i,j] = A[i,j] + 1.0\n")
     assert not [c for c in actions(ew) if c.params.get("point") == "inner"]
 
@@ -176,12 +176,77 @@ def test_register_tiles_of_a_row_no_vector_divides_use_a_partial_register():
     # a vector LLVM splits badly, so it is not offered
     assert column_tiles(56, 16) == [8, 14]
     assert column_tiles(512, 16) == [8, 16, 32, 64]
-    assert column_tiles(12, 16) == []
+    assert column_tiles(12, 16) == [12]     # one masked register: the row is its own column
+    assert column_tiles(16, 16) == [8, 16]
+    assert column_tiles(4, 16) == []
     conv = parse("kernel f32 c(E[8,58], B[16,8,3]) -> F[16,56]\n"
                  " F[j,l] += E[m,l+o] * B[j,m,o]\n")
     cols = {c.params["factors"][1] for c in actions(conv)
             if c.strategy == "loop_tiling" and c.params.get("point") == "inner"}
     assert cols == {8, 14}
+
+
+def test_collapse_is_offered_where_whole_registers_divide_the_collapsed_row_only():
+    from steptp.search.space import actions, collapse_reason
+    from steptp.strategies import Site
+
+    def offered(text):
+        return [c.site.loops for c in actions(parse(text)) if c.strategy == "loop_collapse"]
+
+    # a 1x1 conv of 12-wide rows: 12 f32 is no whole AVX-512 register, 6x12 = 72 is not
+    # either, 8x12 = 96 is six
+    pw = "kernel f32 pw(A[8,{h},12], B[4,8]) -> C[4,{h},12]\n C[j,k,l] += A[m,k,l] * B[j,m]\n"
+    assert offered(pw.format(h=8)) == [("k", "l")]
+    assert offered(pw.format(h=6)) == []
+    # rows of 16 already fill a register; a padded 3-wide conv row walks a wider input row, so
+    # the collapsed loop would not be contiguous in it
+    assert offered("kernel f32 r(A[8,16]) -> B[8,16]\n B[i,j] = A[i,j] * 2.0\n") == []
+    assert offered("kernel f32 c(E[8,8,14], B[4,8,3]) -> F[4,8,12]\n"
+                   " F[j,k,l] += E[m,k,l+o] * B[j,m,o]\n") == []
+    # parallel balance: 3 rows over 2 cores (a core idles a third of the time), 3 x 6 = 18 do not
+    three = parse("kernel f32 t(A[3,6]) -> B[3,6]\n for i in 3, j in 6:\n  B[i,j] = A[i,j] + 1.0\n")
+    site = Site.make([0], ["i", "j"])
+    assert collapse_reason(three, site, cores=2) == "parallel"
+    assert collapse_reason(three, site, cores=3) is None
+
+
+def test_an_epilogue_moves_into_its_producer_only_once_the_producer_is_vectorized():
+    from steptp.search.space import actions
+
+    text = ("kernel f32 mmb(A[8,16], B[16,32], C[32]) -> D[8,32]\n T0[8,32]\n"
+            " for i in 2, k in 16, l in 4, j in 32{v}:\n  T0[i*4+l,j] += A[i*4+l,k] * B[k,j]\n"
+            " D[i,j] = T0[i,j] + C[j]\n")
+
+    def offered(v):
+        return [c.params for c in actions(parse(text.format(v=v))) if c.strategy == "reverse_compute_at"]
+
+    assert offered("") == []
+    assert offered(" vectorized") == [{"at": "i"}]
+
+
+def test_cost_model_reads_an_epilogue_inside_its_producers_tile_from_cache():
+    from steptp.search import cost_model as cm
+
+    head = ("kernel f32 mmb(A[256,256], B[256,256], C[256]) -> D[256,256]\n T0[256,256]\n")
+    mm = "T0[i*16+l,j] += A[i*16+l,k] * B[k,j]"
+    apart = parse(head + f" for i in 16, k in 256, l in 16, j in 256 vectorized:\n  {mm}\n"
+                  " D[i,j] = T0[i,j] + C[j]\n")
+    inside = parse(head + f" for i in 16:\n  for k in 256, l in 16, j in 256 vectorized:\n   {mm}\n"
+                   "  for l in 16, j in 256:\n   D[i*16+l,j] = T0[i*16+l,j] + C[j]\n")
+    assert cm.predict(inside) < cm.predict(apart)
+
+
+def test_cost_model_reads_a_collapsed_subscript_pair_as_one_unit_stride_dimension():
+    from steptp.search import cost_model as cm
+
+    text = ("kernel f32 pw(A[8,8,12], B[4,8]) -> C[4,8,12]\n"
+            " for j in 4, x in 6, m in 8, xi in 16{v}:\n"
+            "  C[j,(x*16+xi)//12,(x*16+xi)%12] += A[m,(x*16+xi)//12,(x*16+xi)%12] * B[j,m]\n")
+    vec, ser = parse(text.format(v=" vectorized")), parse(text.format(v=""))
+    f = cm.features(vec)
+    assert f[cm.FEATURE_NAMES.index("vector_lanes")] == 16.0
+    assert f[cm.FEATURE_NAMES.index("inner_strided")] == 0.0
+    assert cm.predict(vec) < cm.predict(ser)
 
 
 def test_unrolling_copies_of_a_long_serial_loop_are_bounded():

@@ -49,7 +49,8 @@ CUMSUM = parse(examples.text("cumsum"))
 # ============================================================================ registry
 def test_registry_vocabulary_and_metadata():
     names = S.names()
-    for n in ("loop_split", "loop_tiling", "loop_reorder", "loop_fusion", "loop_unrolling",
+    for n in ("loop_split", "loop_tiling", "loop_reorder", "loop_fusion", "loop_collapse",
+              "loop_unrolling", "reverse_compute_at",
               "loop_parallelization", "loop_vectorization", "loop_binding",
               "reduction_factorization", "compute_at"):
         assert n in names
@@ -272,6 +273,31 @@ def test_tiling_point_loops_inner_makes_a_register_tile_of_a_reduction():
 
 
 
+def test_tiling_point_inner_with_a_whole_loop_as_the_column():
+    """A 16-wide row is one vector register: the tile's column is the whole row (factor = its
+    extent, not split), the rows split below the reduction."""
+    from steptp.measure.verify import verify
+
+    p = P("""
+        kernel c(E: f32[8,4,18], B: f32[8,8,3]) -> F: f32[8,4,16]
+          for j in 8, k in 4, l in 16, m in 8, o in 3:
+            F[j,k,l] += E[m,k,l+o] * B[j,m,o]
+    """)
+    got = S.apply(p, "loop_tiling", {"path": [0], "loops": ["j", "k", "l", "m", "o"]},
+                  {"loops": ["j", "l"], "factors": [4, 16], "point": "inner"})
+    assert format_program(got) == T("""
+        kernel c(E: f32[8,4,18], B: f32[8,8,3]) -> F: f32[8,4,16]
+          for j_o in 2, k in 4, m in 8, o in 3, j_i in 4, l in 16:
+            F[j_o*4+j_i,k,l] += E[m,k,l+o] * B[j_o*4+j_i,m,o]
+    """)
+    assert verify(got, p, exactness="reassociation", seeds=(0,)).passed
+    site = {"path": [0], "loops": ["j", "k", "l", "m", "o"]}
+    assert "that is a loop_reorder" in refusal(
+        p, "loop_tiling", site, {"loops": ["j", "l"], "factors": [8, 16], "point": "inner"})
+    assert "must be in [2, 15]" in refusal(p, "loop_tiling", site,
+                                           {"loops": ["k", "l"], "factors": [2, 16]})
+
+
 def test_tiling_point_inner_tiles_two_loops_apart():
     cv = P("""
         kernel cv(A: f32[4,10,10], W: f32[8,4,3,3]) -> C: f32[8,8,8]
@@ -351,6 +377,138 @@ def test_fusion_refuses_a_backward_read():
               for i in 4:
                 C[i] = A[i]
         """), "loop_fusion", {"path": [0], "loops": ["i", "i"]}, {})
+
+
+# ============================================================================ collapse
+POINTWISE = P("""
+    kernel pw(A: f32[8,6,12], B: f32[4,8]) -> C: f32[4,6,12]
+      for j in 4, k in 6, l in 12, m in 8:
+        C[j,k,l] += A[m,k,l] * B[j,m]
+""")
+
+
+def test_collapse_fuses_a_perfect_nest_into_one_loop_and_verifies_in_tvm():
+    from steptp.measure.verify import verify
+
+    got = S.apply(POINTWISE, "loop_collapse", {"path": [0, 0], "loops": ["k", "l"]}, {})
+    assert format_program(got) == T("""
+        kernel pw(A: f32[8,6,12], B: f32[4,8]) -> C: f32[4,6,12]
+          for j in 4, k_l in 72, m in 8:
+            C[j,k_l//12,k_l%12] += A[m,k_l//12,k_l%12] * B[j,m]
+    """)
+    r = verify(got, POINTWISE, exactness="exact", seeds=(0, 1))
+    assert r.passed, r.reason
+    # the collapsed loop is one unit-stride row of 72: split by a whole register and vectorized
+    # (the subscript pair reads as one dimension, so no dependence blocks either step)
+    split = S.apply(got, "loop_split", {"path": [0, 0], "loops": ["k_l"]}, {"factor": 8})
+    inner = S.apply(split, "loop_reorder", {"path": [0, 0], "loops": ["k_l_o", "k_l_i", "m"]},
+                    {"order": ["k_l_o", "m", "k_l_i"]})
+    vec = S.apply(inner, "loop_vectorization", {"path": [0, 0, 0, 0], "loops": ["k_l_i"]}, {})
+    assert "k_l_i in 8 vectorized" in format_program(vec)
+    par = S.apply(got, "loop_parallelization", {"path": [0, 0], "loops": ["k_l"]}, {})
+    r = verify(vec, POINTWISE, exactness="exact", seeds=(0,))
+    assert r.passed, r.reason
+    assert verify(par, POINTWISE, exactness="exact", seeds=(0,)).passed
+
+
+def test_collapse_refusals():
+    assert "does not hold exactly one loop" in refusal(
+        PRODUCER_CONSUMER, "loop_collapse", {"path": [0], "loops": ["i", "j"]}, {})
+    assert "is m, not l" in refusal(POINTWISE, "loop_collapse",
+                                    {"path": [0, 0, 0], "loops": ["l", "l"]}, {})
+    assert "no loop at path" in refusal(POINTWISE, "loop_collapse", {"path": [3], "loops": []}, {})
+    vec = S.apply(ELEMENTWISE, "loop_vectorization", {"path": [0, 0], "loops": ["j"]}, {})
+    assert "already vectorized" in refusal(vec, "loop_collapse",
+                                           {"path": [0], "loops": ["i", "j"]}, {})
+    one = P("""
+        kernel one(A: f32[1,8]) -> B: f32[1,8]
+          for i in 1, j in 8:
+            B[i,j] = A[i,j]
+    """)
+    assert "extent 1" in refusal(one, "loop_collapse", {"path": [0], "loops": ["i", "j"]}, {})
+    # j is spatial, m a reduction axis of the same statement
+    assert "m is a reduction axis of `C[j,k,l] += A[m,k,l] * B[j,m]` and l is not" in refusal(
+        POINTWISE, "loop_collapse", {"path": [0, 0, 0], "loops": ["l", "m"]}, {})
+
+
+def test_collapse_keeps_a_carried_dependence_visible():
+    """B[i,j+1] = B[i,j] runs along each row: after collapsing, the subscript pairs still say
+    that iteration x writes what x+1 reads, so the collapsed loop is not parallelized."""
+    scan = P("""
+        kernel scan(A: f32[4,5]) -> B: f32[4,5]
+          for i in 4, j in 4:
+            B[i,j+1] = B[i,j] + A[i,j]
+    """)
+    rows = P("""
+        kernel rows(A: f32[4,5]) -> B: f32[4,5]
+          for i in 4, j in 5:
+            B[i,j] = A[i,j] * 2.0
+    """)
+    got = S.apply(scan, "loop_collapse", {"path": [0], "loops": ["i", "j"]}, {})
+    assert "carries a read-after-write dependence on B" in refusal(
+        got, "loop_parallelization", {"path": [0], "loops": ["i_j"]}, {})
+    ok = S.apply(rows, "loop_collapse", {"path": [0], "loops": ["i", "j"]}, {})
+    assert S.check(ok, "loop_parallelization", {"path": [0], "loops": ["i_j"]}, {}).ok
+
+
+# ============================================================================ reverse compute_at
+MATMUL_BIAS = P("""
+    kernel mmb(A: f32[8,16], B: f32[16,8], C: f32[8]) -> D: f32[8,8]
+      T0: f32[8,8]
+      for i_o in 2, j in 8, k in 16, i_i in 4:
+        T0[i_o*4+i_i,j] += A[i_o*4+i_i,k] * B[k,j]
+      for i in 8, j in 8:
+        D[i,j] = T0[i,j] + C[j]
+""")
+
+
+def test_reverse_compute_at_runs_the_epilogue_on_each_finished_tile():
+    from steptp.measure.verify import verify
+
+    site = {"path": [0], "loops": ["i_o", "j", "k", "i_i"]}
+    assert [c.params for c in S.candidates(MATMUL_BIAS, "reverse_compute_at", seed=None)] == \
+        [{"at": "i_o"}, {"at": "j"}]     # k is the reduction: nothing is complete above it
+    got = S.apply(MATMUL_BIAS, "reverse_compute_at", site, {"at": "i_o"})
+    assert format_program(got) == T("""
+        kernel mmb(A: f32[8,16], B: f32[16,8], C: f32[8]) -> D: f32[8,8]
+          T0: f32[8,8]
+          for i_o in 2:
+            for j in 8, k in 16, i_i in 4:
+              T0[i_o*4+i_i,j] += A[i_o*4+i_i,k] * B[k,j]
+            for j in 8, i_i in 4:
+              D[i_o*4+i_i,j] = T0[i_o*4+i_i,j] + C[j]
+    """)
+    r = verify(got, MATMUL_BIAS, exactness="exact", seeds=(0, 1))
+    assert r.passed, r.reason
+
+
+def test_reverse_compute_at_refusals():
+    site = {"path": [0], "loops": ["i_o", "j", "k", "i_i"]}
+    assert "k is a reduction axis" in refusal(MATMUL_BIAS, "reverse_compute_at", site, {"at": "k"})
+    assert "`at` must name a loop" in refusal(MATMUL_BIAS, "reverse_compute_at", site,
+                                              {"at": "i_i"})
+    transposed = P("""
+        kernel t(A: f32[8,16], B: f32[16,8]) -> D: f32[8,8]
+          T0: f32[8,8]
+          for i in 8, j in 8, k in 16:
+            T0[i,j] += A[i,k] * B[k,j]
+          for i in 8, j in 8:
+            D[i,j] = T0[j,i] * 2.0
+    """)
+    assert "exactly at the element it writes" in refusal(
+        transposed, "reverse_compute_at", {"path": [0], "loops": ["i", "j", "k"]}, {"at": "i"})
+    # the producer writes each row twice (a sum over r, in two halves that overlap): an
+    # iteration of i does not finish its elements
+    twice = P("""
+        kernel tw(A: f32[8,8]) -> D: f32[4,8]
+          T0: f32[4,8]
+          for i in 8, j in 8:
+            T0[i//2,j] = A[i,j]
+          for i in 4, j in 8:
+            D[i,j] = T0[i,j] + 1.0
+    """)
+    assert "each element of T0 once" in refusal(
+        twice, "reverse_compute_at", {"path": [0], "loops": ["i", "j"]}, {"at": "i"})
 
 
 # ============================================================================ kinds

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE, affine
+from ..strategies._ir import layout_forms
 
 FREQ = 2.5e9                 # cycles per second
 SCALAR_OPS_PER_CYCLE = 2.0   # scalar float ops per cycle (one core)
@@ -137,12 +138,12 @@ class _Access:
         self.tensor = tensor
         self.write = write
         self.itemsize = ITEMSIZE.get(tensor.dtype, 4)
-        self.forms = [affine(e) for e in index]
-        dims = _strides(tensor.shape)
+        # a collapsed pair of subscripts (i//M, i%M over a dimension of M) is one dimension
+        self.forms, self.shape, opaque = layout_forms(index, tensor.shape)
+        dims = _strides(self.shape)
         self.stride: dict[str, float] = {}
-        self.affine = all(f is not None for f in self.forms)
-        self.opaque_vars = {v for f, e in zip(self.forms, index) if f is None
-                            for v in A.free_vars(e)}
+        self.affine = not opaque
+        self.opaque_vars = {v for e in opaque for v in A.free_vars(e)}
         for f, ds in zip(self.forms, dims):
             if f is None:
                 continue
@@ -157,7 +158,7 @@ class _Access:
 
     def footprint(self, inner: dict[str, int]) -> float:
         """Bytes of cache lines touched while the loops in ``inner`` run (others fixed)."""
-        shape = self.tensor.shape
+        shape = self.shape
         if not shape:
             return LINE
         spans = []
@@ -194,7 +195,36 @@ class Estimate:
     feats: dict
 
 
-def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool) -> Estimate:
+def _warm(stmts: list[_Stmt], program: A.Program) -> list[frozenset]:
+    """Per statement, the tensors it reads that an earlier statement writes inside a loop both
+    share, in pieces (the tensor over the shared loops' iterations) that fit half of L2: the
+    consumer reads them from cache, not memory (an epilogue moved into its producer's tile)."""
+    out = []
+    for k, st in enumerate(stmts):
+        warm = set()
+        reads = {ld.tensor for ld in A.loads(st.stmt.value)}
+        for prev in stmts[:k]:
+            t = prev.stmt.tensor
+            if t not in reads or t not in program.tensors:
+                continue
+            shared = 0
+            for a, b in zip(prev.loops, st.loops):
+                if a is not b:
+                    break
+                shared += 1
+            if not shared:
+                continue
+            tt = program.tensors[t]
+            piece = math.prod(tt.shape or (1,)) * ITEMSIZE.get(tt.dtype, 4) / \
+                math.prod(lp.extent for lp in st.loops[:shared])
+            if piece <= L2_BYTES / 2:
+                warm.add(t)
+        out.append(frozenset(warm))
+    return out
+
+
+def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
+                   warm: frozenset = frozenset()) -> Estimate:
     s, loops = st.stmt, list(st.loops)
     tensors = program.tensors
     accs = [_Access(tensors[t], idx, w) for t, idx, w in _accesses(s) if t in tensors]
@@ -261,24 +291,26 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool) 
     in_regs = reg_tile is not None and reg_tile[1] <= REGISTERS - 4
     red_depth = max((d for d, lp in enumerate(loops) if lp.var in red_axes), default=-1)
 
-    def traffic(capacity: float) -> float:
+    def traffic(capacity: float, skip: frozenset = frozenset()) -> float:
         for d in range(0, len(loops) + 1):
             inner_ext = {lp.var: lp.extent for lp in loops[d:]}
             by_tensor: dict[str, float] = {}
             for a in accs:
                 if in_regs and d > red_depth and a.tensor.name == s.tensor:
                     continue  # the accumulator tile lives in registers inside the reduction
+                if a.tensor.name in skip and not a.write:
+                    continue  # produced just before, in the same loop iteration: in cache
                 by_tensor[a.tensor.name] = max(by_tensor.get(a.tensor.name, 0.0),
                                                a.footprint(inner_ext))
             fp = sum(by_tensor.values())
             if fp <= capacity:
                 return float(math.prod(ext[:d])) * fp
-        return iters * LINE * len(accs)
+        return iters * LINE * len([a for a in accs if not (a.tensor.name in skip and not a.write)])
 
     l1 = traffic(L1_BYTES)
-    l2 = traffic(L2_BYTES)
+    l2 = traffic(L2_BYTES, warm)
     dram_total = sum(float(math.prod(a.tensor.shape or (1,))) * a.itemsize for a in accs)
-    dram = max(traffic(L3_BYTES), 0.0)
+    dram = max(traffic(L3_BYTES, warm), 0.0)
     mem = (l1 / (BW_L2 * threads) + l2 / (BW_L3 * threads)
            + dram / (BW_DRAM * min(threads, 2) * 1.5 if threads > 1 else BW_DRAM))
     # every access also costs a load/store slot; vector accesses move `lanes` elements at once
@@ -354,14 +386,14 @@ _STMT_MEMO_SIZE = 16384
 
 
 def _stmt_estimate_memo(program: A.Program, tensors_key: tuple, st: _Stmt, cores: int,
-                        optimistic: bool) -> Estimate:
+                        optimistic: bool, warm: frozenset = frozenset()) -> Estimate:
     key = (st.stmt, tuple((lp.var, lp.extent, lp.kind) for lp in st.loops), st.guards,
-           tensors_key, cores, optimistic)
+           tensors_key, cores, optimistic, warm)
     hit = _STMT_MEMO.get(key)
     if hit is not None:
         _STMT_MEMO.move_to_end(key)
         return hit
-    est = _stmt_estimate(program, st, cores, optimistic)
+    est = _stmt_estimate(program, st, cores, optimistic, warm)
     _STMT_MEMO[key] = est
     if len(_STMT_MEMO) > _STMT_MEMO_SIZE:
         _STMT_MEMO.popitem(last=False)
@@ -371,7 +403,9 @@ def _stmt_estimate_memo(program: A.Program, tensors_key: tuple, st: _Stmt, cores
 def _estimate(program: A.Program, optimistic: bool = False, cores: int | None = None) -> Estimate:
     cores = cores or _cores()
     tk = (program.inputs, program.outputs, program.intermediates)
-    ests = [_stmt_estimate_memo(program, tk, st, cores, optimistic) for st in _statements(program)]
+    stmts = _statements(program)
+    ests = [_stmt_estimate_memo(program, tk, st, cores, optimistic, w)
+            for st, w in zip(stmts, _warm(stmts, program))]
     if not ests:
         return Estimate(1e-7, 0, 0, 0, 0, 0, {})
     total = sum(e.seconds for e in ests) + 2e-7

@@ -17,7 +17,10 @@ measured times.
   the best score the cost model expects after up to ``lookahead_depth - 1`` finishing moves
   (``Search.lookahead``), so an enabling step is measured before a look-alike dead end; at
   most ``lookahead_limit`` states are expanded that way per search (a count, not a clock, so
-  a rerun decides the same).
+  a rerun decides the same). An enabling move (``ENABLING``: ``loop_collapse``) whose best
+  register tile, vectorized, the cost model scores ``PROMOTE_MARGIN`` better than the state's
+  own best is measured first, followed by that tile and its vectorization (each a recorded
+  step): alone it measures slower than its parent and would never stay in the beam.
 * :class:`MCTS` — UCT over measured states with progressive widening (a node with ``n`` visits
   has at most ``ceil(widen * n ** alpha)`` children, opened in rank order). Reward: log speedup
   over the unscheduled kernel, normalized by the best so far; a failed or timed-out candidate is
@@ -36,6 +39,7 @@ import zlib
 from typing import Optional
 
 from .run import Node, Search
+from .space import finished_tilings
 
 
 class Policy:
@@ -110,6 +114,19 @@ def _best_open(s: Search, exclude: Optional[Node] = None) -> Optional[Node]:
     return None
 
 
+#: moves that pay only through what they enable; ``Beam`` measures them early when the cost
+#: model expects the register tiles after them to beat those before them
+ENABLING = ("loop_collapse",)
+PROMOTE_MARGIN = 0.1   # log-score: the finished tiles after the move must be ~10% faster
+FOLLOW_THROUGH = ("loop_tiling", "loop_vectorization")   # measured after a promoted move
+
+
+def _finished_score(s: Search, program) -> float:
+    """The best cost-model score of ``program`` and its finished register tiles."""
+    progs = [program] + finished_tilings(program)
+    return min(s.ranker.scores(progs))
+
+
 class Beam(Policy):
     name = "beam"
 
@@ -141,12 +158,64 @@ class Beam(Policy):
         r[head_at:head_at + len(head)] = [head[i] for i in order]
         n.lookahead = {head[i].text: vals[i] for i in range(len(head))}
 
+    def _promote(self, s: Search, n: Node) -> None:
+        """Move the enabling moves of ``n`` (``ENABLING``) that the cost model expects to pay
+        two steps on to the front of its untried actions (once per state): a collapse is
+        worth what the register tiles it makes possible are worth, and measured alone it
+        looks like a no-op. Kept only when its best finished tile beats the best finished
+        tile of ``n`` itself by ``PROMOTE_MARGIN``."""
+        if n.text in self._promoted:
+            return
+        self._promoted.add(n.text)
+        r = s.ranked(n)
+        at = n.next_untried
+        idx = [i for i in range(at, len(r)) if r[i].strategy in ENABLING]
+        if not idx:
+            return
+        base = _finished_score(s, n.program)
+        wins = []
+        for i in idx:
+            sc = _finished_score(s, r[i].program)
+            if sc < base - PROMOTE_MARGIN:
+                wins.append((sc, i))
+        if not wins:
+            return
+        wins.sort()
+        moved = [r[i] for _, i in wins]
+        self._enablers.update(c.text for c in moved)
+        keep = [c for k, c in enumerate(r[at:], at) if k not in {i for _, i in wins}]
+        r[at:] = moved + keep
+
+    def _follow_through(self, s: Search, n: Node) -> list[Node]:
+        """After a promoted enabling move: measure the cost model's best register tile of the
+        new state, then the best vectorization of that (``FOLLOW_THROUGH``), each an ordinary
+        recorded step; the states measured on the way."""
+        out: list[Node] = []
+        for strategy in FOLLOW_THROUGH:
+            if s.done:
+                break
+            cands = [c for c in s.untried(n) if c.strategy == strategy
+                     and (strategy != "loop_tiling" or c.params.get("point") == "inner")]
+            if not cands:
+                break
+            sc = s.ranker.scores([c.program for c in cands])
+            best = cands[min(range(len(cands)), key=lambda k: (sc[k], k))]
+            ch = s.evaluate(n, best)
+            if ch is None:
+                break
+            out.append(ch)
+            n = ch
+        return out
+
     def run(self, s: Search) -> None:
+        self._promoted: set[str] = set()
+        self._enablers: set[str] = set()
         frontier: list[Node] = [s.root]
         for _level in range(self.depth):
             if s.done:
                 return
             for n in frontier:
+                self._promote(s, n)
                 self._look(s, n)
             # the best-ranked untried actions over the frontier, at most per_node per state so
             # that every state of the beam is explored
@@ -185,6 +254,8 @@ class Beam(Policy):
                     ch = s.evaluate(n, c)
                     if ch is not None:
                         new.append(ch)
+                        if c.text in self._enablers:
+                            new.extend(self._follow_through(s, ch))
             cand_nodes = list(dict.fromkeys(new + frontier))
             cand_nodes.sort(key=lambda n: (n.key, n.depth))
             # lazily: ``untried`` expands and ranks a state's actions (seconds on a large

@@ -20,7 +20,8 @@ from typing import Iterable
 
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE, affine
-from ..strategies._ir import band
+from ..strategies._ir import band, enclosing_loops, iter_stmts, layout_forms, node_at
+from .cost_model import _cores
 from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
 
 LONG_BAND = 4   # bands with more loops than this get the structured reorders
@@ -123,7 +124,8 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
         lhs_vars = {v for e in stmt.index for v in _vars(e)}
         lanes = max(1, VECTOR_BYTES // ITEMSIZE.get(program.tensors[stmt.tensor].dtype, 4))
         # the column loop: the one the output is unit-stride in (it becomes the vector loop)
-        unit = [lp for lp in loops if lp.var in lhs_vars and _unit_stride(stmt, lp.var)]
+        shape = program.tensors[stmt.tensor].shape
+        unit = [lp for lp in loops if lp.var in lhs_vars and _unit_stride(stmt, lp.var, shape)]
         if not unit:
             continue
         b = unit[-1]
@@ -132,11 +134,29 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
                 continue
             for fb in column_tiles(b.extent, lanes):
                 for fa in ROW_TILES:
-                    if a.extent % fa or fa >= a.extent:
+                    if a.extent % fa or fa > a.extent:
                         continue
                     _offer(out, s, program, site,
                            {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"},
                            base, existing)
+    return out
+
+
+def finished_tilings(program: A.Program) -> list[A.Program]:
+    """The register tilings the search offers at ``program`` (``loop_tiling``, point loops
+    inner), each with its innermost point loop vectorized where that is legal: what an enabling
+    move (``loop_collapse``) is worth to the cost model two steps on."""
+    out: list[A.Program] = []
+    vec = get("loop_vectorization")
+    for c in _register_tilings(program, set()):
+        out.append(c.program)
+        col = c.params["loops"][1]   # the column's point loop: itself, or ``_split``'s col_i
+        for p, lp in iter_stmts(c.program.body):
+            if isinstance(lp, A.Loop) and (lp.var == col or lp.var.startswith(col + "_i")) \
+                    and all(isinstance(b, A.Assign) for b in lp.body):
+                site = Site.make(p, [lp.var])
+                if vec.check(c.program, site, {}).ok:
+                    out.append(vec.rewrite(c.program, site, {}))
     return out
 
 
@@ -145,15 +165,19 @@ def column_tiles(extent: int, lanes: int) -> list[int]:
     registers, and the divisors that fill one register partly (half to all of its lanes; e.g.
     14 of 16 lanes when the row has 56 elements and 16 does not divide it). Widths that are
     neither leave LLVM a vector it splits badly (a 28-wide f32 loop ran 15x slower than 14 on
-    a 56-wide conv row), so they are not offered."""
+    a 56-wide conv row), so they are not offered. A row that is itself such a width is its own
+    column (the whole loop becomes the point loop: a 16-wide f32 row is one register)."""
     partial = [d for d in range(max(2, lanes // 2), lanes) if extent % d == 0]
     whole = [k * lanes for k in (1, 2, 4) if extent % (k * lanes) == 0]
-    return [f for f in sorted(set(partial + whole)) if f < extent]
+    return [f for f in sorted(set(partial + whole)) if f <= extent]
 
 
-def _unit_stride(stmt: A.Assign, var: str) -> bool:
-    """Does ``var`` index the last dimension of the output with coefficient 1 (and no other)?"""
-    forms = [affine(e) for e in stmt.index]
+def _unit_stride(stmt: A.Assign, var: str, shape: tuple[int, ...] | None = None) -> bool:
+    """Does ``var`` index the last dimension of the output with coefficient 1 (and no other)?
+    With the output's ``shape``, a collapsed pair ``x//M, x%M`` over a last dimension of ``M``
+    counts as one dimension indexed by ``x``."""
+    forms = layout_forms(stmt.index, shape)[0] if shape is not None \
+        else [affine(e) for e in stmt.index]
     if not forms or any(f is None for f in forms):
         return False
     return forms[-1][0].get(var) == 1 and all(var not in f[0] for f in forms[:-1])
@@ -171,6 +195,84 @@ def _vars(e) -> set[str]:
     return set(A.free_vars(e))
 
 
+def collapse_reason(program: A.Program, site: Site, cores: int | None = None) -> str | None:
+    """Why the search offers ``loop_collapse`` of the nest ``a, b`` at ``site`` (None: it
+    does not). Two rules, neither keyed on a shape:
+
+    * **vector**: ``b`` is the unit-stride loop of every access below it that uses ``a`` or
+      ``b`` (the last subscript is ``b`` plus loops of extent one, the one before it ``a`` plus
+      such loops, over dimensions of ``b``'s and any extent), so the collapsed loop walks memory
+      contiguously; and whole vector registers divide the collapsed extent but not ``b``'s
+      (a 56-wide row is 3 1/2 AVX-512 registers, 56x56 is 196 of them);
+    * **parallel**: ``a`` is an outermost loop that writes a different element in each
+      iteration (it is a spatial loop of every statement below), its extent is not a multiple
+      of the cores and below ``PARALLEL_WORK`` per core, and the collapsed extent is either a
+      multiple of the cores or at least ``PARALLEL_WORK`` per core (better balance).
+    """
+    outer = node_at(program, site.path)
+    if not isinstance(outer, A.Loop) or len(outer.body) != 1 or not isinstance(outer.body[0], A.Loop):
+        return None
+    inner = outer.body[0]
+    a, b = outer.var, inner.var
+    stmts = [s for _, s in iter_stmts(inner.body) if isinstance(s, A.Assign)]
+    if not stmts:
+        return None
+    unit_ext = {lp.var for _, lp in iter_stmts(inner.body) if isinstance(lp, A.Loop) and lp.extent == 1}
+    if _vector_collapse(program, stmts, a, b, outer.extent, inner.extent, unit_ext):
+        return "vector"
+    cores = cores or _cores()
+    if (not enclosing_loops(program, site.path) and outer.extent % cores
+            and outer.extent < PARALLEL_WORK * cores
+            and all(a in _lhs_vars(st) and b in _lhs_vars(st) for st in stmts)):
+        n = outer.extent * inner.extent
+        if n % cores == 0 or n >= PARALLEL_WORK * cores:
+            return "parallel"
+    return None
+
+
+PARALLEL_WORK = 8   # iterations per core below which an outer loop balances poorly
+
+
+def _lhs_vars(st: A.Assign) -> set[str]:
+    return {v for e in st.index for v in A.free_vars(e)}
+
+
+def _vector_collapse(program, stmts, a, b, na, nb, unit_ext) -> bool:
+    lanes = None
+    for st in stmts:
+        if b not in _lhs_vars(st):
+            return False
+        accs = [(st.tensor, st.index)] + [(ld.tensor, ld.index) for ld in A.loads(st.value)]
+        for t, idx in accs:
+            used = {v for e in idx for v in A.free_vars(e)}
+            if not used & {a, b}:
+                continue
+            forms = [affine(e) for e in idx]
+            shape = program.tensors[t].shape
+            if len(idx) < 2 or any(f is None for f in forms[-2:]) or shape[-1] != nb:
+                return False
+            last, prev = forms[-1][0], forms[-2][0]
+            if last.get(b) != 1 or set(last) - {b} - unit_ext or forms[-1][1] != 0:
+                return False
+            if prev.get(a) != 1 or set(prev) - {a} - unit_ext or forms[-2][1] != 0:
+                return False
+            if any(f is None or a in f[0] or b in f[0] for f in forms[:-2]):
+                return False
+        n = max(1, VECTOR_BYTES // ITEMSIZE.get(program.tensors[st.tensor].dtype, 4))
+        lanes = n if lanes is None else max(lanes, n)
+    return lanes is not None and nb % lanes != 0 and (na * nb) % lanes == 0
+
+
+def _finished_nest(program: A.Program, site: Site) -> bool:
+    """Is the nest at ``site`` in its final shape (its innermost loop vectorized)? The search
+    moves an epilogue into a producer (``reverse_compute_at``) only then: the move breaks the
+    perfect nest that tiling and reordering need, so it is a finishing move."""
+    node = node_at(program, site.path)
+    while isinstance(node, A.Loop) and len(node.body) == 1 and isinstance(node.body[0], A.Loop):
+        node = node.body[0]
+    return isinstance(node, A.Loop) and node.kind == "vectorized"
+
+
 def actions(program: A.Program, target: str = "cpu", seed: int = 0,
             strategies: Iterable[str] | None = None) -> list[Candidate]:
     """Every legal, non-trivial action at ``program`` in a deterministic order (registry order,
@@ -180,6 +282,10 @@ def actions(program: A.Program, target: str = "cpu", seed: int = 0,
     seen: set[str] = set()
     out: list[Candidate] = []
     for c in cands:
+        if c.strategy == "loop_collapse" and collapse_reason(program, c.site) is None:
+            continue
+        if c.strategy == "reverse_compute_at" and not _finished_nest(program, c.site):
+            continue
         if c.text not in seen:
             seen.add(c.text)
             out.append(c)

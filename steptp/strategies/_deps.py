@@ -9,7 +9,10 @@ one equation; a direction vector is infeasible as soon as one equation has no so
 reals (Banerjee bounds: the extreme values of ``a*x - b*y`` over the polygon the direction cuts
 out of the iteration box) or over the integers (the GCD test). Subscripts that are not affine
 (gathers, ``//``, ``%``) give no equation, so they can only add dependences, never hide one.
-``if`` guards only shrink iteration domains and are ignored, again on the safe side.
+``if`` guards only shrink iteration domains and are ignored, again on the safe side. One
+non-affine shape is understood: a pair of subscripts ``q // M + f, q % M + g`` (a collapsed loop,
+``loop_collapse``) gives the extra equation ``q + M*f + g == index[d]*M + index[d+1]`` of the
+other access, which holds whenever the two touch the same element.
 
 A reduction ``X[i] += e`` reads and writes ``X[i]``; a scalar tensor's single element is touched
 by every instance.
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from ..leir import ast as A
-from ._ir import Affine, Path, affine
+from ._ir import Affine, Path, affine, collapsed_dims
 
 DIRS = ("<", "=", ">")
 
@@ -44,6 +47,7 @@ class Access:
     stmt: Path          # the path of the statement (assignment or if) the access belongs to
     text: str           # for messages, e.g. "T0[i] += ..."
     reduction: bool = False
+    collapsed: tuple[tuple[int, int, Affine], ...] = ()   # collapsed_dims of the subscripts
 
 
 def collect(body: Sequence[A.Stmt], base: Path = (), loops: tuple[LoopRef, ...] = ()) -> list[Access]:
@@ -55,7 +59,8 @@ def collect(body: Sequence[A.Stmt], base: Path = (), loops: tuple[LoopRef, ...] 
     def reads_of(e: object, loops_, path, text) -> None:
         for n in A.walk(e):
             if isinstance(n, A.Load):
-                out.append(Access(n.tensor, tuple(affine(i) for i in n.index), False, loops_, path, text))
+                out.append(Access(n.tensor, tuple(affine(i) for i in n.index), False, loops_, path,
+                                  text, collapsed=_collapsed(n.index)))
 
     for k, s in enumerate(body):
         p = base + (k,)
@@ -70,9 +75,46 @@ def collect(body: Sequence[A.Stmt], base: Path = (), loops: tuple[LoopRef, ...] 
                 reads_of(i, loops, p, text)
             reads_of(s.value, loops, p, text)
             idx = tuple(affine(i) for i in s.index)
+            col = _collapsed(s.index)
             if s.is_reduction:
-                out.append(Access(s.tensor, idx, False, loops, p, text, True))
-            out.append(Access(s.tensor, idx, True, loops, p, text, s.is_reduction))
+                out.append(Access(s.tensor, idx, False, loops, p, text, True, col))
+            out.append(Access(s.tensor, idx, True, loops, p, text, s.is_reduction, col))
+    return out
+
+
+def _collapsed(index) -> tuple[tuple[int, int, Affine], ...]:
+    if all(isinstance(i, (A.Var, A.Const)) for i in index):
+        return ()
+    return tuple(collapsed_dims(index))
+
+
+def _scaled(f: Affine, m: int) -> Affine:
+    return {v: c * m for v, c in f[0].items()}, f[1] * m
+
+
+def _plus(f: Affine, g: Affine) -> Affine:
+    coef = dict(f[0])
+    for v, c in g[0].items():
+        coef[v] = coef.get(v, 0) + c
+    return {v: c for v, c in coef.items() if c}, f[1] + g[1]
+
+
+def _combined(x: Access, d: int, m: int) -> Affine | None:
+    """``x``'s subscripts ``d, d+1`` as ``index[d]*m + index[d+1]`` (an affine form), or None."""
+    for dd, mm, comb in x.collapsed:
+        if dd == d and mm == m:
+            return comb
+    if d + 1 < len(x.index) and x.index[d] is not None and x.index[d + 1] is not None:
+        return _plus(_scaled(x.index[d], m), x.index[d + 1])
+    return None
+
+
+def subscript_pairs(a: Access, b: Access) -> list[tuple[Affine | None, Affine | None]]:
+    """The subscript equations of two accesses of one tensor: one per dimension, plus one per
+    collapsed pair of either (``collapsed_dims``)."""
+    out = list(zip(a.index, b.index))
+    for d, m in dict.fromkeys([(d, m) for d, m, _ in a.collapsed + b.collapsed]):
+        out.append((_combined(a, d, m), _combined(b, d, m)))
     return out
 
 
@@ -98,7 +140,8 @@ def _collect_single(node: A.Stmt, path: Path, loops: tuple[LoopRef, ...]) -> lis
     # re-root the statement paths: collect() numbered the node as (0,)
     out = []
     for a in accs:
-        out.append(Access(a.tensor, a.index, a.write, a.loops, path + a.stmt[1:], a.text, a.reduction))
+        out.append(Access(a.tensor, a.index, a.write, a.loops, path + a.stmt[1:], a.text, a.reduction,
+                          a.collapsed))
     return out
 
 
@@ -166,7 +209,7 @@ def feasible(a: Access, b: Access, common: Sequence[tuple[str, str, int]], dirs:
     b_common = {vb for _, vb, _ in common}
     a_ext = {lp.var: lp.extent for lp in a.loops}
     b_ext = {lp.var: lp.extent for lp in b.loops}
-    for fa, fb in zip(a.index, b.index):
+    for fa, fb in subscript_pairs(a, b):
         if fa is None or fb is None:
             continue
         ca, cb = fa[0], fb[0]
@@ -223,6 +266,7 @@ def _access_key(a: Access) -> tuple:
     """What ``feasible`` reads of an access: its tensor, affine subscripts and loop extents."""
     return (a.tensor,
             tuple(None if f is None else (tuple(sorted(f[0].items())), f[1]) for f in a.index),
+            tuple((d, m, tuple(sorted(f[0].items())), f[1]) for d, m, f in a.collapsed),
             tuple((lp.var, lp.extent) for lp in a.loops))
 
 
@@ -263,7 +307,7 @@ def _prepare(a: Access, b: Access, common: Sequence[tuple[str, str, int]]) -> li
     a_ext = {lp.var: lp.extent for lp in a.loops}
     b_ext = {lp.var: lp.extent for lp in b.loops}
     subs = []
-    for fa, fb in zip(a.index, b.index):
+    for fa, fb in subscript_pairs(a, b):
         if fa is None or fb is None:
             continue
         ca, cb = fa[0], fb[0]

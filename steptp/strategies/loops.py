@@ -1,4 +1,4 @@
-"""The loop family: split, tiling, reorder, fusion, unrolling, parallelization, vectorization,
+"""The loop family: split, tiling, reorder, fusion, collapse, unrolling, parallelization, vectorization,
 GPU binding, reduction factorization (rfactor) and compute_at.
 
 Sites name loops by path and variable (``{"path": [0, 1], "loops": ["j"]}``); parameters are small
@@ -20,7 +20,8 @@ from ..leir.printer import format_stmt
 from . import _deps as D
 from ._memo import IdentityMemo
 from ._ir import (Path, affine, affine_expr, all_names, band, chain, enclosing_loops, fresh_name,
-                  fresh_tensor, iter_stmts, node_at, reduction_axes, replace_at, subst_stmt, tensors_read, tensors_written)
+                  fresh_tensor, iter_stmts, node_at, reduction_axes, replace_at, subst_expr,
+                  subst_stmt, tensors_read, tensors_written)
 from .base import OK, Site, Strategy, Verdict, refuse
 from .registry import register
 
@@ -365,7 +366,8 @@ class LoopTiling(Strategy):
                    "`\"point\": \"inner\"` the point loops go below the rest of the band "
                    "(`for i_o, j_o, k, i_i, j_i`: a register tile of a reduction, the multi-level "
                    "tiling of CPU matmul schedules); then the two loops need not be adjacent "
-                   "(`for f, y, x, c` tiled on f, x: `for f_o, y, x_o, c, f_i, x_i`).")
+                   "(`for f, y, x, c` tiled on f, x: `for f_o, y, x_o, c, f_i, x_i`), and one "
+                   "factor may be its loop's whole extent (that loop moves inside unsplit).")
 
     def sites(self, program, analysis=None):
         return _band_sites(program)
@@ -408,18 +410,38 @@ class LoopTiling(Strategy):
             return refuse(f"{names[0]} and {names[1]} are not adjacent loops of the band "
                           f"({', '.join(vars_)}); only point='inner' tiles loops apart"), None
         la, lb = loops[k], loops[kb]
+        # with point='inner' a whole loop may be a point loop (factor = its extent: a 16-wide
+        # row is one vector register, so the column of the tile is the row itself)
+        hi = (lambda lp: lp.extent) if point == "inner" else (lambda lp: lp.extent - 1)
         for lp, f in ((la, factors[0]), (lb, factors[1])):
-            if not isinstance(f, int) or isinstance(f, bool) or not 2 <= f < lp.extent:
-                return refuse(f"tile factor {f} for {lp.var} must be in [2, {lp.extent - 1}]"), None
+            if not isinstance(f, int) or isinstance(f, bool) or not 2 <= f <= hi(lp):
+                return refuse(f"tile factor {f} for {lp.var} must be in [2, {hi(lp)}]"), None
             if lp.extent % f:
                 return refuse(f"tile factor {f} does not divide the extent {lp.extent} of "
                               f"{lp.var} (use loop_split for a guarded split)"), None
+        whole_a, whole_b = factors[0] == la.extent, factors[1] == lb.extent
+        if whole_a and whole_b:
+            return refuse(f"both factors equal the extents of {la.var} and {lb.var}: that is "
+                          f"a loop_reorder"), None
         between = [lp.var for lp in loops[k + 1:kb]]
         rest = [lp.var for lp in loops[kb + 1:]]
         if point == "inner" and not rest:
             return refuse(f"no loop of the band lies below {names[1]}: 'inner' would equal "
                           f"'adjacent'"), None
         pa = tuple(site.path) + (0,) * k
+        if point == "inner" and (whole_a or whole_b):
+            if whole_a:
+                p2, bo, bi = _split(program, pa + (0,) * (1 + len(between)), factors[1])
+                names2 = [la.var, *between, bo, bi, *rest]
+                order = [*between, bo, *rest, la.var, bi]
+            else:
+                p2, ao, ai = _split(program, pa, factors[0])
+                names2 = [ao, ai, *between, lb.var, *rest]
+                order = [ao, *between, *rest, ai, lb.var]
+            v, reassoc = _reorder_analysis(p2, pa, names2, order)
+            if not v.ok:
+                return refuse(f"tiling {names[0]},{names[1]} is illegal: {v.reason}"), None
+            return OK, (p2, pa, names2, order, reassoc)
         p1, ao, ai = _split(program, pa, factors[0])
         # b sits len(between) levels below a's inner half
         p2, bo, bi = _split(p1, pa + (0,) * (2 + len(between)), factors[1])
@@ -526,6 +548,67 @@ class LoopFusion(Strategy):
         fused = A.Loop(var, first.extent, "serial", b1 + b2)
         prog = replace_at(program, p2, [])
         return replace_at(prog, site.path, [fused])
+
+
+@register
+class LoopCollapse(Strategy):
+    name = "loop_collapse"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("Collapse two perfectly nested serial loops `for i in N: for j in M` into one "
+                   "`for i_j in N*M` with i = i_j // M, j = i_j % M (iterations run in the same "
+                   "order). One long loop gives a vector or a parallel loop a length whole "
+                   "registers or cores divide (a 56x56 image row pair is 3136 = 196 x 16 lanes).")
+
+    def sites(self, program, analysis=None):
+        return [Site.make(p, [s.var, s.body[0].var]) for p, s in iter_stmts(program.body)
+                if _collapsible(s)]
+
+    def params(self, program, site, rng=None):
+        return [{}]
+
+    def check(self, program, site, params):
+        outer, v = _loop_site(program, site)
+        if outer is None:
+            return v
+        if len(outer.body) != 1 or not isinstance(outer.body[0], A.Loop):
+            return refuse(f"loop {outer.var} does not hold exactly one loop: only a perfect "
+                          f"nest collapses")
+        inner = outer.body[0]
+        if len(site.loops) > 1 and site.loops[1] != inner.var:
+            return refuse(f"the loop inside {outer.var} is {inner.var}, not {site.loops[1]}")
+        if inner.kind != "serial":
+            return refuse(f"loop {inner.var} is already {inner.kind}")
+        if outer.extent < 2 or inner.extent < 2:
+            return refuse(f"loop {outer.var if outer.extent < 2 else inner.var} has extent 1: "
+                          f"nothing to collapse")
+        # a reduction's axes are the loops absent from its left-hand side: one loop over a
+        # spatial and a reduction axis would be neither (its init would run every iteration)
+        for p, st in iter_stmts(inner.body, tuple(site.path) + (0,)):
+            if isinstance(st, A.Assign) and st.is_reduction:
+                axes = reduction_axes(st, enclosing_loops(program, p))
+                if (outer.var in axes) != (inner.var in axes):
+                    red, sp = (outer, inner) if outer.var in axes else (inner, outer)
+                    return refuse(f"{red.var} is a reduction axis of `{format_stmt(st).strip()}` "
+                                  f"and {sp.var} is not: a collapsed loop would be neither")
+        return OK
+
+    def rewrite(self, program, site, params):
+        outer = node_at(program, site.path)
+        inner = outer.body[0]
+        var = fresh_name(f"{outer.var}_{inner.var}", all_names(program))
+        m = inner.extent
+        x = A.Var(var)
+        sub = {outer.var: A.Binary("//", x, A.const(m)), inner.var: A.Binary("%", x, A.const(m))}
+        body = tuple(subst_stmt(b, sub) for b in inner.body)
+        return replace_at(program, site.path, [A.Loop(var, outer.extent * m, "serial", body)])
+
+
+def _collapsible(s) -> bool:
+    return (isinstance(s, A.Loop) and s.kind == "serial" and len(s.body) == 1
+            and isinstance(s.body[0], A.Loop) and s.body[0].kind == "serial"
+            and s.extent >= 2 and s.body[0].extent >= 2)
 
 
 class _KindChange(Strategy):
@@ -796,6 +879,138 @@ class ReductionFactorization(Strategy):
         nest2 = A.Loop(ki, f, "serial", (final,))
         prog = replace(program, intermediates=program.intermediates + (tmp,))
         return replace_at(prog, site.path, [nest1, nest2])
+
+
+def _nest(node) -> tuple[list[A.Loop], A.Assign | None]:
+    """The loops of a perfect nest at ``node`` (any kinds) and the one assignment it ends in."""
+    loops: list[A.Loop] = []
+    while isinstance(node, A.Loop):
+        loops.append(node)
+        node = node.body[0] if len(node.body) == 1 else None
+    return loops, node if isinstance(node, A.Assign) else None
+
+
+@register
+class ReverseComputeAt(Strategy):
+    name = "reverse_compute_at"
+    family = "loop"
+    exactness = "exact"
+    targets = frozenset({"cpu", "gpu"})
+    description = ("Move an elementwise consumer nest `D[v] = f(T[v], ...)` that follows the "
+                   "nest producing T into that nest, under a loop `at` that only spatial loops "
+                   "enclose: each iteration then finishes its part of T and consumes it at once "
+                   "(an epilogue such as a bias add runs on the tile while it is in cache). The "
+                   "consumer runs over the producer's spatial loops below `at`, reading T where "
+                   "the producer wrote it.")
+
+    def sites(self, program, analysis=None):
+        out = []
+
+        def scan(body, base):
+            for k in range(len(body) - 1):
+                if isinstance(body[k], A.Loop) and isinstance(body[k + 1], A.Loop):
+                    loops, st = _nest(body[k])
+                    if st is not None and _nest(body[k + 1])[1] is not None:
+                        out.append(Site.make(base + (k,), [lp.var for lp in loops]))
+
+        scan(program.body, ())
+        for p, st in iter_stmts(program.body):
+            if isinstance(st, (A.Loop, A.If)):
+                scan(st.body, p)
+        return out
+
+    def params(self, program, site, rng=None):
+        loops, st = _nest(node_at(program, site.path))
+        if st is None:
+            return []
+        axes = set(reduction_axes(st, loops))
+        out = []
+        for lp in loops[:-1]:
+            if lp.var in axes:
+                break
+            out.append({"at": lp.var})
+        return out
+
+    def _plan(self, program, site, params):
+        prod = node_at(program, site.path)
+        if not isinstance(prod, A.Loop):
+            return refuse(f"no loop at path {list(site.path)}"), None
+        loops, sp = _nest(prod)
+        if sp is None:
+            return refuse(f"the nest at path {list(site.path)} is not a perfect nest ending in "
+                          f"one assignment"), None
+        if site.loops and [lp.var for lp in loops] != list(site.loops):
+            return refuse(f"the nest at path {list(site.path)} has loops "
+                          f"{[lp.var for lp in loops]}, not {list(site.loops)}"), None
+        cpath = tuple(site.path[:-1]) + (site.path[-1] + 1,)
+        cons = node_at(program, cpath)
+        qloops, sq = _nest(cons) if isinstance(cons, A.Loop) else ([], None)
+        if sq is None:
+            return refuse("the statement after the producer nest is not a perfect nest ending "
+                          "in one assignment"), None
+        t = sp.tensor
+        at = params.get("at")
+        names = [lp.var for lp in loops]
+        if at not in names[:-1]:
+            return refuse(f"`at` must name a loop of the producer nest above its innermost "
+                          f"({', '.join(names[:-1])}), not {at!r}"), None
+        d = names.index(at)
+        axes = set(reduction_axes(sp, enclosing_loops(program, site.path) + loops))
+        red_above = [v for v in names[:d + 1] if v in axes]
+        if red_above:
+            return refuse(f"{red_above[0]} is a reduction axis of `{format_stmt(sp).strip()}` at "
+                          f"or above {at}: {t} is not complete within one iteration"), None
+        # the consumer: a plain store over its loops, each loop one subscript of its output,
+        # reading T only at that same subscript
+        qvars = [lp.var for lp in qloops]
+        if sq.op != "=" or not all(isinstance(e, A.Var) for e in sq.index) \
+                or sorted(e.name for e in sq.index) != sorted(qvars):
+            return refuse(f"the consumer `{format_stmt(sq).strip()}` is not a plain store whose "
+                          f"subscripts are its loop variables"), None
+        reads_t = [ld for ld in A.loads(sq.value) if ld.tensor == t]
+        if not reads_t or any(tuple(ld.index) != tuple(sq.index) for ld in reads_t):
+            return refuse(f"the consumer does not read {t} exactly at the element it writes"), None
+        if sq.tensor == t or sq.tensor in tensors_read(sp) or sq.tensor in tensors_written(sp):
+            return refuse(f"the producer touches {sq.tensor}, the consumer's output"), None
+        if any(ld.tensor != t and ld.tensor in tensors_written(sp) for ld in A.loads(sq.value)):
+            return refuse("the consumer reads another tensor the producer writes"), None
+        shape = program.tensors[t].shape
+        ext = {lp.var: lp.extent for lp in qloops}
+        if len(sp.index) != len(shape) or [ext[e.name] for e in sq.index] != list(shape):
+            return refuse(f"the consumer does not run over all of {t}"), None
+        spatial = [lp for lp in loops if lp.var not in axes]
+        if math.prod(lp.extent for lp in spatial) != math.prod(shape):
+            return refuse(f"the producer's spatial loops do not write each element of {t} once"), None
+        # no two iterations of the spatial loops write one element (then each iteration of
+        # `at` completes its elements, and the consumer computes each output once)
+        accs = [a for a in D.collect_under(program, tuple(site.path)) if a.write and a.tensor == t]
+        o = len(enclosing_loops(program, site.path))
+        for a in accs:
+            common = D.common_loops(a, a)
+            fixed = {k: "=" if k < o else "*" for k, (v, _, _) in enumerate(common)
+                     if k < o or v in axes}
+            vecs = D.directions(a, a, common, fixed=fixed)
+            for vec in vecs:
+                if any(dd != "=" for dd, (v, _, _) in zip(vec, common) if v not in axes):
+                    return refuse(f"two iterations of the spatial loops may write the same "
+                                  f"{t} element (direction {D.fmt_vec(vec)})"), None
+        return OK, (prod, loops, sp, cpath, d, spatial, sq)
+
+    def check(self, program, site, params):
+        return self._plan(program, site, params)[0]
+
+    def rewrite(self, program, site, params):
+        _, (prod, loops, sp, cpath, d, spatial, sq) = self._plan(program, site, params)
+        sub = {e.name: sp.index[k] for k, e in enumerate(sq.index)}
+        body: tuple = (replace(sq, index=tuple(sp.index),
+                               value=subst_expr(sq.value, sub)),)
+        for lp in reversed([lp for lp in spatial if loops.index(lp) > d]):
+            body = (A.Loop(lp.var, lp.extent, "serial", body),)
+        inner = loops[d]
+        new_inner = replace(inner, body=tuple(inner.body) + body)
+        ppath = tuple(site.path) + (0,) * d
+        out = replace_at(program, cpath, [])
+        return replace_at(out, ppath, [new_inner])
 
 
 @register
