@@ -365,7 +365,7 @@ class TemplateWriter:
                         f"nest, so nothing is kept for later.",
                         f"tiling by {fs}; with no reuse in this nest it changes the order in which "
                         f"lines are touched, nothing more.")
-        if s in ("compute_at", "loop_fusion"):
+        if s in ("compute_at", "reverse_compute_at", "loop_fusion"):
             st = f.staging
             if st is not None and st[2] > 1:
                 t, loop, ext, b = st
