@@ -243,6 +243,7 @@ class Beam(Policy):
             for _, fi, _, _ in chosen:
                 by_node[fi] = by_node.get(fi, 0) + 1
             new: list[Node] = []
+            s.plan([(frontier[fi], k) for fi, k in sorted(by_node.items())])
             for fi, k in sorted(by_node.items()):
                 n = frontier[fi]
                 for _ in range(k):
@@ -256,6 +257,7 @@ class Beam(Policy):
                         new.append(ch)
                         if c.text in self._enablers:
                             new.extend(self._follow_through(s, ch))
+            s.plan([])
             cand_nodes = list(dict.fromkeys(new + frontier))
             cand_nodes.sort(key=lambda n: (n.key, n.depth))
             # lazily: ``untried`` expands and ranks a state's actions (seconds on a large

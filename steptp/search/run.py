@@ -33,7 +33,7 @@ import hashlib
 import math
 import time as _time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from ..leir import ast as A
 from ..leir.canon import canonical_hash, canonical_text, canonicalize
@@ -193,6 +193,7 @@ class Search:
         self._fp = ""
         self._early = bool(getattr(evaluator, "early_stop", False))
         self.retimed = 0   # stopped-early states timed again in full before their expansion
+        self._plan: list[tuple[Node, Candidate]] = []   # the policy's next evaluations (plan)
         tm = evaluator.time(self.original_text)
         if tm.timing is None:
             self.error = f"baseline could not be measured: {tm.status}: {tm.reason}"
@@ -354,6 +355,13 @@ class Search:
         self.ranker.observe(node.program, after.median_s)
         return True
 
+    def plan(self, steps: Sequence[tuple[Node, int]]) -> None:
+        """What the policy will evaluate next, in order: ``k`` of each node's next untried
+        actions (rank order). Verifying ahead then follows the plan across nodes instead of
+        guessing from one node's ranking; only when work happens changes, never a result."""
+        self._plan = [(n, c) for n, k in steps if n.ranked is not None
+                      for c in self.untried(n)[:k]]
+
     def _prefetch(self, node: Node, cand: Optional[Candidate] = None, exact: str = "") -> None:
         """Let an evaluator that can (``prefetch``) compile and verify ``cand`` (about to be
         verified) together with the next candidates of ``node`` in rank order, on all its
@@ -366,7 +374,13 @@ class Search:
         items = [(cand.text, exact)] if cand is not None else []
         if cand is None:  # after a timing: ``ahead_after_timing`` of them (default: a batch)
             depth = min(depth, getattr(self.evaluator, "ahead_after_timing", depth))
-        items += [(c.text, _worse(node.exactness, c.exactness)) for c in self.untried(node)[:depth]]
+        self._plan = [(n, c) for n, c in self._plan
+                      if c.text not in self.seen and (cand is None or c.text != cand.text)]
+        if self._plan:
+            items += [(c.text, _worse(n.exactness, c.exactness)) for n, c in self._plan[:depth]]
+        else:
+            items += [(c.text, _worse(node.exactness, c.exactness))
+                      for c in self.untried(node)[:depth]]
         if items:
             pre(self.original_text, items)
 
