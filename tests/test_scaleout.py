@@ -378,43 +378,29 @@ def test_a_batch_verifies_on_every_worker_and_one_batch_is_in_flight(tmp_path, m
         ev.close()
 
 
-class _TextEvaluator:
-    """Verdicts and timings from the program text alone (as ``benchmarks/throughput.py
-    --bookkeeping``), optionally asking to verify ahead: the search must decide alike."""
+def _text_evaluator(ahead: bool):
+    """``benchmarks/throughput.py --bookkeeping``'s evaluator (verdicts and timings from the
+    program text alone), recording what was verified and, with ``ahead``, what was offered to
+    verify ahead: the search must decide alike."""
+    import sys
+    from pathlib import Path
 
-    target = "cpu"
-    num_threads = 1
-    fingerprint = "text"
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from throughput import _Replay
 
-    def __init__(self, ahead: bool):
-        if ahead:
-            self.prefetch_depth = 2
-            self.offered: set[str] = set()
-            self.prefetch = lambda original, items: self.offered.update(c for c, _ in items)
-        self.verified: list[str] = []
+    class TextEvaluator(_Replay):
+        def __init__(self):
+            self.verified: list[str] = []
+            if ahead:
+                self.prefetch_depth = 2
+                self.offered: set[str] = set()
+                self.prefetch = lambda original, items: self.offered.update(c for c, _ in items)
 
-    @staticmethod
-    def _h(text: str) -> int:
-        import hashlib
+        def verify(self, original, candidate, exactness):
+            self.verified.append(candidate)
+            return super().verify(original, candidate, exactness)
 
-        return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
-
-    def verify(self, original, candidate, exactness):
-        from steptp.search.evaluator import VerifyOutcome
-
-        self.verified.append(candidate)
-        ok = self._h(candidate) % 5 != 0
-        return VerifyOutcome(ok=ok, status="ok" if ok else "failed_verify")
-
-    def time(self, program):
-        from steptp.records import Timing
-        from steptp.search.evaluator import TimeOutcome
-
-        m = 1e-3 * (0.3 + (self._h(program) % 1000) / 1000)
-        return TimeOutcome(Timing(median_s=m, min_s=m * 0.98, spread=0.01, repeats=5, number=1))
-
-    def close(self):
-        pass
+    return TextEvaluator()
 
 
 def test_verifying_ahead_changes_no_decision_of_the_search():
@@ -424,7 +410,7 @@ def test_verifying_ahead_changes_no_decision_of_the_search():
     prog = parse(MATMUL)
     runs = {}
     for ahead in (False, True):
-        ev = _TextEvaluator(ahead)
+        ev = _text_evaluator(ahead)
         res = search_kernel(prog, "mm", "beam", Budget(16, 1e9), 0, ev, return_result=True)
         runs[ahead] = ([(s.strategy, s.after_leir, s.outcome) for s in res.steps], ev)
     assert len(runs[False][0]) >= 16 and runs[True][0] == runs[False][0]
@@ -436,12 +422,12 @@ def test_verifying_ahead_changes_no_decision_of_the_search():
 def test_the_beam_tells_verify_ahead_its_level_plan():
     """The beam knows a level's evaluations before it starts them (``Search.plan``), so the
     candidates verified ahead are the ones it evaluates next, across the level's states, not a
-    guess from one state's ranking. Deterministic with the text-keyed evaluator: 6 of 27
-    offers go unused (14 of 35 when verify-ahead guessed from one state)."""
+    guess from one state's ranking. Deterministic with the text-keyed evaluator: 6 of 26
+    offers go unused (12 of 32 when verify-ahead guessed from one state)."""
     from steptp.leir import parse
     from steptp.search import Budget, search_kernel
 
-    ev = _TextEvaluator(True)
+    ev = _text_evaluator(True)
     search_kernel(parse(MATMUL), "mm", "beam", Budget(16, 1e9), 0, ev, return_result=True)
     unused = ev.offered - set(ev.verified)
     assert set(ev.verified) <= ev.offered
