@@ -314,12 +314,7 @@ class Search:
             self._progress()
             return None
         after = tm.timing
-        step = node.timing.median_s / after.median_s
-        cum = self.root.timing.median_s / after.median_s
-        outcome = "improved" if IMPROVE_RULE.faster(node.timing, after) else "not_improved"
-        rec = StepRecord(**base, outcome=outcome, verified=True, after=after,
-                         step_speedup=step, cumulative_speedup=cum,
-                         reason=f"{step:.3f}x over the parent, {cum:.3f}x over the unscheduled kernel")
+        rec = StepRecord(**base, verified=True, **self._measured(node.timing, after))
         self.steps.append(rec)
         child = Node(child_prog, after_text, after, node, rec, node.depth + 1, path_exact,
                      partial=bool(getattr(tm, "stopped_early", False)))
@@ -332,6 +327,14 @@ class Search:
         self._progress()
         return child
 
+    def _measured(self, before, after) -> dict:
+        """A timed row's measured fields: the after timing, the speedups, the outcome."""
+        step = before.median_s / after.median_s
+        cum = self.root.timing.median_s / after.median_s
+        return dict(after=after, step_speedup=step, cumulative_speedup=cum,
+                    outcome="improved" if IMPROVE_RULE.faster(before, after) else "not_improved",
+                    reason=f"{step:.3f}x over the parent, {cum:.3f}x over the unscheduled kernel")
+
     def _complete(self, node: Node) -> bool:
         """Time a stopped-early state again, in full (its partial timing was never cached), and
         update its row: from now on it may be a ``before``."""
@@ -340,13 +343,8 @@ class Search:
             node.ranked = []  # never expanded: no policy comes back to it
             return False
         self.retimed += 1
-        after, parent = tm.timing, node.parent
-        step = parent.timing.median_s / after.median_s
-        cum = self.root.timing.median_s / after.median_s
-        rec = node.step.model_copy(update=dict(
-            after=after, step_speedup=step, cumulative_speedup=cum,
-            outcome="improved" if IMPROVE_RULE.faster(parent.timing, after) else "not_improved",
-            reason=f"{step:.3f}x over the parent, {cum:.3f}x over the unscheduled kernel"))
+        after = tm.timing
+        rec = node.step.model_copy(update=self._measured(node.parent.timing, after))
         i = next(k for k, r in enumerate(self.steps) if r is node.step)
         self.steps[i] = node.step = rec
         node.timing, node.partial = after, False
