@@ -255,6 +255,20 @@ def _gain(s: StepRecord) -> float:
     return math.log(v) if v and v > 0 and math.isfinite(v) else -math.inf
 
 
+def _beyond_cap(steps: list[StepRecord], group, cap: int, tag: str, seed: int) -> dict[str, int]:
+    """The steps over ``cap`` in their ``group(step)``: step key -> the group's size. Within a
+    group the steps with the larger measured gain stay (ties: a seeded hash)."""
+    groups: dict[Any, list[StepRecord]] = {}
+    for s in steps:
+        groups.setdefault(group(s), []).append(s)
+    drop: dict[str, int] = {}
+    for mine in groups.values():
+        if len(mine) > cap:
+            mine = sorted(mine, key=lambda s: (-_gain(s), _hkey(tag, seed, step_key(s))))
+            drop.update((step_key(s), len(mine)) for s in mine[cap:])
+    return drop
+
+
 def _balance(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[StepRecord], list[RejectRecord], dict]:
     """Cap each strategy among ``steps`` (the SFT-eligible ones); within a strategy the steps with
     the larger measured gain stay (ties: a seeded hash)."""
@@ -267,13 +281,7 @@ def _balance(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[StepRecor
     med = statistics.median(counts.values())
     cap = max(1, int(math.floor(cfg.balance_factor * med)))
     info.update(applied=True, cap=cap, median=med)
-    drop: set[str] = set()
-    for strat, n in counts.items():
-        if n <= cap:
-            continue
-        mine = sorted((s for s in steps if s.strategy == strat),
-                      key=lambda s: (-_gain(s), _hkey("balance", cfg.seed, step_key(s))))
-        drop.update(step_key(s) for s in mine[cap:])
+    drop = _beyond_cap(steps, lambda s: s.strategy, cap, "balance", cfg.seed)
     kept = [s for s in steps if step_key(s) not in drop]
     rej = [_reject(s, "balance", f"{s.strategy} above the cap of {cap} steps "
                                  f"({cfg.balance_factor:g} x median {med:g}; smaller gains go first)")
@@ -288,14 +296,7 @@ def _repetition_cap(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[St
     cap = cfg.max_per_kernel_strategy
     if cap <= 0:
         return steps, []
-    groups: dict[tuple[str, str], list[StepRecord]] = {}
-    for s in steps:
-        groups.setdefault((s.kernel_id, s.strategy), []).append(s)
-    drop: dict[str, int] = {}
-    for mine in groups.values():
-        if len(mine) > cap:
-            mine = sorted(mine, key=lambda s: (-_gain(s), _hkey("repetitive", cfg.seed, step_key(s))))
-            drop.update((step_key(s), len(mine)) for s in mine[cap:])
+    drop = _beyond_cap(steps, lambda s: (s.kernel_id, s.strategy), cap, "repetitive", cfg.seed)
     kept = [s for s in steps if step_key(s) not in drop]
     rej = [_reject(s, "repetitive", f"{drop[step_key(s)]} answers of {s.strategy} on kernel "
                                     f"{s.kernel_id}, cap {cap} (smaller gains go first)")
