@@ -21,7 +21,9 @@ hand data on.
 from __future__ import annotations
 
 import json
+import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,35 @@ class ReleaseGateFailed(RuntimeError):
     """A quality gate failed; nothing was published."""
 
 
+class _RunFormatter(logging.Formatter):
+    """Names the task or flow run a message came from, as Prefect's console lines do."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        task, flow_run = getattr(record, "task_run_name", None), getattr(record, "flow_run_name", None)
+        record.run = f"Task run {task!r}" if task else f"Flow run {flow_run!r}" if flow_run else record.name
+        return super().format(record)
+
+
+@contextmanager
+def _log_file(path: Path):
+    """Every Prefect flow and task message of this process, appended to ``path`` too: a nightly
+    started from a deployment has no terminal to read afterwards. A failure is written there
+    before the handler goes (Prefect reports the failed state only after the flow returns)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(_RunFormatter("%(asctime)s | %(levelname)-7s | %(run)s - %(message)s"))
+    logger = logging.getLogger("prefect")
+    logger.addHandler(handler)
+    try:
+        yield
+    except BaseException as e:
+        logger.error("release failed: %s: %s", type(e).__name__, e)
+        raise
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
 def release_id(p: dict[str, Any], nightly: bool = False, date: str | None = None) -> str:
     return P.build(p, nightly, date).id
 
@@ -52,15 +83,24 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
     ``nightly``: version ``<version>+nightly.<UTC date>`` (the pattern ``nightly.version``),
     measurements older than ``cache.max_age_hours`` re-measured, a rerun of the same night
     resumed; ``date``: build as of that UTC date (a backfill). ``force``: replace a published
-    release of the same id. ``version_control``: dvc add/push and git-tag the release."""
+    release of the same id. ``version_control``: dvc add/push and git-tag the release.
+    Progress also goes to ``<out>/logs/<id>.log`` (appended; the result's ``log``)."""
+    p = dict(params) if params is not None else P.load(params_file) if params_file else {}
+    b = P.build(p, nightly, date)
+    out_p = Path(out)
+    log_path = out_p / "logs" / f"{b.id}.log"
+    with _log_file(log_path):
+        _log(f"log: {log_path.resolve()}")
+        return _build(p, b, out_p, force, version_control) | {"log": str(log_path.resolve())}
+
+
+def _build(p: dict[str, Any], b: P.Build, out_p: Path, force: bool,
+           version_control: bool) -> dict[str, Any]:
     from steptp.export import hardware_description, previous_release, publish_release
     from steptp.export.diff import write_diff
     from steptp.export.versioning import track
 
-    p = dict(params) if params is not None else P.load(params_file) if params_file else {}
-    b = P.build(p, nightly, date)
     rid = b.id
-    out_p = Path(out)
     work = out_p / ".work" / rid
     staging = out_p / ".staging" / rid
     fp = P.fingerprint(p)

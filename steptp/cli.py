@@ -694,7 +694,8 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
     A published release is never overwritten: the same records again leave it untouched (exit
     0); other records under the same id are refused (exit 1) unless --force. OUT/latest.json
     names the newest release. In a DVC project the release is dvc-added and pushed, and tagged
-    release-<id> in git when the tree is clean (what is skipped is said)."""
+    release-<id> in git when the tree is clean (what is skipped is said). Progress is also
+    appended to OUT/logs/<id>.log."""
     import os
     import time as _time
 
@@ -703,10 +704,11 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
 
     p = _load_params(params)
     try:
-        build(p, nightly, date)
+        rid = build(p, nightly, date).id
     except ParamsError as e:
         raise typer.BadParameter(str(e)) from None
     out = out.resolve()
+    log_path = out / "logs" / f"{rid}.log"
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(out / ".prefect-results"))
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
     # the temporary local server can be slow to start on a busy 2-core machine
@@ -722,20 +724,22 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
         res = build_release(p, str(out), nightly=nightly, date=date, force=force,
                             version_control=not no_version)
     except (ReleaseGateFailed, ReleaseExists) as e:
-        _err(str(e))
+        _err(f"{e}\nlog: {log_path}")
         raise typer.Exit(1) from None
     c = res["counts"]
     what = {"published": "release built", "replaced": "release rebuilt and replaced (--force)",
             "unchanged": "release already published with the same records, left untouched;"}[res["status"]]
     console.print(f"{what} in {_time.perf_counter() - t0:.0f} s: {c['kernels']} kernels, "
                   f"{c['trajectories']} trajectories, {c['steps']} examples "
-                  f"{escape(json.dumps(c['examples_per_split']))}")
-    console.print(f"release:   {escape(res['release'])}")
-    console.print(f"card:      {escape(res['card'])}")
-    console.print(f"Data Docs: {escape(res['data_docs'])}")
+                  f"{escape(json.dumps(c['examples_per_split']))}", soft_wrap=True)
+    # soft_wrap: piped or redirected, a path stays on one line (rich would fold it at 80 columns)
+    console.print(f"release:   {escape(res['release'])}", soft_wrap=True)
+    console.print(f"card:      {escape(res['card'])}", soft_wrap=True)
+    console.print(f"Data Docs: {escape(res['data_docs'])}", soft_wrap=True)
+    console.print(f"log:       {escape(res['log'])}", soft_wrap=True)
     if res.get("previous") and res["status"] != "unchanged":
         console.print(f"changes since {escape(res['previous'])}: {escape(str(Path(res['release']) / 'diff.json'))}"
-                      f" ({len(res['regressions'])} regressions beyond the spread)")
+                      f" ({len(res['regressions'])} regressions beyond the spread)", soft_wrap=True)
 
 
 @app.command()

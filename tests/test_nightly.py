@@ -301,6 +301,9 @@ def test_two_nightlies_give_two_releases_with_fresh_measurements(tmp_path):
     assert (a / "manifest.json").is_file() and json.loads((a / "manifest.json").read_text())["version"] \
         == "0.0.1+nightly.20260101"
     assert "not inside a DVC project" in log1            # said what it skipped, and why
+    logfile = out / "logs" / f"{a_id}.log"                # progress in a file too, named at the end
+    assert f"log:       {logfile}" in log1
+    assert "Task run 'search-softmax' - Finished in state Completed()" in logfile.read_text()
     man_a = (a / "manifest.json").read_text()
     night1 = _timing_ages(cache)
     assert night1 and all(t < P._parse_date("20260102").timestamp() for t in night1.values())
@@ -342,6 +345,9 @@ def test_two_nightlies_give_two_releases_with_fresh_measurements(tmp_path):
     r = subprocess.run([str(c) for c in rel + ["20260102"]], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 1 and "regression gate" in r.stderr, (r.stdout + r.stderr)[-3000:]
+    assert f"log: {out / 'logs' / f'{b_id}.log'}" in r.stderr
+    night2 = (out / "logs" / f"{b_id}.log").read_text()     # appended: the build, then the failure
+    assert night2.count(f"build {b_id}") == 2 and "release failed: ReleaseGateFailed: regression gate" in night2
     assert (b / "manifest.json").read_text() == man_b
     assert len(json.loads((out / ".staging" / b_id / "diff.json").read_text())["regressions"]) == 2
 
