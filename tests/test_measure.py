@@ -353,12 +353,15 @@ def test_rpc_backend_on_loopback(rpc_device, tmp_path, lockdir):
     with Measurer(None, cfg, cache=tmp_path / "rpc.sqlite", backend=backend,
                   lock_directory=lockdir) as m:
         assert m.fingerprint.machine == "rpc:steptp-test"
-        ok, after, crash = m.time_many([MATMUL, MATMUL_SPLIT, CRASH])
+        ok, after = m.time_many([MATMUL, MATMUL_SPLIT])
         assert ok.status == "ok" and after.status == "ok", (ok.reason, after.reason)
         _sane(ok.timing)
         _sane(after.timing)
-        # The kernel crashes the remote session; the client sees the session die. (Crash last:
-        # tvm.rpc.Server stops serving after a session crashes, see steptp.measure.rpc.)
+        # The kernel crashes the remote session; the client sees the session die. (Crash last
+        # and alone: tvm.rpc.Server stops serving after a session crashes, see
+        # steptp.measure.rpc, and in one batch with the others the speed-of-light check after
+        # it would calibrate the peaks on the dead server: a minute of session timeouts.)
+        (crash,) = m.time_many([CRASH])
         assert crash.timing is None and crash.status == "error"
         assert "the remote session died" in crash.reason
         assert m.time_many([MATMUL])[0].cached
