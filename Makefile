@@ -22,11 +22,17 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/steptp demo
 
+# Two test processes (pytest-xdist), a file each at a time: much of the suite waits on TVM
+# workers, flow subprocesses and servers, so two processes on 2 cores take about 13 minutes
+# where one takes about 22. TEST_JOBS=1 runs them in this process.
+TEST_JOBS ?= 2
+TEST_ARGS := $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(TEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q $(TEST_ARGS) -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/token_efficiency.py

@@ -237,11 +237,15 @@ def test_diff_flags_regressions_beyond_the_spread(tmp_path):
 SMALL = {
     "name": "steptp-small", "version": "0.0.1", "seed": 0,
     "extract": {"zoo": "softmax,gemv", "size": "tiny", "jobs": 1, "check": True},
-    # measurements (not seconds) bound the search, so equal timings give equal searches
+    # measurements (not seconds) bound the search, so equal timings give equal searches; tiny
+    # kernels searched at their size (no time floor, no larger preset: at default size their
+    # verifications cost about 2 s each, and these tests are about rebuilding, not selection)
     "search": {"policy": "beam", "max_kernels": 2, "measurements": 4, "seconds": 300, "jobs": 1,
-               "threads": 1, "remeasure_rounds": 1, "remeasure_pairs": 2},
+               "threads": 1, "remeasure_rounds": 1, "remeasure_pairs": 2, "min_time_us": 0,
+               "larger_size": ""},
     "cot": {"writer": "template"},
-    "curate": {"max_spread": 100.0},     # a loaded machine times noisily; the gate is tested elsewhere
+    # a loaded machine times noisily; the significance rule and the gate are tested elsewhere
+    "curate": {"max_spread": 100.0, "min_gain": 0.0, "spread_factor": 0.0},
     "nightly": {"version": "{version}+nightly.{date}"},
     "cache": {"max_age_hours": 20},
 }
