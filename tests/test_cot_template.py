@@ -134,3 +134,32 @@ def test_an_alternative_faster_by_itself_says_why_it_ranks_below():
         assert _fmt_time(f.predicted.after_potential_s) in par.reason
         assert "prefers the chosen step" not in par.reason
         validate(cot.model_dump(), st)
+
+
+def test_the_refusal_shown_is_the_one_that_teaches_most_here():
+    """Both kernels refuse a collapse of a reduction axis with a spatial loop, first in the
+    registry's order; it was the refusal of nearly every released example. A serial row sum
+    shows instead why its reduction loop cannot be parallelized (the diagnosis's remedy), and a
+    locality-bound matmul why its reduction loop cannot be vectorized (a finishing move)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from cot_steps import step
+
+    from steptp.cot.facts import GENERIC
+
+    cases = [(step("rowsum", "reduction_factorization", {"path": [0, 0], "loops": ["j"]}, {"factor": 32}),
+              "parallelism", "loop_parallelization"),
+             (step("mm_add", "loop_parallelization", {"path": [0], "loops": ["i"]}, {}),
+              "locality", "loop_vectorization")]
+    for st, kind, shown in cases:
+        f = facts(st, GENERIC)
+        assert f.diagnosis.kind == kind
+        assert f.refusals[0].strategy == "loop_collapse"       # what the first-in-order rule showed
+        assert shown in {r.strategy for r in f.refusals}
+        for seed in range(3):
+            cot = TemplateWriter(seed=seed, hardware=GENERIC).write(st, f)
+            (refused,) = [c for c in cot.candidates if c.refused]
+            assert refused.strategy == shown and "reduction axis" in refused.reason
+            validate(cot.model_dump(), st)

@@ -26,7 +26,7 @@ from .facts import Facts, SiteAccess, facts as compute_facts
 from .schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, ExpectedEffect,
                      Observation)
 
-WRITER_VERSION = "template-3"
+WRITER_VERSION = "template-4"
 MAX_ALTERNATIVES = 2
 
 
@@ -497,7 +497,7 @@ class TemplateWriter:
             out.append(Candidate(strategy=a.strategy, site=a.site, params=dict(a.params) or None,
                                  verdict="rejected", reason=reason, predicted_s=a.predicted_s))
         if f.refusals:
-            r = f.refusals[0]
+            r = self._teaching_refusal(f, remedy, [c.strategy for c in out])
             out.append(Candidate(strategy=r.strategy, site=r.site, params=dict(r.params) or None,
                                  verdict="rejected", refused=True,
                                  reason=self._refusal(f, r.reason, pick)))
@@ -506,6 +506,23 @@ class TemplateWriter:
             out.append(Candidate(strategy=others[0], verdict="rejected",
                                  reason="the registry finds no legal application of it here."))
         return out
+
+    @staticmethod
+    def _teaching_refusal(f: Facts, remedy: str, weighed: list[str]):
+        """The refusal that teaches the most here: one of the diagnosis's remedy (parallelizing
+        the reduction axis of a serial nest), then of the chosen or a weighed strategy, then of
+        a finishing move, in the registry's order within each. The first refusal in registry
+        order was nearly always the same ``loop_collapse`` of a reduction axis with a spatial
+        loop, in example after example."""
+        from .alternatives import FINISHING
+
+        def tier(r) -> int:
+            if r.strategy == remedy:
+                return 0
+            if r.strategy == f.strategy or r.strategy in weighed:
+                return 1
+            return 2 if r.strategy in FINISHING else 3
+        return min(f.refusals, key=tier)  # min keeps the first of a tier: the registry's order
 
     @staticmethod
     def _refusal(f: Facts, reason: str, pick: _Pick) -> str:
