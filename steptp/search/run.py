@@ -192,6 +192,7 @@ class Search:
         self.error = ""
         self._fp = ""
         self._early = bool(getattr(evaluator, "early_stop", False))
+        self._hints = bool(getattr(evaluator, "hints", False))
         self.retimed = 0   # stopped-early states timed again in full before their expansion
         self._plan: list[tuple[Node, Candidate]] = []   # the policy's next evaluations (plan)
         tm = evaluator.time(self.original_text)
@@ -300,8 +301,10 @@ class Search:
             self._progress()
             return None
         self.measurements += 1
-        tm = (self.evaluator.time(after_text, slower_than=self.best.timing) if self._early
-              else self.evaluator.time(after_text))
+        kw = {"slower_than": self.best.timing} if self._early else {}
+        if self._hints:
+            kw["hint_s"] = self._hint(node)
+        tm = self.evaluator.time(after_text, **kw)
         # the next batch compiles and verifies while this thread records and ranks
         self._prefetch(node)
         if tm.timing is None:
@@ -326,6 +329,13 @@ class Search:
         self._record_curve()
         self._progress()
         return child
+
+    @staticmethod
+    def _hint(node: Node) -> float:
+        """About how long one call of a child of ``node`` takes, for its timing's calibration:
+        the last timed sibling's time (siblings differ by one rewrite of the same state),
+        else the parent's. Only the calibration's starting point: never a result."""
+        return node.children[-1].seconds if node.children else node.seconds
 
     def _measured(self, before, after) -> dict:
         """A timed row's measured fields: the after timing, the speedups, the outcome."""
