@@ -202,17 +202,19 @@ def _warm(stmts: list[_Stmt], program: A.Program) -> list[frozenset]:
     out = []
     for k, st in enumerate(stmts):
         warm = set()
-        reads = {ld.tensor for ld in A.loads(st.stmt.value)}
+        reads = None   # computed only when an earlier statement shares a loop with this one
         for prev in stmts[:k]:
-            t = prev.stmt.tensor
-            if t not in reads or t not in program.tensors:
-                continue
             shared = 0
             for a, b in zip(prev.loops, st.loops):
                 if a is not b:
                     break
                 shared += 1
             if not shared:
+                continue
+            if reads is None:
+                reads = {ld.tensor for ld in A.loads(st.stmt.value)}
+            t = prev.stmt.tensor
+            if t not in reads or t not in program.tensors:
                 continue
             tt = program.tensors[t]
             piece = math.prod(tt.shape or (1,)) * ITEMSIZE.get(tt.dtype, 4) / \
