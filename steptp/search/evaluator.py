@@ -301,14 +301,15 @@ class MeasurerEvaluator:
     def fingerprint(self) -> str:
         return self.measurer.fingerprint.id
 
-    def prefetch(self, original: str, items: Sequence[tuple[str, str]]) -> None:
+    def prefetch(self, original: str, items: Sequence[tuple[str, str]]) -> list[str]:
         """Start verifying ``(candidate, exactness)`` pairs of ``original`` in the background, in
         the order given (the search's expected order; the first may be the very candidate it
         verifies next); a later ``verify`` of the same pair takes the result. At most one batch
         of ``prefetch_depth`` is in flight. Verdicts do not depend on when they were computed,
-        so this changes no result, only when the work happens."""
+        so this changes no result, only when the work happens. Returns the candidates it
+        took (sent now): the search offers the others again, and these no more."""
         if self.prefetch_depth <= 0:
-            return
+            return []
         from concurrent.futures import ThreadPoolExecutor
 
         from ..measure.service import VerifyJob
@@ -323,7 +324,7 @@ class MeasurerEvaluator:
             while len(self._ready) > 64:
                 self._ready.pop(next(iter(self._ready)))
         if any(not f.done() for f, _ in self._pending.values()):
-            return  # one batch at a time: the next one goes when this one is done
+            return []  # one batch at a time: the next one goes when this one is done
         keys = []
         for cand, exactness in items:
             key = (original, cand, exactness)
@@ -333,13 +334,14 @@ class MeasurerEvaluator:
             if len(keys) >= self.prefetch_depth:
                 break
         if not keys:
-            return
+            return []
         jobs = [VerifyJob(o, c, e, self.seeds) for o, c, e in keys]
         fut = self._executor.submit(self.measurer.verify_many, jobs, True)
         for i, key in enumerate(keys):
             self._pending[key] = (fut, i)
         self.prefetch_stats["submitted"] += len(keys)
         self.prefetch_stats["batches"] += 1
+        return [c for _, c, _ in keys]
 
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
         from ..measure.service import VerifyJob

@@ -30,6 +30,7 @@ on a stopped timing, and a wrong stop can only cost the state its own "improved"
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import time as _time
 from dataclasses import dataclass, field
@@ -195,6 +196,7 @@ class Search:
         self._hints = bool(getattr(evaluator, "hints", False))
         self.retimed = 0   # stopped-early states timed again in full before their expansion
         self._plan: list[tuple[Node, Candidate]] = []   # the policy's next evaluations (plan)
+        self._sent: set[str] = set()   # texts an evaluator took to verify ahead (it says which)
         tm = evaluator.time(self.original_text)
         if tm.timing is None:
             self.error = f"baseline could not be measured: {tm.status}: {tm.reason}"
@@ -384,13 +386,17 @@ class Search:
             depth = min(depth, getattr(self.evaluator, "ahead_after_timing", depth))
         self._plan = [(n, c) for n, c in self._plan
                       if c.text not in self.seen and (cand is None or c.text != cand.text)]
+        # the next ``depth`` the evaluator has not taken yet: a batch is full even when the
+        # previous one verified the first of them
         if self._plan:
-            items += [(c.text, _worse(n.exactness, c.exactness)) for n, c in self._plan[:depth]]
+            nxt = ((c.text, _worse(n.exactness, c.exactness)) for n, c in self._plan)
         else:
-            items += [(c.text, _worse(node.exactness, c.exactness))
-                      for c in self.untried(node)[:depth]]
+            nxt = ((c.text, _worse(node.exactness, c.exactness)) for c in self.untried(node))
+        items += list(itertools.islice((it for it in nxt if it[0] not in self._sent), depth))
         if items:
-            pre(self.original_text, items)
+            took = pre(self.original_text, items)
+            if took is not None:
+                self._sent.update(took)
 
     def _record_curve(self) -> None:
         self.curve.append({"measurements": float(self.measurements), "elapsed_s": self.elapsed,
