@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from steptp.measure.timing import MeasureConfig, hinted, timed
+from steptp.measure.timing import HINT_SURE, MeasureConfig, hinted, timed
 
 TARGET_MS = 20.0
 CFG = MeasureConfig(min_repeat_ms=TARGET_MS, repeats=5, remeasure_tries=1, num_threads=1)
@@ -31,11 +31,15 @@ class Kernel:
         self.calls += 1
 
 
-@pytest.mark.parametrize("per_call", [1e-3, 50e-3])
+@pytest.mark.parametrize("per_call", [1e-3, 15e-3, 50e-3])
 def test_a_right_hint_keeps_its_check_as_the_first_repeat(per_call):
     k = Kernel(per_call)
     number, first = hinted(k.time_repeats, per_call, TARGET_MS, CFG.max_number)
-    assert first == [per_call] and number * per_call >= 0.8 * TARGET_MS / 1e3
+    assert number * per_call >= 0.8 * TARGET_MS / 1e3
+    if per_call >= HINT_SURE * TARGET_MS / 1e3:
+        assert (number, first, k.calls) == (1, [], 0)   # one call a repeat: no check
+    else:
+        assert first == [per_call] and k.calls == 1 + number
     k = Kernel(per_call)
     t = timed(k.time_repeats, k.run, CFG, hint_s=per_call)
     assert t.repeats == 5 and t.number == number
@@ -45,14 +49,19 @@ def test_a_right_hint_keeps_its_check_as_the_first_repeat(per_call):
     assert k.calls < full.calls
 
 
-@pytest.mark.parametrize("hint", [1e-5, 2.0])
+@pytest.mark.parametrize("hint", [1e-5, 15e-3 / 2.6, 2.0])
 def test_a_wrong_hint_still_ends_with_repeats_of_the_target_length(hint):
-    k = Kernel(1e-3)   # the hint is 100x too fast, or 2000x too slow
+    k = Kernel(1e-3)   # the hint is 100x or 5x too fast, or 2000x too slow
     number, first = hinted(k.time_repeats, hint, TARGET_MS, CFG.max_number)
-    assert first == []                  # the check is not kept as a repeat
-    assert 0.8 * TARGET_MS / 1e3 <= number * 1e-3 <= 2 * TARGET_MS / 1e3
-    t = timed(k.time_repeats, k.run, CFG, hint_s=hint)
+    assert first == []                  # no check is kept as a repeat
+    if hint < HINT_SURE * TARGET_MS / 1e3:  # the check set the number right
+        assert 0.8 * TARGET_MS / 1e3 <= number * 1e-3 <= 2 * TARGET_MS / 1e3
+    phases: dict = {}
+    t = timed(k.time_repeats, k.run, CFG, hint_s=hint, phases=phases)
     assert t.median_s * t.number >= 0.8 * TARGET_MS / 1e3
+    # a sure hint (one call a repeat) is confirmed by the repeats themselves: here they were
+    # too short, and the full protocol timed it again
+    assert phases.get("hint_fallback") == (1 if hint >= HINT_SURE * TARGET_MS / 1e3 else None)
 
 
 def test_a_misleading_check_is_timed_again_by_the_full_protocol():

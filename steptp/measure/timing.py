@@ -16,8 +16,10 @@ isolated worker (``steptp.measure.service``;
 
 A caller that knows about how long one call takes (``hint_s``: a search passes the measured time
 of the candidate's parent or of its last timed sibling) skips steps 2 and 3 (``hinted``):
-``number`` comes from the hint, and one check repeat at that ``number`` (``time_evaluator``
-discards its first call, so the check also warms up) confirms it:
+``number`` comes from the hint. A hint of at least ``HINT_SURE x min_repeat_ms`` means one
+call per repeat, and the attempt starts at once (``time_evaluator`` discards its first call:
+that is the warm-up). Otherwise one check repeat at that ``number`` (its discarded first call
+the warm-up) confirms it:
 
 * the check lasts ``0.8 x min_repeat_ms`` to ``HINT_SLACK x min_repeat_ms`` (or ``number`` is
   1 and it lasts at least ``0.8 x min_repeat_ms``): it is kept as the first of the attempt's
@@ -133,6 +135,9 @@ def calibrate(run: Callable[[int], float], min_repeat_ms: float, max_number: int
 
 #: a hint's check repeat may last up to this many ``min_repeat_ms`` and still count as a repeat
 HINT_SLACK = 2.5
+#: a hint this many ``min_repeat_ms`` long or longer times one call per repeat without a check
+#: (a kernel that turns out faster than ``0.8 x min_repeat_ms`` fails the final check)
+HINT_SURE = 2.0
 
 
 def hinted(time_repeats: Callable[[int, int], list[float]], hint_s: float,
@@ -142,6 +147,8 @@ def hinted(time_repeats: Callable[[int, int], list[float]], hint_s: float,
     counts, else none)."""
     target_s = min_repeat_ms / 1000.0
     if target_s <= 0:
+        return 1, []
+    if hint_s >= HINT_SURE * target_s:
         return 1, []
     number = int(min(max_number, max(1, math.ceil(target_s / max(hint_s, 1e-9)))))
     per_call = max(float(time_repeats(number, 1)[0]), 1e-9)
