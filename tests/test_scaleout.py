@@ -438,7 +438,8 @@ def test_verify_ahead_batches_are_full_when_the_last_one_verified_the_next_candi
     """An evaluator says which offered candidates it took (``prefetch`` returns them), and the
     search offers the next ones it has not taken: a batch verified the candidate the search
     asks for next, so the batch after a timing holds the two after it (the search used to
-    offer the same two again, and the evaluator sent a batch of one)."""
+    offer the same two again, and the evaluator sent a batch of one); and a used-up plan
+    guesses nothing."""
     from steptp.leir import parse
     from steptp.search import Budget, search_kernel
 
@@ -466,6 +467,10 @@ def test_verify_ahead_batches_are_full_when_the_last_one_verified_the_next_candi
     assert set(ev.verified) <= ev.taken
     singles = ev.batches.count(1)
     assert len(ev.batches) >= 8 and singles <= len(ev.batches) // 4, ev.batches
+    # once a level's plan is used up nothing is guessed from the last state's ranking (the
+    # next level's states differ): fewer verified ahead go unused
+    unused = ev.taken - set(ev.verified)
+    assert len(unused) <= 9, (len(unused), len(ev.taken))   # 12 of 32 when it guessed
 
 
 def test_measurers_in_one_run_reuse_the_workers_and_the_run_stops_them(tmp_path):

@@ -196,6 +196,9 @@ class Search:
         self._hints = bool(getattr(evaluator, "hints", False))
         self.retimed = 0   # stopped-early states timed again in full before their expansion
         self._plan: list[tuple[Node, Candidate]] = []   # the policy's next evaluations (plan)
+        # a plan is in force: once it is used up, nothing is guessed (a guess from the last
+        # state's ranking was mostly wasted: the next level's states differ)
+        self._planning = False
         self._sent: set[str] = set()   # texts an evaluator took to verify ahead (it says which)
         tm = evaluator.time(self.original_text)
         if tm.timing is None:
@@ -230,6 +233,9 @@ class Search:
             node.ranked = [cands[i] for i in order]
             if self.max_actions is not None:
                 node.ranked = node.ranked[:self.max_actions]
+            if not self._planning:
+                # between a beam's levels: verify this state's best while the next are ranked
+                self._prefetch(node)
         return node.ranked
 
     def lookahead(self, cands: list[Candidate], depth: int = 2) -> list[float]:
@@ -368,9 +374,12 @@ class Search:
     def plan(self, steps: Sequence[tuple[Node, int]]) -> None:
         """What the policy will evaluate next, in order: ``k`` of each node's next untried
         actions (rank order). Verifying ahead then follows the plan across nodes instead of
-        guessing from one node's ranking; only when work happens changes, never a result."""
+        guessing from one node's ranking, and once the plan is used up guesses nothing until
+        the policy plans again (``plan([])`` ends it: a state ranked then offers its best);
+        only when work happens changes, never a result."""
         self._plan = [(n, c) for n, k in steps if n.ranked is not None
                       for c in self.untried(n)[:k]]
+        self._planning = bool(self._plan)
 
     def _prefetch(self, node: Node, cand: Optional[Candidate] = None, exact: str = "") -> None:
         """Let an evaluator that can (``prefetch``) compile and verify ``cand`` (about to be
@@ -390,6 +399,8 @@ class Search:
         # previous one verified the first of them
         if self._plan:
             nxt = ((c.text, _worse(n.exactness, c.exactness)) for n, c in self._plan)
+        elif self._planning:
+            nxt = iter(())   # the plan is used up: the policy decides what follows
         else:
             nxt = ((c.text, _worse(node.exactness, c.exactness)) for c in self.untried(node))
         items += list(itertools.islice((it for it in nxt if it[0] not in self._sent), depth))
