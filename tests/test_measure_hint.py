@@ -107,3 +107,24 @@ def test_the_measurer_passes_a_hint_to_its_worker(tmp_path):
         oc = m.time_many([MATMUL_SPLIT], hints=[10.0])[0]
         assert oc.ok and m.stats["hinted"] == 1
         assert oc.timing.median_s * oc.timing.number >= 0.8 * REAL.min_repeat_ms / 1e3
+
+
+def test_timing_inputs_are_drawn_once_per_kernel_signature_and_input_rules():
+    """A timing's seeded inputs are kept per ``verify.inputs_key``: the same for every
+    candidate of a kernel, but a kernel that needs positive inputs (log) never gets another's."""
+    import numpy as np
+
+    from steptp.leir import parse
+    from steptp.measure import timing as T
+    from steptp.measure.verify import inputs_key, random_inputs
+
+    plain = parse("kernel f(A: f32[64]) -> B: f32[64]\n  B[i] = A[i] * 2.0\n")
+    logk = parse("kernel f(A: f32[64]) -> B: f32[64]\n  B[i] = log(A[i])\n")
+    assert inputs_key(plain, 0) != inputs_key(logk, 0)
+    a = T._inputs(plain, 0)
+    assert T._inputs(plain, 0) is a and not a[0].flags.writeable
+    assert np.array_equal(a[0], random_inputs(plain, 0)[0]) and (a[0] < 0).any()
+    b = T._inputs(logk, 0)
+    assert (b[0] > 0).all() and np.array_equal(b[0], random_inputs(logk, 0)[0])
+    t = measure(logk, None, REAL)
+    assert t.median_s > 0
