@@ -60,11 +60,11 @@ def test_a_wrong_hint_still_ends_with_repeats_of_the_target_length(hint):
     t = timed(k.time_repeats, k.run, CFG, hint_s=hint, phases=phases)
     assert t.median_s * t.number >= 0.8 * TARGET_MS / 1e3
     # a sure hint (one call a repeat) is confirmed by the repeats themselves: here they were
-    # too short, and the full protocol timed it again
+    # too short, and it was calibrated from them and timed again
     assert phases.get("hint_fallback") == (1 if hint >= HINT_SURE * TARGET_MS / 1e3 else None)
 
 
-def test_a_misleading_check_is_timed_again_by_the_full_protocol():
+def test_a_misleading_check_is_calibrated_again_and_timed_again():
     # the check's calls run 10x slower than every later one (a cold first evaluator): it
     # confirms a number whose repeats then last a tenth of the target
     k = Kernel(1e-4, cold=1e-3)

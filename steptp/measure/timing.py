@@ -29,8 +29,9 @@ the warm-up) confirms it:
   check's per-call time (fewer calls per repeat; the check was the warm-up).
 
 Whatever the hint, a finished hinted timing whose median repeat lasted under
-``0.8 x min_repeat_ms`` (``median x number``) is thrown away and timed again by the full
-protocol: a wrong hint costs time, never a too-short repeat.
+``0.8 x min_repeat_ms`` (``median x number``) is thrown away: step 3 goes on from its median
+per call (the kernel is warm by then), and step 4 times it again. A wrong hint costs time,
+never a too-short repeat.
 
 A caller that only needs to know whether a program beats a reference (a search, against its
 best time so far) may pass ``stop``: the first attempt then times ``EARLY_REPEATS`` repeats
@@ -222,10 +223,13 @@ def timed(time_repeats: Callable[[int, int], list[float]], run: Callable[[], Any
     t = repeat_until_quiet(time_repeats, number, config, stop, first)
     if (hint_s is not None and number < config.max_number
             and t.median_s * number < 0.8 * config.min_repeat_ms / 1000.0):
-        # the check repeat misled (its calls slower than the ones after): the full protocol
+        # too short (a sure hint, or a check slower than the calls after it): calibrated again
+        # from what the attempt measured (the kernel ran warm for all its repeats), timed again
         if phases is not None:
             phases["hint_fallback"] = 1
-        return timed(time_repeats, run, config, stop, None, phases)
+        number = calibrate(lambda n: float(time_repeats(n, 1)[0]), config.min_repeat_ms,
+                           config.max_number, measured=(number, t.median_s))
+        t = repeat_until_quiet(time_repeats, number, config, stop)
     return t
 
 
