@@ -136,7 +136,8 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             wall = time.perf_counter() - t0
             # .get: the same benchmark also measures older code (no stage seconds, no prefetch)
             st = {k: 0 for k in ("compile_s", "verify_s", "reference_s", "time_s",
-                                 "lock_wait_s", "rebuilds", "time_prepare_s", "time_calls_s")}
+                                 "lock_wait_s", "rebuilds", "time_prepare_s", "time_calls_s",
+                                 "hinted", "hint_fallbacks")}
             st.update(inner.measurer.stats)
             pre = {"submitted": 0, "used": 0, "batches": 0}
             pre.update(getattr(inner, "prefetch_stats", {}))
@@ -166,6 +167,7 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
              compile_s=st["compile_s"], verify_s=st["verify_s"], reference_s=st["reference_s"],
              time_s=st["time_s"], lock_wait_s=st["lock_wait_s"], rebuilds=st["rebuilds"],
              time_prepare_s=st["time_prepare_s"], time_calls_s=st["time_calls_s"],
+             hinted=st["hinted"], hint_fallbacks=st["hint_fallbacks"],
              prefetched=pre["submitted"], prefetch_used=pre["used"], batches=pre["batches"],
              stopped_early=ev.stopped, retimed=getattr(res, "retimed", 0),
              slow_timings=sum(1 for _, r in ev.timing_profile if r > 2),
@@ -216,9 +218,11 @@ def _report(total: dict, cores: int, wall: float, label: str) -> None:
           f"{total['reference_s']:.1f}, timing {total['time_s']:.1f}, device-lock waits "
           f"{total['lock_wait_s']:.1f} (worker sums; the search waited {total['wait_s']:.1f} "
           f"in the evaluator)")
-    print(f"#   timing: {total['time_prepare_s']:.1f} s of it warm-up and calibration; the "
-          f"timing calls took {total['time_calls_s']:.1f} s in all (lock waits, the speed-of-"
-          f"light check and the cache included)")
+    print(f"#   timing: {total['time_prepare_s']:.1f} s of it warm-up and calibration "
+          f"({total.get('hinted', 0)} timings calibrated from a parent's or sibling's time, "
+          f"{total.get('hint_fallbacks', 0)} of them timed again in full); the timing calls took "
+          f"{total['time_calls_s']:.1f} s in all (lock waits, the speed-of-light check and the "
+          f"cache included)")
     print(f"#   {total.get('stopped_early', 0)} timings stopped early (their first repeats clearly "
           f"slower than the best so far), {total.get('retimed', 0)} of those states timed again "
           f"in full before the search expanded them")

@@ -434,6 +434,45 @@ def test_the_beam_tells_verify_ahead_its_level_plan():
     assert len(unused) <= 8, (len(unused), len(ev.offered))
 
 
+def test_verify_ahead_batches_are_full_when_the_last_one_verified_the_next_candidate():
+    """An evaluator says which offered candidates it took (``prefetch`` returns them), and the
+    search offers the next ones it has not taken: a batch verified the candidate the search
+    asks for next, so the batch after a timing holds the two after it (the search used to
+    offer the same two again, and the evaluator sent a batch of one); and a used-up plan
+    guesses nothing."""
+    from steptp.leir import parse
+    from steptp.search import Budget, search_kernel
+
+    class Taking(type(_text_evaluator(True))):
+        def __init__(self):
+            super().__init__()
+            self.taken: set[str] = set()
+            self.batches: list[int] = []
+            self.prefetch = self._take
+
+        def _take(self, original, items):
+            new = [c for c, _ in items if c not in self.taken][:self.prefetch_depth]
+            self.taken.update(new)
+            self.offered.update(new)
+            if new:
+                self.batches.append(len(new))
+            return new
+
+    ev = Taking()
+    res = search_kernel(parse(MATMUL), "mm", "beam", Budget(16, 1e9), 0, ev, return_result=True)
+    plain = _text_evaluator(False)
+    ref = search_kernel(parse(MATMUL), "mm", "beam", Budget(16, 1e9), 0, plain,
+                        return_result=True)
+    assert [s.after_leir for s in res.steps] == [s.after_leir for s in ref.steps]
+    assert set(ev.verified) <= ev.taken
+    singles = ev.batches.count(1)
+    assert len(ev.batches) >= 8 and singles <= len(ev.batches) // 4, ev.batches
+    # once a level's plan is used up nothing is guessed from the last state's ranking (the
+    # next level's states differ): fewer verified ahead go unused
+    unused = ev.taken - set(ev.verified)
+    assert len(unused) <= 9, (len(unused), len(ev.taken))   # 12 of 32 when it guessed
+
+
 def test_measurers_in_one_run_reuse_the_workers_and_the_run_stops_them(tmp_path):
     from steptp.measure.worker import reuse_workers
 

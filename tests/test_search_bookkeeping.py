@@ -130,3 +130,28 @@ def test_statement_estimate_memo_answers_as_computed_and_stays_bounded(programs,
     # the candidates' untouched statements repeat their parent's: fewer entries than questions
     assert 0 < len(CM._STMT_MEMO) < calls
     CM._STMT_MEMO.clear()
+
+
+def test_canonical_text_prints_each_statement_once_per_declarations(programs):
+    """``canonical_text`` keeps the printed lines of each top-level statement: a candidate's
+    text is still the printer's text of its canonical program, and the same statement object
+    under other declarations (which rename it and decide its implicit loops) prints anew."""
+    from dataclasses import replace
+
+    from steptp.leir import canon
+
+    for p in programs:
+        assert canon.canonical_text(p) == format_program(canon.canonicalize(p)[0])
+    mm = parse("kernel mm(A: f32[8,8], B: f32[8,8]) -> C: f32[8,8]\n"
+               "  C[i,j] += A[i,k] * B[k,j]\n")
+    assert "for" not in canon.canonical_text(mm)   # every loop implicit
+    # the same statement object, the inputs swapped (other letters) and reshaped (the loops
+    # are no longer what the parser infers, so they are written out)
+    other = replace(mm, inputs=(replace(mm.inputs[1], shape=(8, 16)),
+                                replace(mm.inputs[0], shape=(8, 8))),
+                    outputs=(replace(mm.outputs[0], shape=(8, 16)),))
+    assert other.body[0] is mm.body[0]
+    text = canon.canonical_text(other)
+    assert text == format_program(canon.canonicalize(other)[0])
+    assert text != canon.canonical_text(mm)
+    assert len(canon._LINES) <= canon._LINES_MAX

@@ -15,11 +15,12 @@ are. ``canonicalize`` is idempotent.
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
 from . import ast as A
-from .printer import format_program
+from .printer import _stmt_lines, format_program
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _LOOP_LETTERS = "ijklmnopqrstuvwxyz"
@@ -81,9 +82,44 @@ def restore_names(program: A.Program, meta: dict[str, Any]) -> A.Program:
     )
 
 
+#: Printed canonical lines of top-level statements, keyed on the statement object (held, so
+#: its ``id`` cannot be reused while the entry lives) and the program's declarations (which fix
+#: the renaming and the printer's implicit loops). A search canonicalizes hundreds of
+#: candidates of one state, each rewriting one nest and sharing every other statement object
+#: with the state. Bounded; the text never depends on it.
+_LINES: "OrderedDict[tuple[int, tuple], tuple[A.Stmt, str]]" = OrderedDict()
+_LINES_MAX = 4096
+
+
 def canonical_text(program: A.Program) -> str:
-    """The canonical text of the canonically renamed program."""
-    return format_program(canonicalize(program)[0])
+    """The canonical text of the canonically renamed program (``format_program`` of
+    ``canonicalize``, each top-level statement printed once per declarations)."""
+    tmap: dict[str, str] = {}
+    for n, t in enumerate(program.params + program.intermediates):
+        tmap.setdefault(t.name, tensor_name(n))
+    shell = A.Program(program.name,
+                      tuple(replace(t, name=tmap[t.name]) for t in program.inputs),
+                      tuple(replace(t, name=tmap[t.name]) for t in program.outputs),
+                      tuple(replace(t, name=tmap[t.name]) for t in program.intermediates), ())
+    decls = (program.inputs, program.outputs, program.intermediates)
+    tensors = shell.tensors
+    r = _Renamer(tmap, None)
+    parts = []
+    for n, st in enumerate(program.body):
+        key = (id(st), decls)
+        hit = _LINES.get(key)
+        if hit is None or hit[0] is not st:
+            lines: list[str] = []
+            _stmt_lines(r.stmt(st, (n,), {}), 1, lines, (), tensors)
+            hit = (st, "\n".join(lines))
+            _LINES[key] = hit
+            if len(_LINES) > _LINES_MAX:
+                _LINES.popitem(last=False)
+        else:
+            _LINES.move_to_end(key)
+        parts.append(hit[1])
+    head = format_program(shell)
+    return head + "\n".join(parts) + "\n" if parts else head
 
 
 def canonical_hash(program: A.Program) -> str:

@@ -204,7 +204,8 @@ class Measurer:
         self.stats = {"verify_runs": 0, "verify_hits": 0, "time_runs": 0, "time_hits": 0,
                       "compile_s": 0.0, "verify_s": 0.0, "reference_s": 0.0, "time_s": 0.0,
                       "lock_wait_s": 0.0, "rebuilds": 0, "time_prepare_s": 0.0,
-                      "time_calls_s": 0.0, "stopped_early": 0}
+                      "time_calls_s": 0.0, "stopped_early": 0, "hinted": 0,
+                      "hint_fallbacks": 0}
         self._held: dict[str, tuple[int, str]] = {}   # program hash -> (worker, text it built)
         self._stats_lock = threading.Lock()
         self._nested = threading.local()
@@ -393,7 +394,8 @@ class Measurer:
 
     def time_many(self, programs: Sequence[str], check_speed_of_light: bool | None = None,
                   use_cache: bool = True, stop_if_slower_than: Timing | None = None,
-                  rule=None) -> list[TimingOutcome]:
+                  rule=None, hints: Sequence[float | None] | None = None
+                  ) -> list[TimingOutcome]:
         """Time each program (LEIR or TVMScript text), one at a time on the device. Results in
         input order; a failure is a ``TimingOutcome`` with ``timing=None`` and a ``reason``; a
         timing below the machine's speed of light has ``status="suspect"`` and
@@ -401,7 +403,10 @@ class Measurer:
         repeats are already clearly slower than it (``rule.clearly_slower``, ``rule`` a
         ``SignificanceRule``, default the default rule) stops there (``stopped_early``, its
         ``timing.repeats`` the repeats it had) and is not cached: the next caller may need
-        its full timing. Local timings only (an RPC device times in full)."""
+        its full timing. Local timings only (an RPC device times in full). ``hints``: per
+        program, about its seconds per call (or None), which lets the timing skip its
+        calibration (``timing.hinted``: a wrong hint costs time, never a too-short repeat);
+        local timings only."""
         check = self.speed_of_light if check_speed_of_light is None else check_speed_of_light
         t0 = time.monotonic()
         stop = None
@@ -410,7 +415,7 @@ class Measurer:
             # module imports this one, so it is not imported here
             stop = {"timing": stop_if_slower_than.model_dump(),
                     "rule": rule.model_dump() if rule is not None else {}}
-        out = self._time_many(programs, use_cache, stop)
+        out = self._time_many(programs, use_cache, stop, hints)
         if check and any(o.ok for o in out):
             outer = getattr(self._nested, "on", False)
             self._nested.on = True   # a calibration of the peaks times through here too
@@ -424,7 +429,8 @@ class Measurer:
         return out
 
     def _time_many(self, programs: Sequence[str], use_cache: bool = True,
-                   stop: dict | None = None) -> list[TimingOutcome]:
+                   stop: dict | None = None,
+                   hints: Sequence[float | None] | None = None) -> list[TimingOutcome]:
         cache = self.cache if use_cache else None
         fp = self.fingerprint.id
         chash = self.config.hash
@@ -446,7 +452,8 @@ class Measurer:
             else:
                 todo.setdefault(ph, []).append(i)
         for ph, idx in todo.items():
-            r = self._time_one(programs[idx[0]], ph, stop)
+            r = self._time_one(programs[idx[0]], ph, stop,
+                               hints[idx[0]] if hints is not None else None)
             stopped = r.ok and bool(r.value.get("stopped_early"))
             if stopped and r.worker is not None and not r.value.get("rebuilt"):
                 with self._stats_lock:  # that worker kept the module for a full timing
@@ -458,6 +465,7 @@ class Measurer:
                     self.stats["time_prepare_s"] += float(r.value.get("prepare_s", 0.0))
                     self.stats["rebuilds"] += int(bool(r.value.get("rebuilt")))
                     self.stats["stopped_early"] += int(stopped)
+                    self.stats["hint_fallbacks"] += int(r.value.get("hint_fallback", 0))
             if r.ok:
                 timing = Timing(**r.value["timing"])
                 if cache is not None and not stopped:
@@ -473,7 +481,7 @@ class Measurer:
         return out  # type: ignore[return-value]
 
     def _time_one(self, program: str, ph: str | None = None,
-                  stop: dict | None = None) -> WorkerResult:
+                  stop: dict | None = None, hint_s: float | None = None) -> WorkerResult:
         payload = {"program": program, "target": self.target.to_dict(),
                    "config": self.config.model_dump()}
         if stop is not None:
@@ -487,6 +495,10 @@ class Measurer:
         worker = None
         if held is not None:
             worker, payload["program"] = held  # the text that worker built the module from
+        if hint_s is not None:
+            payload["hint_s"] = float(hint_s)
+            with self._stats_lock:
+                self.stats["hinted"] += 1
         try:
             # start-up is not measurement: outside the lock, and every worker at once (the
             # first timing of a run is its baseline's; the verifications that follow need them)

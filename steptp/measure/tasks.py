@@ -147,7 +147,8 @@ def _stop(spec: dict[str, Any] | None):
 
 def time_built_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Time ``program`` with the module ``build_verify_task`` built for it in this worker (built
-    again when this worker does not hold it: restarted, or evicted)."""
+    again when this worker does not hold it: restarted, or evicted); ``hint_s``: about its
+    seconds per call (``timing.hinted``)."""
     from .timing import MeasureConfig, measure
 
     config = MeasureConfig(**payload["config"])
@@ -158,10 +159,12 @@ def time_built_task(payload: dict[str, Any]) -> dict[str, Any]:
     phases: dict[str, float] = {}
     stop = _stop(payload.get("stop_if_slower_than"))
     timing = measure(held[0] if held else payload["program"], _target(payload.get("target")),
-                     config, built=held[1] if held else None, phases=phases, stop=stop)
+                     config, built=held[1] if held else None, phases=phases, stop=stop,
+                     hint_s=payload.get("hint_s"))
     stopped = stop is not None and timing.repeats < config.repeats
     if stopped and held is not None:
         _remember(_BUILT, key, held, MAX_BUILT)  # its full timing may follow: keep the module
     return {"timing": timing.model_dump(), "seconds": time.perf_counter() - t0,
             "prepare_s": phases.get("prepare_s", 0.0), "stopped_early": stopped,
+            "hint_fallback": int(phases.get("hint_fallback", 0)),
             "rebuilt": held is None, "tvm_num_threads": os.environ.get("TVM_NUM_THREADS")}

@@ -14,6 +14,25 @@ isolated worker (``steptp.measure.service``;
 5. spread above ``max_spread``: measure again, up to ``remeasure_tries`` more times, keeping the
    attempt with the smallest spread; still above: ``noisy=True``.
 
+A caller that knows about how long one call takes (``hint_s``: a search passes the measured time
+of the candidate's parent or of its last timed sibling) skips steps 2 and 3 (``hinted``):
+``number`` comes from the hint. A hint of at least ``HINT_SURE x min_repeat_ms`` means one
+call per repeat, and the attempt starts at once (``time_evaluator`` discards its first call:
+that is the warm-up). Otherwise one check repeat at that ``number`` (its discarded first call
+the warm-up) confirms it:
+
+* the check lasts ``0.8 x min_repeat_ms`` to ``HINT_SLACK x min_repeat_ms`` (or ``number`` is
+  1 and it lasts at least ``0.8 x min_repeat_ms``): it is kept as the first of the attempt's
+  repeats, which then goes on as in step 4;
+* shorter (the kernel is faster than the hint): step 3 goes on from the check's measurement;
+* longer, with ``number`` above 1 (slower than the hint): ``number`` is recomputed from the
+  check's per-call time (fewer calls per repeat; the check was the warm-up).
+
+Whatever the hint, a finished hinted timing whose median repeat lasted under
+``0.8 x min_repeat_ms`` (``median x number``) is thrown away: step 3 goes on from its median
+per call (the kernel is warm by then), and step 4 times it again. A wrong hint costs time,
+never a too-short repeat.
+
 A caller that only needs to know whether a program beats a reference (a search, against its
 best time so far) may pass ``stop``: the first attempt then times ``EARLY_REPEATS`` repeats
 first, and when ``stop`` says those already show the program slower than the reference (the
@@ -33,6 +52,7 @@ import json
 import math
 import os
 import time as _time
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -85,15 +105,21 @@ def summarize(per_call_s: Sequence[float], number: int, max_spread: float) -> Ti
                   number=int(number), noisy=not (spread <= max_spread))
 
 
-def calibrate(run: Callable[[int], float], min_repeat_ms: float, max_number: int) -> int:
+def calibrate(run: Callable[[int], float], min_repeat_ms: float, max_number: int,
+              measured: tuple[int, float] | None = None) -> int:
     """``number`` such that ``number`` calls last at least ``min_repeat_ms``; ``run(n)`` returns
-    the seconds per call of ``n`` calls."""
+    the seconds per call of ``n`` calls. ``measured``: ``(n, seconds per call)`` of a run
+    already made (a hint's check), where the search for ``number`` goes on from."""
     target_s = min_repeat_ms / 1000.0
     if target_s <= 0:
         return 1
     n = 1
     while True:
-        per_call = max(run(n), 1e-9)
+        if measured is not None:
+            n, per_call = measured[0], max(measured[1], 1e-9)
+            measured = None
+        else:
+            per_call = max(run(n), 1e-9)
         total = per_call * n
         if total >= target_s / 10 or n >= max_number:
             break
@@ -109,27 +135,64 @@ def calibrate(run: Callable[[int], float], min_repeat_ms: float, max_number: int
     return number
 
 
+#: a hint's check repeat may last up to this many ``min_repeat_ms`` and still count as a repeat
+HINT_SLACK = 2.5
+#: a hint this many ``min_repeat_ms`` long or longer times one call per repeat without a check
+#: (a kernel that turns out faster than ``0.8 x min_repeat_ms`` fails the final check)
+HINT_SURE = 2.0
+
+
+def hinted(time_repeats: Callable[[int, int], list[float]], hint_s: float,
+           min_repeat_ms: float, max_number: int) -> tuple[int, list[float]]:
+    """``number`` from ``hint_s`` (seconds per call), confirmed by one check repeat (see the
+    module docstring): ``(number, repeats at it already measured)`` (the check, when it
+    counts, else none)."""
+    target_s = min_repeat_ms / 1000.0
+    if target_s <= 0:
+        return 1, []
+    if hint_s >= HINT_SURE * target_s:
+        return 1, []
+    number = int(min(max_number, max(1, math.ceil(target_s / max(hint_s, 1e-9)))))
+    per_call = max(float(time_repeats(number, 1)[0]), 1e-9)
+    total = per_call * number
+    if total < 0.8 * target_s and number < max_number:
+        run = lambda n: float(time_repeats(n, 1)[0])  # noqa: E731
+        return calibrate(run, min_repeat_ms, max_number, measured=(number, per_call)), []
+    if number > 1 and total > HINT_SLACK * target_s:
+        # per-call overhead only shrinks as calls are added, so fewer calls at this per-call
+        # time still last at least the target
+        return int(max(1, math.ceil(target_s / per_call))), []
+    return number, [per_call]
+
+
 #: repeats a timing that may stop early (``stop``) has before it may stop
 EARLY_REPEATS = 3
 
 
 def repeat_until_quiet(time_repeats: Callable[[int, int], list[float]], number: int,
                        config: MeasureConfig,
-                       stop: Callable[[Timing], bool] | None = None) -> Timing:
+                       stop: Callable[[Timing], bool] | None = None,
+                       first: Sequence[float] = ()) -> Timing:
     """Attempts of ``config.repeats`` repeats until spread <= max_spread (or tries run out);
     the attempt with the smallest spread wins. ``stop``: see the module docstring (only the
-    first attempt may stop early)."""
+    first attempt may stop early). ``first``: repeats at ``number`` already measured (a hint's
+    check), the first attempt's first ones."""
+
+    def more(have: list[float], upto: int) -> list[float]:
+        n = upto - len(have)
+        return have + (list(time_repeats(number, n)) if n > 0 else [])
+
     best: Timing | None = None
     for attempt in range(1 + config.remeasure_tries):
+        pre = list(first) if attempt == 0 else []
         if stop is not None and attempt == 0 and config.repeats > EARLY_REPEATS:
-            head = list(time_repeats(number, EARLY_REPEATS))
+            head = more(pre, EARLY_REPEATS)
             t = summarize(head, number, config.max_spread)
             if stop(t):
                 return t
-            rest = list(time_repeats(number, config.repeats - EARLY_REPEATS))
-            t = summarize(head + rest, number, config.max_spread)
+            t = summarize(more(head, config.repeats), number, config.max_spread)
         else:
-            t = summarize(time_repeats(number, config.repeats), number, config.max_spread)
+            t = summarize(more(pre, config.repeats), number, config.max_spread)
         if best is None or t.spread < best.spread:
             best = t
         if not t.noisy:
@@ -138,24 +201,60 @@ def repeat_until_quiet(time_repeats: Callable[[int, int], list[float]], number: 
     return best
 
 
-def _prepare(program: Any, target, config: MeasureConfig, built=None):
-    """Steps 1-3 of the protocol: (built module, inputs, calibrated ``number``). ``built``: the
-    module already compiled from ``program`` (the one verification ran), else it is built."""
-    from ..tir import build as B
-    from .verify import random_inputs
+def timed(time_repeats: Callable[[int, int], list[float]], run: Callable[[], Any],
+          config: MeasureConfig, stop: Callable[[Timing], bool] | None = None,
+          hint_s: float | None = None, phases: dict[str, float] | None = None) -> Timing:
+    """Steps 2-5 of the protocol for a kernel given as ``time_repeats(number, repeats)``
+    (seconds per call of each repeat, ``time_evaluator``'s results) and ``run()`` (one plain
+    call, the warm-up); see ``measure``."""
+    t0 = _time.perf_counter()
+    first: list[float] = []
+    if hint_s is not None and hint_s > 0 and math.isfinite(hint_s):
+        number, first = hinted(time_repeats, hint_s, config.min_repeat_ms, config.max_number)
+    else:
+        hint_s = None
+        for _ in range(config.warmup):
+            run()
+        number = calibrate(lambda n: float(time_repeats(n, 1)[0]), config.min_repeat_ms,
+                           config.max_number)
+    if phases is not None:  # a kept check repeat is measurement, not preparation
+        phases["prepare_s"] = phases.get("prepare_s", 0.0) + _time.perf_counter() - t0 \
+            - sum(first) * number
+    t = repeat_until_quiet(time_repeats, number, config, stop, first)
+    if (hint_s is not None and number < config.max_number
+            and t.median_s * number < 0.8 * config.min_repeat_ms / 1000.0):
+        # too short (a sure hint, or a check slower than the calls after it): calibrated again
+        # from what the attempt measured (the kernel ran warm for all its repeats), timed again
+        if phases is not None:
+            phases["hint_fallback"] = 1
+        number = calibrate(lambda n: float(time_repeats(n, 1)[0]), config.min_repeat_ms,
+                           config.max_number, measured=(number, t.median_s))
+        t = repeat_until_quiet(time_repeats, number, config, stop)
+    return t
 
-    kernel = load_kernel(program)
-    if built is None:
-        try:
-            built = B.build(kernel, target)
-        except Exception as e:  # noqa: BLE001
-            raise MeasureError(f"build failed: {e}") from e
-    inputs = random_inputs(kernel, config.seed)
-    for _ in range(config.warmup):
-        B.run(built, inputs)
-    number = calibrate(lambda n: B.time(built, inputs, number=n, repeat=1).median,
-                       config.min_repeat_ms, config.max_number)
-    return built, inputs, number
+
+#: Timing inputs by ``verify.inputs_key``: the candidates of one kernel take the same seeded
+#: inputs (a few ms to draw, inside the device lock), read-only (``tir.build`` copies them to
+#: the device). Bounded.
+_INPUTS: "OrderedDict[tuple, list[np.ndarray]]" = OrderedDict()
+MAX_INPUTS = 4
+
+
+def _inputs(kernel, seed: int) -> list[np.ndarray]:
+    from .verify import inputs_key, random_inputs
+
+    key = inputs_key(kernel, seed)
+    hit = _INPUTS.get(key)
+    if hit is None:
+        hit = random_inputs(kernel, seed)
+        for x in hit:
+            x.setflags(write=False)
+        _INPUTS[key] = hit
+        while len(_INPUTS) > MAX_INPUTS:
+            _INPUTS.popitem(last=False)
+    else:
+        _INPUTS.move_to_end(key)
+    return hit
 
 
 def _resolve(target, config):
@@ -169,24 +268,29 @@ def _resolve(target, config):
 
 def measure(program: Any, target=None, config: MeasureConfig | None = None,
             built=None, phases: dict[str, float] | None = None,
-            stop: Callable[[Timing], bool] | None = None) -> Timing:
+            stop: Callable[[Timing], bool] | None = None,
+            hint_s: float | None = None) -> Timing:
     """Build ``program`` once for ``target`` and time it (see the module docstring); ``built``:
     time this module compiled from ``program`` instead of building again. Runs in this
     process: use ``Measurer`` (or ``service.measure_isolated``) for untrusted kernels.
-    ``phases``: filled with the seconds of steps 1-3 (``prepare_s``); ``stop``: may end the
-    first attempt after ``EARLY_REPEATS`` repeats."""
+    ``phases``: filled with the seconds of steps 1-3 (``prepare_s``; ``hint_fallback``: 1
+    when a hinted timing was redone in full); ``stop``: may end the first attempt after
+    ``EARLY_REPEATS`` repeats; ``hint_s``: about the seconds per call (``hinted``)."""
     from ..tir import build as B
 
     target, config = _resolve(target, config)
     t0 = _time.perf_counter()
-    built, inputs, number = _prepare(program, target, config, built)
+    kernel = load_kernel(program)
+    if built is None:
+        try:
+            built = B.build(kernel, target)
+        except Exception as e:  # noqa: BLE001
+            raise MeasureError(f"build failed: {e}") from e
+    inputs = _inputs(kernel, config.seed)
     if phases is not None:
         phases["prepare_s"] = _time.perf_counter() - t0
-
-    def repeats(n: int, r: int) -> list[float]:
-        return list(B.time(built, inputs, number=n, repeat=r).results)
-
-    return repeat_until_quiet(repeats, number, config, stop)
+    return timed(lambda n, r: list(B.time(built, inputs, number=n, repeat=r).results),
+                 lambda: B.run(built, inputs), config, stop, hint_s, phases)
 
 
 # ---------------------------------------------------------------------------- PyTorch

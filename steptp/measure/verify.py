@@ -241,6 +241,18 @@ def random_inputs(kernel, seed: int = 0, positive: Collection[str] | str = "auto
     return out
 
 
+def inputs_key(kernel, seed: int = 0) -> tuple:
+    """Everything ``random_inputs(kernel, seed)`` (defaults otherwise) depends on: equal keys,
+    equal inputs."""
+    params = tuple((p.name, str(p.dtype), tuple(p.shape)) for p in _params_of(kernel)
+                   if not p.is_output)
+    prog = kernel if isinstance(kernel, A.Program) else None
+    if prog is None:
+        return params, (), (), int(seed)
+    return (params, tuple(sorted(_positive_inputs(prog))),
+            tuple(sorted(_index_ranges(prog).items())), int(seed))
+
+
 # ---------------------------------------------------------------------------- comparison
 def _alt_fill(dtype: str):
     if B.is_float_dtype(dtype):

@@ -202,17 +202,19 @@ def _warm(stmts: list[_Stmt], program: A.Program) -> list[frozenset]:
     out = []
     for k, st in enumerate(stmts):
         warm = set()
-        reads = {ld.tensor for ld in A.loads(st.stmt.value)}
+        reads = None   # computed only when an earlier statement shares a loop with this one
         for prev in stmts[:k]:
-            t = prev.stmt.tensor
-            if t not in reads or t not in program.tensors:
-                continue
             shared = 0
             for a, b in zip(prev.loops, st.loops):
                 if a is not b:
                     break
                 shared += 1
             if not shared:
+                continue
+            if reads is None:
+                reads = {ld.tensor for ld in A.loads(st.stmt.value)}
+            t = prev.stmt.tensor
+            if t not in reads or t not in program.tensors:
                 continue
             tt = program.tensors[t]
             piece = math.prod(tt.shape or (1,)) * ITEMSIZE.get(tt.dtype, 4) / \
@@ -291,8 +293,11 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
     in_regs = reg_tile is not None and reg_tile[1] <= REGISTERS - 4
     red_depth = max((d for d, lp in enumerate(loops) if lp.var in red_axes), default=-1)
 
-    def traffic(capacity: float, skip: frozenset = frozenset()) -> float:
-        for d in range(0, len(loops) + 1):
+    fps: dict[tuple[int, frozenset], float] = {}   # the three levels share the footprints
+
+    def footprint_at(d: int, skip: frozenset) -> float:
+        fp = fps.get((d, skip))
+        if fp is None:
             inner_ext = {lp.var: lp.extent for lp in loops[d:]}
             by_tensor: dict[str, float] = {}
             for a in accs:
@@ -302,7 +307,12 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
                     continue  # produced just before, in the same loop iteration: in cache
                 by_tensor[a.tensor.name] = max(by_tensor.get(a.tensor.name, 0.0),
                                                a.footprint(inner_ext))
-            fp = sum(by_tensor.values())
+            fp = fps[(d, skip)] = sum(by_tensor.values())
+        return fp
+
+    def traffic(capacity: float, skip: frozenset = frozenset()) -> float:
+        for d in range(0, len(loops) + 1):
+            fp = footprint_at(d, skip)
             if fp <= capacity:
                 return float(math.prod(ext[:d])) * fp
         return iters * LINE * len([a for a in accs if not (a.tensor.name in skip and not a.write)])

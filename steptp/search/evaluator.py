@@ -75,7 +75,9 @@ class Evaluator(Protocol):
 
     # An evaluator with ``early_stop = True`` also takes ``time(program, slower_than=timing)``:
     # it may end a timing whose first repeats are clearly slower than ``timing``
-    # (``SignificanceRule.clearly_slower``) and says so (``stopped_early``).
+    # (``SignificanceRule.clearly_slower``) and says so (``stopped_early``). One with
+    # ``hints = True`` takes ``time(program, hint_s=seconds)``: about the seconds per call
+    # (the timing starts its calibration from it; its protocol is unchanged otherwise).
 
     def close(self) -> None: ...
 
@@ -281,6 +283,8 @@ class MeasurerEvaluator:
         #: Off by default: in the throughput benchmark the beam expanded 28 of 100 stopped
         #: states, and their full re-timings cost what the stops saved
         self.early_stop = bool(early_stop) and backend is None
+        #: the search may pass ``time(..., hint_s=)``: a timing's calibration starts from it
+        self.hints = backend is None
         # candidates verified ahead (``prefetch``): a batch of up to ``jobs`` candidates the
         # search will probably verify next compiles and verifies on all workers at once (one
         # shared hold of the device lock, so no timing splits the batch); the next batch is
@@ -297,14 +301,15 @@ class MeasurerEvaluator:
     def fingerprint(self) -> str:
         return self.measurer.fingerprint.id
 
-    def prefetch(self, original: str, items: Sequence[tuple[str, str]]) -> None:
+    def prefetch(self, original: str, items: Sequence[tuple[str, str]]) -> list[str]:
         """Start verifying ``(candidate, exactness)`` pairs of ``original`` in the background, in
         the order given (the search's expected order; the first may be the very candidate it
         verifies next); a later ``verify`` of the same pair takes the result. At most one batch
         of ``prefetch_depth`` is in flight. Verdicts do not depend on when they were computed,
-        so this changes no result, only when the work happens."""
+        so this changes no result, only when the work happens. Returns the candidates it
+        took (sent now): the search offers the others again, and these no more."""
         if self.prefetch_depth <= 0:
-            return
+            return []
         from concurrent.futures import ThreadPoolExecutor
 
         from ..measure.service import VerifyJob
@@ -319,7 +324,7 @@ class MeasurerEvaluator:
             while len(self._ready) > 64:
                 self._ready.pop(next(iter(self._ready)))
         if any(not f.done() for f, _ in self._pending.values()):
-            return  # one batch at a time: the next one goes when this one is done
+            return []  # one batch at a time: the next one goes when this one is done
         keys = []
         for cand, exactness in items:
             key = (original, cand, exactness)
@@ -329,13 +334,14 @@ class MeasurerEvaluator:
             if len(keys) >= self.prefetch_depth:
                 break
         if not keys:
-            return
+            return []
         jobs = [VerifyJob(o, c, e, self.seeds) for o, c, e in keys]
         fut = self._executor.submit(self.measurer.verify_many, jobs, True)
         for i, key in enumerate(keys):
             self._pending[key] = (fut, i)
         self.prefetch_stats["submitted"] += len(keys)
         self.prefetch_stats["batches"] += 1
+        return [c for _, c, _ in keys]
 
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
         from ..measure.service import VerifyJob
@@ -358,9 +364,13 @@ class MeasurerEvaluator:
         status = "failed_build" if "does not build" in reason else "failed_verify"
         return VerifyOutcome(False, r.max_abs_err, r.max_rel_err, reason, status, oc.wall_s)
 
-    def time(self, program: str, slower_than: Optional[Timing] = None) -> TimeOutcome:
+    def time(self, program: str, slower_than: Optional[Timing] = None,
+             hint_s: Optional[float] = None) -> TimeOutcome:
+        """``hint_s``: about the program's seconds per call (a parent's or sibling's time),
+        which spares the timing its calibration (``measure.timing.hinted``)."""
         oc = self.measurer.time_many([program], stop_if_slower_than=slower_than
-                                     if self.early_stop else None)[0]
+                                     if self.early_stop else None,
+                                     hints=[hint_s] if self.hints else None)[0]
         if oc.status == "suspect":
             return TimeOutcome(None, "suspect_timing", oc.reason or "suspect timing", oc.wall_s)
         if oc.timing is not None:

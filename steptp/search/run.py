@@ -30,6 +30,7 @@ on a stopped timing, and a wrong stop can only cost the state its own "improved"
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import time as _time
 from dataclasses import dataclass, field
@@ -192,8 +193,13 @@ class Search:
         self.error = ""
         self._fp = ""
         self._early = bool(getattr(evaluator, "early_stop", False))
+        self._hints = bool(getattr(evaluator, "hints", False))
         self.retimed = 0   # stopped-early states timed again in full before their expansion
         self._plan: list[tuple[Node, Candidate]] = []   # the policy's next evaluations (plan)
+        # a plan is in force: once it is used up, nothing is guessed (a guess from the last
+        # state's ranking was mostly wasted: the next level's states differ)
+        self._planning = False
+        self._sent: set[str] = set()   # texts an evaluator took to verify ahead (it says which)
         tm = evaluator.time(self.original_text)
         if tm.timing is None:
             self.error = f"baseline could not be measured: {tm.status}: {tm.reason}"
@@ -227,6 +233,9 @@ class Search:
             node.ranked = [cands[i] for i in order]
             if self.max_actions is not None:
                 node.ranked = node.ranked[:self.max_actions]
+            if not self._planning:
+                # between a beam's levels: verify this state's best while the next are ranked
+                self._prefetch(node)
         return node.ranked
 
     def lookahead(self, cands: list[Candidate], depth: int = 2) -> list[float]:
@@ -300,8 +309,10 @@ class Search:
             self._progress()
             return None
         self.measurements += 1
-        tm = (self.evaluator.time(after_text, slower_than=self.best.timing) if self._early
-              else self.evaluator.time(after_text))
+        kw = {"slower_than": self.best.timing} if self._early else {}
+        if self._hints:
+            kw["hint_s"] = self._hint(node)
+        tm = self.evaluator.time(after_text, **kw)
         # the next batch compiles and verifies while this thread records and ranks
         self._prefetch(node)
         if tm.timing is None:
@@ -326,6 +337,13 @@ class Search:
         self._record_curve()
         self._progress()
         return child
+
+    @staticmethod
+    def _hint(node: Node) -> float:
+        """About how long one call of a child of ``node`` takes, for its timing's calibration:
+        the last timed sibling's time (siblings differ by one rewrite of the same state),
+        else the parent's. Only the calibration's starting point: never a result."""
+        return node.children[-1].seconds if node.children else node.seconds
 
     def _measured(self, before, after) -> dict:
         """A timed row's measured fields: the after timing, the speedups, the outcome."""
@@ -356,9 +374,12 @@ class Search:
     def plan(self, steps: Sequence[tuple[Node, int]]) -> None:
         """What the policy will evaluate next, in order: ``k`` of each node's next untried
         actions (rank order). Verifying ahead then follows the plan across nodes instead of
-        guessing from one node's ranking; only when work happens changes, never a result."""
+        guessing from one node's ranking, and once the plan is used up guesses nothing until
+        the policy plans again (``plan([])`` ends it: a state ranked then offers its best);
+        only when work happens changes, never a result."""
         self._plan = [(n, c) for n, k in steps if n.ranked is not None
                       for c in self.untried(n)[:k]]
+        self._planning = bool(self._plan)
 
     def _prefetch(self, node: Node, cand: Optional[Candidate] = None, exact: str = "") -> None:
         """Let an evaluator that can (``prefetch``) compile and verify ``cand`` (about to be
@@ -374,13 +395,19 @@ class Search:
             depth = min(depth, getattr(self.evaluator, "ahead_after_timing", depth))
         self._plan = [(n, c) for n, c in self._plan
                       if c.text not in self.seen and (cand is None or c.text != cand.text)]
+        # the next ``depth`` the evaluator has not taken yet: a batch is full even when the
+        # previous one verified the first of them
         if self._plan:
-            items += [(c.text, _worse(n.exactness, c.exactness)) for n, c in self._plan[:depth]]
+            nxt = ((c.text, _worse(n.exactness, c.exactness)) for n, c in self._plan)
+        elif self._planning:
+            nxt = iter(())   # the plan is used up: the policy decides what follows
         else:
-            items += [(c.text, _worse(node.exactness, c.exactness))
-                      for c in self.untried(node)[:depth]]
+            nxt = ((c.text, _worse(node.exactness, c.exactness)) for c in self.untried(node))
+        items += list(itertools.islice((it for it in nxt if it[0] not in self._sent), depth))
         if items:
-            pre(self.original_text, items)
+            took = pre(self.original_text, items)
+            if took is not None:
+                self._sent.update(took)
 
     def _record_curve(self) -> None:
         self.curve.append({"measurements": float(self.measurements), "elapsed_s": self.elapsed,

@@ -1,0 +1,130 @@
+"""A timing's calibration from a hint (a parent's or sibling's time): one check repeat instead
+of warm-up and calibration, and whatever the hint, every kept repeat lasts at least
+0.8 x min_repeat_ms."""
+
+from __future__ import annotations
+
+import pytest
+
+from steptp.measure.timing import HINT_SURE, MeasureConfig, hinted, timed
+
+TARGET_MS = 20.0
+CFG = MeasureConfig(min_repeat_ms=TARGET_MS, repeats=5, remeasure_tries=1, num_threads=1)
+
+
+class Kernel:
+    """A simulated kernel: ``per_call`` seconds a call (``cold``: the calls of the first
+    ``time_evaluator`` call after its own warm-up), counting the calls made."""
+
+    def __init__(self, per_call: float, cold: float | None = None):
+        self.per_call, self.cold = per_call, cold
+        self.calls = 0
+        self.evaluators = 0
+
+    def time_repeats(self, number: int, repeats: int) -> list[float]:
+        self.evaluators += 1
+        self.calls += 1 + number * repeats   # time_evaluator's discarded first call
+        c = self.cold if self.cold is not None and self.evaluators == 1 else self.per_call
+        return [c] * repeats
+
+    def run(self) -> None:
+        self.calls += 1
+
+
+@pytest.mark.parametrize("per_call", [1e-3, 15e-3, 50e-3])
+def test_a_right_hint_keeps_its_check_as_the_first_repeat(per_call):
+    k = Kernel(per_call)
+    number, first = hinted(k.time_repeats, per_call, TARGET_MS, CFG.max_number)
+    assert number * per_call >= 0.8 * TARGET_MS / 1e3
+    if per_call >= HINT_SURE * TARGET_MS / 1e3:
+        assert (number, first, k.calls) == (1, [], 0)   # one call a repeat: no check
+    else:
+        assert first == [per_call] and k.calls == 1 + number
+    k = Kernel(per_call)
+    t = timed(k.time_repeats, k.run, CFG, hint_s=per_call)
+    assert t.repeats == 5 and t.number == number
+    # the calibrated protocol makes more calls: a warm-up, the calibration runs, the repeats
+    full = Kernel(per_call)
+    assert timed(full.time_repeats, full.run, CFG).number == number
+    assert k.calls < full.calls
+
+
+@pytest.mark.parametrize("hint", [1e-5, 15e-3 / 2.6, 2.0])
+def test_a_wrong_hint_still_ends_with_repeats_of_the_target_length(hint):
+    k = Kernel(1e-3)   # the hint is 100x or 5x too fast, or 2000x too slow
+    number, first = hinted(k.time_repeats, hint, TARGET_MS, CFG.max_number)
+    assert first == []                  # no check is kept as a repeat
+    if hint < HINT_SURE * TARGET_MS / 1e3:  # the check set the number right
+        assert 0.8 * TARGET_MS / 1e3 <= number * 1e-3 <= 2 * TARGET_MS / 1e3
+    phases: dict = {}
+    t = timed(k.time_repeats, k.run, CFG, hint_s=hint, phases=phases)
+    assert t.median_s * t.number >= 0.8 * TARGET_MS / 1e3
+    # a sure hint (one call a repeat) is confirmed by the repeats themselves: here they were
+    # too short, and it was calibrated from them and timed again
+    assert phases.get("hint_fallback") == (1 if hint >= HINT_SURE * TARGET_MS / 1e3 else None)
+
+
+def test_a_misleading_check_is_calibrated_again_and_timed_again():
+    # the check's calls run 10x slower than every later one (a cold first evaluator): it
+    # confirms a number whose repeats then last a tenth of the target
+    k = Kernel(1e-4, cold=1e-3)
+    phases: dict = {}
+    t = timed(k.time_repeats, k.run, CFG, hint_s=1e-3, phases=phases)
+    assert phases.get("hint_fallback") == 1
+    assert t.median_s * t.number >= 0.8 * TARGET_MS / 1e3 and t.number >= 160
+
+
+# ---------------------------------------------------------------------------- real timings
+tvm = pytest.importorskip("tvm")
+
+from steptp.measure.timing import measure  # noqa: E402
+
+from test_measure import MATMUL  # noqa: E402
+
+REAL = MeasureConfig(min_repeat_ms=5, repeats=5, remeasure_tries=1, num_threads=1)
+
+
+@pytest.mark.parametrize("hint", [1e-8, 10.0])
+def test_a_real_timing_with_a_wrong_hint_lasts_the_target(hint):
+    phases: dict = {}
+    t = measure(MATMUL, None, REAL, phases=phases, hint_s=hint)
+    assert t.repeats == 5
+    assert t.median_s * t.number >= 0.8 * REAL.min_repeat_ms / 1e3
+    # and with a right hint (the time just measured) the check is kept: no fallback
+    again: dict = {}
+    t2 = measure(MATMUL, None, REAL, phases=again, hint_s=t.median_s)
+    assert t2.median_s * t2.number >= 0.8 * REAL.min_repeat_ms / 1e3
+    assert "hint_fallback" not in again
+
+
+def test_the_measurer_passes_a_hint_to_its_worker(tmp_path):
+    from steptp.measure import Measurer
+
+    from test_measure import MATMUL_SPLIT
+
+    with Measurer(None, REAL, cache=None, lock_directory=tmp_path, speed_of_light=False) as m:
+        assert m.verify_many([(MATMUL, MATMUL_SPLIT)])[0].passed
+        oc = m.time_many([MATMUL_SPLIT], hints=[10.0])[0]
+        assert oc.ok and m.stats["hinted"] == 1
+        assert oc.timing.median_s * oc.timing.number >= 0.8 * REAL.min_repeat_ms / 1e3
+
+
+def test_timing_inputs_are_drawn_once_per_kernel_signature_and_input_rules():
+    """A timing's seeded inputs are kept per ``verify.inputs_key``: the same for every
+    candidate of a kernel, but a kernel that needs positive inputs (log) never gets another's."""
+    import numpy as np
+
+    from steptp.leir import parse
+    from steptp.measure import timing as T
+    from steptp.measure.verify import inputs_key, random_inputs
+
+    plain = parse("kernel f(A: f32[64]) -> B: f32[64]\n  B[i] = A[i] * 2.0\n")
+    logk = parse("kernel f(A: f32[64]) -> B: f32[64]\n  B[i] = log(A[i])\n")
+    assert inputs_key(plain, 0) != inputs_key(logk, 0)
+    a = T._inputs(plain, 0)
+    assert T._inputs(plain, 0) is a and not a[0].flags.writeable
+    assert np.array_equal(a[0], random_inputs(plain, 0)[0]) and (a[0] < 0).any()
+    b = T._inputs(logk, 0)
+    assert (b[0] > 0).all() and np.array_equal(b[0], random_inputs(logk, 0)[0])
+    t = measure(logk, None, REAL)
+    assert t.median_s > 0
