@@ -51,23 +51,40 @@ class _RunFormatter(logging.Formatter):
         return super().format(record)
 
 
+def release_log(out: str | Path, rid: str) -> Path:
+    """Where a release's progress is appended: ``<out>/logs/<id>.log``."""
+    return Path(out) / "logs" / f"{rid}.log"
+
+
 @contextmanager
 def _log_file(path: Path):
-    """Every Prefect flow and task message of this process, appended to ``path`` too: a nightly
-    started from a deployment has no terminal to read afterwards. A failure is written there
-    before the handler goes (Prefect reports the failed state only after the flow returns)."""
+    """Every Prefect flow and task message of this process and steptp's own (the CoT writers'
+    rejected attempts, LLM batch failures), appended to ``path`` too: a nightly started from a
+    deployment has no terminal to read afterwards. Tasks that run in Dask workers log there,
+    not here. A failure is written before the handler goes (Prefect reports the failed state
+    only after the flow returns), and the exception carries the path (``log``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(_RunFormatter("%(asctime)s | %(levelname)-7s | %(run)s - %(message)s"))
-    logger = logging.getLogger("prefect")
-    logger.addHandler(handler)
+    prefect_log, own = logging.getLogger("prefect"), logging.getLogger("steptp")
+    own_level = own.level
+    if own_level == logging.NOTSET:
+        own.setLevel(logging.INFO)
+    for lg in (prefect_log, own):
+        lg.addHandler(handler)
     try:
         yield
     except BaseException as e:
-        logger.error("release failed: %s: %s", type(e).__name__, e)
+        prefect_log.error("release failed: %s: %s", type(e).__name__, e)
+        try:
+            e.log = str(path.resolve())
+        except AttributeError:  # an exception type without a __dict__
+            pass
         raise
     finally:
-        logger.removeHandler(handler)
+        for lg in (prefect_log, own):
+            lg.removeHandler(handler)
+        own.setLevel(own_level)
         handler.close()
 
 
@@ -88,7 +105,7 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
     p = dict(params) if params is not None else P.load(params_file) if params_file else {}
     b = P.build(p, nightly, date)
     out_p = Path(out)
-    log_path = out_p / "logs" / f"{b.id}.log"
+    log_path = release_log(out_p, b.id)
     with _log_file(log_path):
         _log(f"log: {log_path.resolve()}")
         return _build(p, b, out_p, force, version_control) | {"log": str(log_path.resolve())}

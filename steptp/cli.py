@@ -704,11 +704,10 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
 
     p = _load_params(params)
     try:
-        rid = build(p, nightly, date).id
+        build(p, nightly, date)
     except ParamsError as e:
         raise typer.BadParameter(str(e)) from None
     out = out.resolve()
-    log_path = out / "logs" / f"{rid}.log"
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(out / ".prefect-results"))
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
     # the temporary local server can be slow to start on a busy 2-core machine
@@ -724,7 +723,7 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
         res = build_release(p, str(out), nightly=nightly, date=date, force=force,
                             version_control=not no_version)
     except (ReleaseGateFailed, ReleaseExists) as e:
-        _err(f"{e}\nlog: {log_path}")
+        _err(f"{e}" + (f"\nlog: {e.log}" if getattr(e, "log", None) else ""))
         raise typer.Exit(1) from None
     c = res["counts"]
     what = {"published": "release built", "replaced": "release rebuilt and replaced (--force)",

@@ -16,15 +16,16 @@ class Kernel:
     """A simulated kernel: ``per_call`` seconds a call (``cold``: the calls of the first
     ``time_evaluator`` call after its own warm-up), counting the calls made."""
 
-    def __init__(self, per_call: float, cold: float | None = None):
-        self.per_call, self.cold = per_call, cold
+    def __init__(self, per_call: float, cold: float | None = None, cold_evaluators: int = 1):
+        self.per_call, self.cold, self.cold_evaluators = per_call, cold, cold_evaluators
         self.calls = 0
         self.evaluators = 0
 
     def time_repeats(self, number: int, repeats: int) -> list[float]:
         self.evaluators += 1
         self.calls += 1 + number * repeats   # time_evaluator's discarded first call
-        c = self.cold if self.cold is not None and self.evaluators == 1 else self.per_call
+        c = self.cold if self.cold is not None and self.evaluators <= self.cold_evaluators \
+            else self.per_call
         return [c] * repeats
 
     def run(self) -> None:
@@ -39,7 +40,8 @@ def test_a_right_hint_keeps_its_check_as_the_first_repeat(per_call):
     if per_call >= HINT_SURE * TARGET_MS / 1e3:
         assert (number, first, k.calls) == (1, [], 0)   # one call a repeat: no check
     else:
-        assert first == [per_call] and k.calls == 1 + number
+        # one probe call (and the evaluator's discarded one) when number > 1, then the check
+        assert first == [per_call] and k.calls == (2 if number > 1 else 0) + 1 + number
     k = Kernel(per_call)
     t = timed(k.time_repeats, k.run, CFG, hint_s=per_call)
     assert t.repeats == 5 and t.number == number
@@ -66,8 +68,9 @@ def test_a_wrong_hint_still_ends_with_repeats_of_the_target_length(hint):
 
 def test_a_misleading_check_is_calibrated_again_and_timed_again():
     # the check's calls run 10x slower than every later one (a cold first evaluator): it
-    # confirms a number whose repeats then last a tenth of the target
-    k = Kernel(1e-4, cold=1e-3)
+    # confirms a number whose repeats then last a tenth of the target (cold: the probe call's
+    # evaluator and the check's)
+    k = Kernel(1e-4, cold=1e-3, cold_evaluators=2)
     phases: dict = {}
     t = timed(k.time_repeats, k.run, CFG, hint_s=1e-3, phases=phases)
     assert phases.get("hint_fallback") == 1
@@ -128,3 +131,23 @@ def test_timing_inputs_are_drawn_once_per_kernel_signature_and_input_rules():
     assert (b[0] > 0).all() and np.array_equal(b[0], random_inputs(logk, 0)[0])
     t = measure(logk, None, REAL)
     assert t.median_s > 0
+
+
+def test_a_hint_far_too_fast_costs_one_call_not_a_check_past_the_timeout():
+    """A sibling 1000x faster than this candidate: a check at the hinted number of calls would
+    last 1000 x min_repeat_ms (20 s here, inside the device lock; 3000x passes the 60 s
+    timeout and records a valid candidate as timed out). One probe call finds it out."""
+    k = Kernel(20e-3)
+    number, first = hinted(k.time_repeats, 20e-6, TARGET_MS, CFG.max_number)
+    assert first == [] and number == 1
+    assert k.calls < 10                      # the check alone would have made 1001 calls
+    t = timed(Kernel(20e-3).time_repeats, k.run, CFG, hint_s=20e-6)
+    assert t.number == 1 and t.median_s == pytest.approx(20e-3)
+
+
+def test_a_hinted_timing_keeps_the_configured_warmup():
+    k = Kernel(1e-3)
+    timed(k.time_repeats, k.run, MeasureConfig(**{**CFG.model_dump(), "warmup": 4}), hint_s=1e-3)
+    plain = Kernel(1e-3)
+    timed(plain.time_repeats, plain.run, CFG, hint_s=1e-3)
+    assert k.calls - plain.calls == 3        # the evaluator's discarded call is the fourth

@@ -48,6 +48,9 @@ def test_good_release_passes_and_writes_data_docs(staged):
     assert rep.success, rep.failures
     assert (staged / "good/data_docs/index.html").is_file()
     assert set(rep.suites) == {"kernels", "steps", "export", "roles", "pairs", "splits"}
+    # a validation page per suite (the site is built once, after every checkpoint ran)
+    for suite in rep.suites:
+        assert list((staged / "good/data_docs/validations" / suite).rglob("*.html")), suite
     assert json.loads((staged / "good/validation.json").read_text())["success"] is True
 
 

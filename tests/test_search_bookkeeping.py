@@ -112,12 +112,12 @@ def test_directions_memo_answers_as_computed_and_stays_bounded(programs, monkeyp
 
 
 def test_statement_estimate_memo_answers_as_computed_and_stays_bounded(programs, monkeypatch):
-    monkeypatch.setattr(CM, "_STMT_MEMO_SIZE", 64)
+    monkeypatch.setattr(CM._STMT_MEMO, "maxsize", 64)
     CM._STMT_MEMO.clear()
     for p in programs:           # warm: candidates share most statements with their parent
         CM.features(p, 4)
     assert len(CM._STMT_MEMO) <= 64
-    monkeypatch.setattr(CM, "_STMT_MEMO_SIZE", 10**6)
+    monkeypatch.setattr(CM._STMT_MEMO, "maxsize", 10**6)
     CM._STMT_MEMO.clear()
     calls = 0
     for p in programs:

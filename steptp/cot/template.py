@@ -509,8 +509,9 @@ class TemplateWriter:
 
     @staticmethod
     def _teaching_refusal(f: Facts, remedy: str, weighed: list[str]):
-        """The refusal that teaches the most here: one of the diagnosis's remedy (parallelizing
-        the reduction axis of a serial nest), then of the chosen or a weighed strategy, then of
+        """The refusal that teaches the most here: one of the diagnosis's remedy (e.g. why a
+        serial nest's reduction axis cannot be parallelized), then of the chosen or a weighed
+        strategy, then of
         a finishing move, in the registry's order within each. The first refusal in registry
         order was nearly always the same ``loop_collapse`` of a reduction axis with a spatial
         loop, in example after example."""

@@ -15,11 +15,11 @@ are. ``canonicalize`` is idempotent.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
 from . import ast as A
+from ..lru import LRU
 from .printer import _stmt_lines, format_program
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -87,8 +87,8 @@ def restore_names(program: A.Program, meta: dict[str, Any]) -> A.Program:
 #: the renaming and the printer's implicit loops). A search canonicalizes hundreds of
 #: candidates of one state, each rewriting one nest and sharing every other statement object
 #: with the state. Bounded; the text never depends on it.
-_LINES: "OrderedDict[tuple[int, tuple], tuple[A.Stmt, str]]" = OrderedDict()
 _LINES_MAX = 4096
+_LINES: "LRU[tuple[A.Stmt, str]]" = LRU(_LINES_MAX)
 
 
 def canonical_text(program: A.Program) -> str:
@@ -111,12 +111,7 @@ def canonical_text(program: A.Program) -> str:
         if hit is None or hit[0] is not st:
             lines: list[str] = []
             _stmt_lines(r.stmt(st, (n,), {}), 1, lines, (), tensors)
-            hit = (st, "\n".join(lines))
-            _LINES[key] = hit
-            if len(_LINES) > _LINES_MAX:
-                _LINES.popitem(last=False)
-        else:
-            _LINES.move_to_end(key)
+            hit = _LINES.put(key, (st, "\n".join(lines)))
         parts.append(hit[1])
     head = format_program(shell)
     return head + "\n".join(parts) + "\n" if parts else head

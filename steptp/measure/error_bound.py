@@ -311,18 +311,19 @@ class ErrorBounds:
         return built
 
     def __call__(self, program: A.Program, inputs: Sequence[np.ndarray], reorders: bool,
-                 target=None) -> list[np.ndarray | None] | None:
+                 target=None, keep: bool = True) -> list[np.ndarray | None] | None:
         """The error bound of each output of ``program`` on ``inputs`` (``None`` for a
-        non-float output); ``None`` when the program cannot be twinned."""
+        non-float output); ``None`` when the program cannot be twinned. ``keep=False``: not
+        kept for later callers (a candidate's own bound is asked for once)."""
         from ..tir import build as B
 
         target = target or B.default_target()
         built = self._built(program, reorders, target)
         if built is None:
             return None
-        key = (program, reorders, target.key, _digest(inputs))
+        key = (program, reorders, target.key, _digest(inputs)) if keep else None
         with self._lock:
-            hit = self._results.get(key)
+            hit = self._results.get(key) if keep else None
             if hit is not None:
                 self._results.move_to_end(key)
                 return list(hit)
@@ -339,9 +340,10 @@ class ErrorBounds:
             result.append(b)
         with self._lock:
             self.runs += 1
-            self._results[key] = result
-            while len(self._results) > self.results:
-                self._results.popitem(last=False)
+            if keep:
+                self._results[key] = result
+                while len(self._results) > self.results:
+                    self._results.popitem(last=False)
         return list(result)
 
 

@@ -18,8 +18,11 @@ A caller that knows about how long one call takes (``hint_s``: a search passes t
 of the candidate's parent or of its last timed sibling) skips steps 2 and 3 (``hinted``):
 ``number`` comes from the hint. A hint of at least ``HINT_SURE x min_repeat_ms`` means one
 call per repeat, and the attempt starts at once (``time_evaluator`` discards its first call:
-that is the warm-up). Otherwise one check repeat at that ``number`` (its discarded first call
-the warm-up) confirms it:
+that is the warm-up; ``config.warmup`` above 1 adds the other plain runs first). Otherwise one
+call is timed first (with ``number`` above 1): when ``number`` of them would last over
+``HINT_SLACK x min_repeat_ms`` (a hint far too fast, e.g. a sibling 1000x faster), step 3 goes on
+from that call, so a wrong hint never runs one check for longer than the timeout. Then one check
+repeat at that ``number`` (its discarded first call the warm-up) confirms it:
 
 * the check lasts ``0.8 x min_repeat_ms`` to ``HINT_SLACK x min_repeat_ms`` (or ``number`` is
   1 and it lasts at least ``0.8 x min_repeat_ms``): it is kept as the first of the attempt's
@@ -52,12 +55,12 @@ import json
 import math
 import os
 import time as _time
-from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..lru import LRU
 from ..records import Timing
 from .fingerprint import available_cores
 from .programs import MeasureError, is_tvmscript, load_kernel  # noqa: F401 - re-exported
@@ -153,10 +156,16 @@ def hinted(time_repeats: Callable[[int, int], list[float]], hint_s: float,
     if hint_s >= HINT_SURE * target_s:
         return 1, []
     number = int(min(max_number, max(1, math.ceil(target_s / max(hint_s, 1e-9)))))
-    per_call = max(float(time_repeats(number, 1)[0]), 1e-9)
+    run = lambda n: float(time_repeats(n, 1)[0])  # noqa: E731
+    if number > 1:
+        # one call first: a hint far too fast (a sibling 1000x faster) would make the check
+        # run number x the true per-call time, past the timeout, inside the device lock
+        probe = max(run(1), 1e-9)
+        if probe * number > HINT_SLACK * target_s:
+            return calibrate(run, min_repeat_ms, max_number, measured=(1, probe)), []
+    per_call = max(run(number), 1e-9)
     total = per_call * number
     if total < 0.8 * target_s and number < max_number:
-        run = lambda n: float(time_repeats(n, 1)[0])  # noqa: E731
         return calibrate(run, min_repeat_ms, max_number, measured=(number, per_call)), []
     if number > 1 and total > HINT_SLACK * target_s:
         # per-call overhead only shrinks as calls are added, so fewer calls at this per-call
@@ -210,6 +219,8 @@ def timed(time_repeats: Callable[[int, int], list[float]], run: Callable[[], Any
     t0 = _time.perf_counter()
     first: list[float] = []
     if hint_s is not None and hint_s > 0 and math.isfinite(hint_s):
+        for _ in range(config.warmup - 1):  # time_evaluator's discarded first call is one
+            run()
         number, first = hinted(time_repeats, hint_s, config.min_repeat_ms, config.max_number)
     else:
         hint_s = None
@@ -236,8 +247,8 @@ def timed(time_repeats: Callable[[int, int], list[float]], run: Callable[[], Any
 #: Timing inputs by ``verify.inputs_key``: the candidates of one kernel take the same seeded
 #: inputs (a few ms to draw, inside the device lock), read-only (``tir.build`` copies them to
 #: the device). Bounded.
-_INPUTS: "OrderedDict[tuple, list[np.ndarray]]" = OrderedDict()
 MAX_INPUTS = 4
+_INPUTS: "LRU[list[np.ndarray]]" = LRU(MAX_INPUTS)
 
 
 def _inputs(kernel, seed: int) -> list[np.ndarray]:
@@ -249,11 +260,7 @@ def _inputs(kernel, seed: int) -> list[np.ndarray]:
         hit = random_inputs(kernel, seed)
         for x in hit:
             x.setflags(write=False)
-        _INPUTS[key] = hit
-        while len(_INPUTS) > MAX_INPUTS:
-            _INPUTS.popitem(last=False)
-    else:
-        _INPUTS.move_to_end(key)
+        _INPUTS.put(key, hit)
     return hit
 
 

@@ -504,7 +504,8 @@ def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
             return None if bound_prog is None else error_bounds(bound_prog, ins, reorders, target)
 
         def cand_bounds(ins=ins):
-            return None if cand_prog is None else error_bounds(cand_prog, ins, reorders, target)
+            return None if cand_prog is None else error_bounds(cand_prog, ins, reorders, target,
+                                                               keep=False)
 
         for ok, ae, re_, why in compare_outputs(outs, got, want, exactness, rerun_alt, bounds,
                                                 cand_bounds if exactness == "algebraic" else None):

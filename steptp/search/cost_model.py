@@ -20,13 +20,13 @@ to order candidates sensibly, not to predict absolute times.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from ..leir import ast as A
+from ..lru import LRU
 from ..leir.analysis import ITEMSIZE, affine
 from ..strategies._ir import layout_forms
 
@@ -391,8 +391,7 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
 #: extents and kinds, its guards, the program's tensors, the cores and the mode. Candidates
 #: differ from their parent in one loop nest, so most statements' estimates repeat across the
 #: candidates of a search; bounded so a nightly run's memory stays flat.
-_STMT_MEMO: OrderedDict[tuple, Estimate] = OrderedDict()
-_STMT_MEMO_SIZE = 16384
+_STMT_MEMO: "LRU[Estimate]" = LRU(16384)
 
 
 def _stmt_estimate_memo(program: A.Program, tensors_key: tuple, st: _Stmt, cores: int,
@@ -401,13 +400,8 @@ def _stmt_estimate_memo(program: A.Program, tensors_key: tuple, st: _Stmt, cores
            tensors_key, cores, optimistic, warm)
     hit = _STMT_MEMO.get(key)
     if hit is not None:
-        _STMT_MEMO.move_to_end(key)
         return hit
-    est = _stmt_estimate(program, st, cores, optimistic, warm)
-    _STMT_MEMO[key] = est
-    if len(_STMT_MEMO) > _STMT_MEMO_SIZE:
-        _STMT_MEMO.popitem(last=False)
-    return est
+    return _STMT_MEMO.put(key, _stmt_estimate(program, st, cores, optimistic, warm))
 
 
 def _estimate(program: A.Program, optimistic: bool = False, cores: int | None = None) -> Estimate:
