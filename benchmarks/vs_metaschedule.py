@@ -41,7 +41,16 @@ def fast_build(mod, target, _params):
     return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
-def metaschedule(func, target, trials: int, seed: int = 1):
+#: seconds MetaSchedule's runner gives one candidate (warm-up + 3 timed runs) before it kills it
+#: and scores it as an error. Its evolutionary search proposes candidates that recompute a
+#: reduction inside its consumer's loop (``compute_at`` of softmax's row max under the column
+#: loop: 16,384 times the work); under the recipe's 60 s such a candidate ran until killed and
+#: softmax's second batch of 16 took 9 minutes. Anything that slow is never MetaSchedule's best,
+#: so a shorter limit changes only the tuning wall, not the program it finds.
+MS_RUN_TIMEOUT = 10.0
+
+
+def metaschedule(func, target, trials: int, seed: int = 1, run_timeout: float = MS_RUN_TIMEOUT):
     """Tune ``func`` (an unscheduled PrimFunc) and return the tuned PrimFunc."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
@@ -53,7 +62,7 @@ def metaschedule(func, target, trials: int, seed: int = 1):
                          num_trials_per_iter=16,
                          builder=ms.builder.LocalBuilder(max_workers=2, timeout_sec=60,
                                                          f_build=fast_build),
-                         runner=ms.runner.LocalRunner(timeout_sec=60), seed=seed)
+                         runner=ms.runner.LocalRunner(timeout_sec=run_timeout), seed=seed)
         sch = ms.tir_integration.compile_tir(db, mod, tt)
     if sch is None:
         raise RuntimeError("MetaSchedule found no valid schedule")
@@ -85,7 +94,7 @@ def cached_metaschedule(item, prog, ev, trials: int, seed: int, fresh: bool,
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"workload": item.name, "kernel_id": item.kernel_id,
                                "trials": trials, "seed": seed, "fingerprint": ev.fingerprint,
-                               "wall_s": wall, "script": script}))
+                               "wall_s": wall, "run_timeout_s": MS_RUN_TIMEOUT, "script": script}))
     os.replace(tmp, path)
     return script, wall, False
 

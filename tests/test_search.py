@@ -249,6 +249,29 @@ def test_cost_model_reads_a_collapsed_subscript_pair_as_one_unit_stride_dimensio
     assert cm.predict(vec) < cm.predict(ser)
 
 
+def test_cost_model_reads_a_groups_base_channel_as_the_channel_it_rounds_down():
+    from steptp.search import cost_model as cm
+
+    # a grouped conv (4 channels a group) as the import writes it, ``j//4*4+m``, and the same
+    # computation with the group as its own loop (every subscript affine): the same work and
+    # the same memory walk, so the same prediction (it was 11x apart: the opaque subscript
+    # spanned all 128 input channels for every output channel)
+    head = "kernel f32 g(E[1,128,58,58], B[128,4,3,3]) -> F[1,128,56,56]\n"
+    imported = parse(head + " F[i,j,k,l] += E[i,j//4*4+m,k+n,l+o] * B[j,m,n,o]\n")
+    grouped = parse(head + " for i in 1, g in 32, jj in 4, k in 56, l in 56, m in 4, n in 3,"
+                           " o in 3:\n  F[i,g*4+jj,k,l] += E[i,g*4+m,k+n,l+o] * B[g*4+jj,m,n,o]\n")
+    assert cm.predict(imported) == pytest.approx(cm.predict(grouped), rel=0.05)
+    e = parse(head + " F[i,j,k,l] += E[i,j//4*4+m,k+n,l+o] * B[j,m,n,o]\n").body[0]
+    while not hasattr(e, "value"):
+        e = e.body[0]
+    (load,) = [ld for ld in cm.A.loads(e.value) if ld.tensor == "E"]
+    acc = cm._Access(imported.tensors["E"], load.index, write=False)
+    # the footprint over one group: 4 + 3 channels at most (the rounding is at most c - 1)
+    assert acc.footprint({"j": 4, "m": 4}) <= 7 * acc.footprint({})
+    # but j's step is no stride: a vector loop over j is not a contiguous walk
+    assert acc.stride_of("j") == math.inf and acc.stride_of("o") == 1
+
+
 def test_unrolling_copies_of_a_long_serial_loop_are_bounded():
     from steptp.search.space import (MAX_UNROLLED, MAX_UNROLLED_OVER_LOOPS, actions,
                                      unrolled_over_loops, unrolled_size)

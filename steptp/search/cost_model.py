@@ -131,6 +131,21 @@ def _strides(shape: Sequence[int]) -> list[int]:
     return list(reversed(out))
 
 
+def _floor_multiple_as_affine(e):
+    """``e`` with every ``(x // c) * c`` (c a positive int constant, x affine) read as ``x``."""
+    if isinstance(e, A.Binary):
+        if e.op == "*":
+            for q, c in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+                if (isinstance(q, A.Binary) and q.op == "//" and isinstance(c, A.Const)
+                        and isinstance(q.rhs, A.Const) and c.kind == "int" and q.rhs.kind == "int"
+                        and c.value == q.rhs.value and c.value > 0 and affine(q.lhs) is not None):
+                    return q.lhs
+        lhs, rhs = _floor_multiple_as_affine(e.lhs), _floor_multiple_as_affine(e.rhs)
+        if lhs is not e.lhs or rhs is not e.rhs:
+            return A.Binary(e.op, lhs, rhs)
+    return e
+
+
 class _Access:
     """One access with per-loop strides (elements) and per-dimension affine forms."""
 
@@ -139,7 +154,12 @@ class _Access:
         self.write = write
         self.itemsize = ITEMSIZE.get(tensor.dtype, 4)
         # a collapsed pair of subscripts (i//M, i%M over a dimension of M) is one dimension
-        self.forms, self.shape, opaque = layout_forms(index, tensor.shape)
+        _, _, opaque = layout_forms(index, tensor.shape)
+        # the footprint reads a group's base ``(e//c)*c`` as ``e`` (it differs by less than c:
+        # a grouped conv's input channel ``j//4*4+m`` spans a block of j, not every channel);
+        # the strides of its variables stay unknown (a vector loop over j is no contiguous walk)
+        approx = tuple(_floor_multiple_as_affine(e) for e in index)
+        self.forms, self.shape, _ = layout_forms(approx, tensor.shape)
         dims = _strides(self.shape)
         self.stride: dict[str, float] = {}
         self.affine = not opaque
