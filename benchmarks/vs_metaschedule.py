@@ -186,7 +186,12 @@ def main() -> None:
                "ours_wall_s": ours_wall, "ms_wall_s": ms_wall, "ms_reused": reused,
                "measurements": res.measurements, "search_s": res.wall_s,
                "curve": res.curve, "strategies": res.trajectory.strategies,
-               "final_leir": res.trajectory.final_leir}
+               "final_leir": res.trajectory.final_leir,
+               # every measured step, to see what the search tried and how fast it was
+               "steps": [{"strategy": st.strategy, "params": st.params, "outcome": st.outcome,
+                          "after_s": st.after.median_s if st.after else None,
+                          "cumulative_speedup": st.cumulative_speedup,
+                          "after_leir": st.after_leir} for st in res.steps]}
         rows.append(row)
         ms_col = f"{ms_wall:5.0f}" + ("r" if reused else " ")
         print(f"{name:24s} {row['baseline_s']*1e3:9.4g} {ours*1e3:9.4g} {ms_s*1e3:9.4g} "
