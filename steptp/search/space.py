@@ -7,7 +7,9 @@ loop of a tiled matmul between the tile loops and the point loops), and the regi
 a CPU schedule starts from: ``loop_tiling`` with ``point="inner"`` of the loop the output is
 unit-stride in (the column: one, two or four vector registers, or a divisor of the row filling
 half to all of one register, see ``column_tiles``) and one other
-spatial loop above it (the rows, a factor in ``ROW_TILES``), over a reduction (the registry
+spatial loop above it (the rows, a factor in ``ROW_TILES``; a tile whose accumulators need more
+than ``REGISTERS - 4`` vector registers spills every update and is not offered), over a
+reduction (the registry
 samples a few of the many divisor pairs and may miss these). Results that unroll one
 statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
 their legality and applies them); only the choice of ``order`` is the search's.
@@ -21,7 +23,7 @@ from typing import Iterable
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE, affine
 from ..strategies._ir import band, enclosing_loops, iter_stmts, layout_forms, node_at
-from .cost_model import _cores
+from .cost_model import REGISTERS, _cores
 from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
 
 LONG_BAND = 4   # bands with more loops than this get the structured reorders
@@ -135,6 +137,9 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
             for fb in column_tiles(b.extent, lanes):
                 for fa in ROW_TILES:
                     if a.extent % fa or fa > a.extent:
+                        continue
+                    # the cost model's limit too: two operands and the addresses need a few
+                    if fa * math.ceil(fb / lanes) > REGISTERS - 4:
                         continue
                     _offer(out, s, program, site,
                            {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"},
