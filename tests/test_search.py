@@ -169,6 +169,10 @@ def test_action_space_offers_register_tilings_of_a_reduction():
     assert tiles == sorted((r, c) for r in (2, 4, 8, 16) for c in (8, 16, 32, 64)
                            if r * -(-c // 16) <= 28)
     assert (8, 32) in tiles and (4, 64) in tiles and (8, 64) not in tiles
+    # unless the tile spans the whole row loop: 8 rows of 64 then stream B once
+    skinny = parse("kernel f32 mm(A[8,64], B[64,256]) -> C[8,256]\n C[i,j] += A[i,k] * B[k,j]\n")
+    assert (8, 64) in {tuple(c.params["factors"]) for c in actions(skinny)
+                       if c.strategy == "loop_tiling" and c.params.get("point") == "inner"}
     ew = parse("kernel f32 ew(A[64,64]) -> B[64,64]\n B[i,j] = A[i,j] + 1.0\n")
     assert not [c for c in actions(ew) if c.params.get("point") == "inner"]
 

@@ -8,7 +8,8 @@ a CPU schedule starts from: ``loop_tiling`` with ``point="inner"`` of the loop t
 unit-stride in (the column: one, two or four vector registers, or a divisor of the row filling
 half to all of one register, see ``column_tiles``) and one other
 spatial loop above it (the rows, a factor in ``ROW_TILES``; a tile whose accumulators need more
-than ``REGISTERS - 4`` vector registers spills every update and is not offered), over a
+than ``REGISTERS - 4`` vector registers spills every update and is not offered unless it
+spans the whole row loop), over a
 reduction (the registry
 samples a few of the many divisor pairs and may miss these). Results that unroll one
 statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
@@ -138,8 +139,11 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
                 for fa in ROW_TILES:
                     if a.extent % fa or fa > a.extent:
                         continue
-                    # the cost model's limit too: two operands and the addresses need a few
-                    if fa * math.ceil(fb / lanes) > REGISTERS - 4:
+                    # the cost model's limit too: two operands and the addresses need a few.
+                    # A tile over the whole row loop stays offered: the other operand is then
+                    # streamed once (an 8-row matmul: MetaSchedule's 8x64 tile, spills and all,
+                    # beat 4x64 tiles that read the 16 MB B twice by 2x)
+                    if fa * math.ceil(fb / lanes) > REGISTERS - 4 and fa < a.extent:
                         continue
                     _offer(out, s, program, site,
                            {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"},
