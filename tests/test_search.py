@@ -173,6 +173,12 @@ def test_action_space_offers_register_tilings_of_a_reduction():
     skinny = parse("kernel f32 mm(A[8,64], B[64,256]) -> C[8,256]\n C[i,j] += A[i,k] * B[k,j]\n")
     assert (8, 64) in {tuple(c.params["factors"]) for c in actions(skinny)
                        if c.strategy == "loop_tiling" and c.params.get("point") == "inner"}
+    # but not over a batch loop: every operand differs per batch, nothing is streamed once
+    bmm = parse("kernel f32 bmm(A[8,4,64], B[8,64,256]) -> C[8,4,256]\n"
+                " C[b,i,j] += A[b,i,k] * B[b,k,j]\n")
+    over_b = {tuple(c.params["factors"]) for c in actions(bmm) if c.strategy == "loop_tiling"
+              and c.params.get("point") == "inner" and c.params["loops"][0] == "b"}
+    assert (8, 32) in over_b and (8, 64) not in over_b
     ew = parse("kernel f32 ew(A[64,64]) -> B[64,64]\n B[i,j] = A[i,j] + 1.0\n")
     assert not [c for c in actions(ew) if c.params.get("point") == "inner"]
 

@@ -135,15 +135,19 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
         for a in loops[:loops.index(b)]:
             if a.var not in lhs_vars:
                 continue
+            # an operand every row of the tile reads alike (B of C[i,j] += A[i,k] * B[k,j])
+            shared_by_rows = any(a.var not in _vars_of(ld.index) for ld in A.loads(stmt.value))
             for fb in column_tiles(b.extent, lanes):
                 for fa in ROW_TILES:
                     if a.extent % fa or fa > a.extent:
                         continue
                     # the cost model's limit too: two operands and the addresses need a few.
-                    # A tile over the whole row loop stays offered: the other operand is then
-                    # streamed once (an 8-row matmul: MetaSchedule's 8x64 tile, spills and all,
-                    # beat 4x64 tiles that read the 16 MB B twice by 2x)
-                    if fa * math.ceil(fb / lanes) > REGISTERS - 4 and fa < a.extent:
+                    # A tile over the whole row loop stays offered when an operand is the same
+                    # for every row: that operand is then streamed once (an 8-row matmul:
+                    # MetaSchedule's 8x64 tile, spills and all, beat our 4x64 tiles that read
+                    # the 16 MB B twice by 2x)
+                    if fa * math.ceil(fb / lanes) > REGISTERS - 4 \
+                            and not (fa == a.extent and shared_by_rows):
                         continue
                     _offer(out, s, program, site,
                            {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"},
@@ -198,6 +202,10 @@ def _band(program: A.Program, site: Site) -> list[A.Loop]:
 
 def _single_assign(loop: A.Loop) -> A.Assign | None:
     return loop.body[0] if len(loop.body) == 1 and isinstance(loop.body[0], A.Assign) else None
+
+
+def _vars_of(index) -> set[str]:
+    return {v for e in index for v in A.free_vars(e)}
 
 
 def _vars(e) -> set[str]:
