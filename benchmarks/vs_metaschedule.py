@@ -41,7 +41,17 @@ def fast_build(mod, target, _params):
     return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
-def metaschedule(func, target, trials: int, seed: int = 1):
+#: seconds MetaSchedule's runner gives one candidate (warm-up + 3 timed runs) before it kills it
+#: and scores it as an error. Its evolutionary search proposes candidates that run for seconds
+#: where the kernel takes milliseconds: on softmax 21 of 64 were killed at 10 s while the valid
+#: ones took 8-92 ms. The recipe's 60 s let each of them run a minute (softmax's second batch
+#: of 16 took 9 minutes; with 10 s all 64 trials took 6). A candidate that slow is never the
+#: best of a kernel that runs in milliseconds (every default-size kernel here), so the limit
+#: changes the tuning wall, not the program MetaSchedule finds.
+MS_RUN_TIMEOUT = 10.0
+
+
+def metaschedule(func, target, trials: int, seed: int = 1, run_timeout: float = MS_RUN_TIMEOUT):
     """Tune ``func`` (an unscheduled PrimFunc) and return the tuned PrimFunc."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
@@ -53,7 +63,7 @@ def metaschedule(func, target, trials: int, seed: int = 1):
                          num_trials_per_iter=16,
                          builder=ms.builder.LocalBuilder(max_workers=2, timeout_sec=60,
                                                          f_build=fast_build),
-                         runner=ms.runner.LocalRunner(timeout_sec=60), seed=seed)
+                         runner=ms.runner.LocalRunner(timeout_sec=run_timeout), seed=seed)
         sch = ms.tir_integration.compile_tir(db, mod, tt)
     if sch is None:
         raise RuntimeError("MetaSchedule found no valid schedule")
@@ -85,7 +95,7 @@ def cached_metaschedule(item, prog, ev, trials: int, seed: int, fresh: bool,
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"workload": item.name, "kernel_id": item.kernel_id,
                                "trials": trials, "seed": seed, "fingerprint": ev.fingerprint,
-                               "wall_s": wall, "script": script}))
+                               "wall_s": wall, "run_timeout_s": MS_RUN_TIMEOUT, "script": script}))
     os.replace(tmp, path)
     return script, wall, False
 
@@ -177,7 +187,12 @@ def main() -> None:
                "ours_wall_s": ours_wall, "ms_wall_s": ms_wall, "ms_reused": reused,
                "measurements": res.measurements, "search_s": res.wall_s,
                "curve": res.curve, "strategies": res.trajectory.strategies,
-               "final_leir": res.trajectory.final_leir}
+               "final_leir": res.trajectory.final_leir,
+               # every measured step, to see what the search tried and how fast it was
+               "steps": [{"strategy": st.strategy, "params": st.params, "outcome": st.outcome,
+                          "after_s": st.after.median_s if st.after else None,
+                          "cumulative_speedup": st.cumulative_speedup,
+                          "after_leir": st.after_leir} for st in res.steps]}
         rows.append(row)
         ms_col = f"{ms_wall:5.0f}" + ("r" if reused else " ")
         print(f"{name:24s} {row['baseline_s']*1e3:9.4g} {ours*1e3:9.4g} {ms_s*1e3:9.4g} "

@@ -163,8 +163,22 @@ def test_action_space_offers_register_tilings_of_a_reduction():
     mm = parse("kernel f32 mm(A[64,64], B[64,64]) -> C[64,64]\n C[i,j] += A[i,k] * B[k,j]\n")
     tiles = sorted(tuple(c.params["factors"]) for c in actions(mm)
                    if c.strategy == "loop_tiling" and c.params.get("point") == "inner")
-    # rows 2..16, columns half a vector register (8 f32) to four of them (64: the whole row)
-    assert tiles == sorted((r, c) for r in (2, 4, 8, 16) for c in (8, 16, 32, 64))
+    # rows 2..16, columns half a vector register (8 f32) to four of them (64: the whole row),
+    # as long as the accumulators leave 4 of the 32 AVX-512 registers for the operands: 8x64,
+    # 16x32 and 16x64 would need 32 and 64 (every update spills)
+    assert tiles == sorted((r, c) for r in (2, 4, 8, 16) for c in (8, 16, 32, 64)
+                           if r * -(-c // 16) <= 28)
+    assert (8, 32) in tiles and (4, 64) in tiles and (8, 64) not in tiles
+    # unless the tile spans the whole row loop: 8 rows of 64 then stream B once
+    skinny = parse("kernel f32 mm(A[8,64], B[64,256]) -> C[8,256]\n C[i,j] += A[i,k] * B[k,j]\n")
+    assert (8, 64) in {tuple(c.params["factors"]) for c in actions(skinny)
+                       if c.strategy == "loop_tiling" and c.params.get("point") == "inner"}
+    # but not over a batch loop: every operand differs per batch, nothing is streamed once
+    bmm = parse("kernel f32 bmm(A[8,4,64], B[8,64,256]) -> C[8,4,256]\n"
+                " C[b,i,j] += A[b,i,k] * B[b,k,j]\n")
+    over_b = {tuple(c.params["factors"]) for c in actions(bmm) if c.strategy == "loop_tiling"
+              and c.params.get("point") == "inner" and c.params["loops"][0] == "b"}
+    assert (8, 32) in over_b and (8, 64) not in over_b
     ew = parse("kernel f32 ew(A[64,64]) -> B[64,64]\n B[i,j] = A[i,j] + 1.0\n")
     assert not [c for c in actions(ew) if c.params.get("point") == "inner"]
 
@@ -247,6 +261,50 @@ def test_cost_model_reads_a_collapsed_subscript_pair_as_one_unit_stride_dimensio
     assert f[cm.FEATURE_NAMES.index("vector_lanes")] == 16.0
     assert f[cm.FEATURE_NAMES.index("inner_strided")] == 0.0
     assert cm.predict(vec) < cm.predict(ser)
+
+
+def test_cost_model_reads_a_groups_base_channel_as_the_channel_it_rounds_down():
+    from steptp.search import cost_model as cm
+
+    # a grouped conv (4 channels a group) as the import writes it, ``j//4*4+m``, and the same
+    # computation with the group as its own loop (every subscript affine): the same work and
+    # the same memory walk, so the same prediction (it was 11x apart: the opaque subscript
+    # spanned all 128 input channels for every output channel)
+    head = "kernel f32 g(E[1,128,58,58], B[128,4,3,3]) -> F[1,128,56,56]\n"
+    imported = parse(head + " F[i,j,k,l] += E[i,j//4*4+m,k+n,l+o] * B[j,m,n,o]\n")
+    grouped = parse(head + " for i in 1, g in 32, jj in 4, k in 56, l in 56, m in 4, n in 3,"
+                           " o in 3:\n  F[i,g*4+jj,k,l] += E[i,g*4+m,k+n,l+o] * B[g*4+jj,m,n,o]\n")
+    assert cm.predict(imported) == pytest.approx(cm.predict(grouped), rel=0.05)
+    e = parse(head + " F[i,j,k,l] += E[i,j//4*4+m,k+n,l+o] * B[j,m,n,o]\n").body[0]
+    while not hasattr(e, "value"):
+        e = e.body[0]
+    (load,) = [ld for ld in cm.A.loads(e.value) if ld.tensor == "E"]
+    acc = cm._Access(imported.tensors["E"], load.index, write=False)
+    # the footprint over one group: 4 + 3 channels at most (the rounding is at most c - 1)
+    assert acc.footprint({"j": 4, "m": 4}) <= 7 * acc.footprint({})
+    # but j's step is no stride: a vector loop over j is not a contiguous walk
+    assert acc.stride_of("j") == math.inf and acc.stride_of("o") == 1
+
+
+def test_cost_model_vectorizes_a_row_read_a_few_elements_apart():
+    from steptp.search import cost_model as cm
+
+    # a stride-2 conv's register tile (8 output channels x 14 output columns, MetaSchedule's
+    # tile): the input row is read 2 apart, which two loads and a shuffle assemble per vector
+    text = ("kernel f32 c(E[1,128,58,58], B[256,128,3,3]) -> F[1,256,28,28]\n"
+            " for i in 1, j in 32, k in 28, l in 2, m in 128, n in 3, o in 3, jj in 8, ll in 14{v}:\n"
+            "  F[i,j*8+jj,k,l*14+ll] += E[i,m,k*2+n,l*28+ll*{s}+o] * B[j*8+jj,m,n,o]\n")
+    vec, ser = parse(text.format(v=" vectorized", s=2)), parse(text.format(v="", s=2))
+    assert cm.features(vec)[cm.FEATURE_NAMES.index("vector_lanes")] == 14.0
+    assert cm.predict(vec) < cm.predict(ser) / 4
+    # the same tile at stride 1 stays cheaper (fewer loads per vector)
+    assert cm.predict(parse(text.format(v=" vectorized", s=1))) < cm.predict(vec)
+    # rows 8 apart are a gather (no gain modelled); so is a strided store
+    wide = parse(text.format(v=" vectorized", s=8).replace("E[1,128,58,58]", "E[1,128,58,240]"))
+    assert cm.features(wide)[cm.FEATURE_NAMES.index("vector_lanes")] == 1.0
+    store = parse("kernel f32 t(A[64,64]) -> B[64,128]\n"
+                  " for i in 64, j in 64 vectorized:\n  B[i,j*2] = A[i,j]\n")
+    assert cm.features(store)[cm.FEATURE_NAMES.index("vector_lanes")] == 1.0
 
 
 def test_unrolling_copies_of_a_long_serial_loop_are_bounded():

@@ -131,6 +131,21 @@ def _strides(shape: Sequence[int]) -> list[int]:
     return list(reversed(out))
 
 
+def _floor_multiple_as_affine(e):
+    """``e`` with every ``(x // c) * c`` (c a positive int constant, x affine) read as ``x``."""
+    if isinstance(e, A.Binary):
+        if e.op == "*":
+            for q, c in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+                if (isinstance(q, A.Binary) and q.op == "//" and isinstance(c, A.Const)
+                        and isinstance(q.rhs, A.Const) and c.kind == "int" and q.rhs.kind == "int"
+                        and c.value == q.rhs.value and c.value > 0 and affine(q.lhs) is not None):
+                    return q.lhs
+        lhs, rhs = _floor_multiple_as_affine(e.lhs), _floor_multiple_as_affine(e.rhs)
+        if lhs is not e.lhs or rhs is not e.rhs:
+            return A.Binary(e.op, lhs, rhs)
+    return e
+
+
 class _Access:
     """One access with per-loop strides (elements) and per-dimension affine forms."""
 
@@ -139,7 +154,12 @@ class _Access:
         self.write = write
         self.itemsize = ITEMSIZE.get(tensor.dtype, 4)
         # a collapsed pair of subscripts (i//M, i%M over a dimension of M) is one dimension
-        self.forms, self.shape, opaque = layout_forms(index, tensor.shape)
+        _, _, opaque = layout_forms(index, tensor.shape)
+        # the footprint reads a group's base ``(e//c)*c`` as ``e`` (it differs by less than c:
+        # a grouped conv's input channel ``j//4*4+m`` spans a block of j, not every channel);
+        # the strides of its variables stay unknown (a vector loop over j is no contiguous walk)
+        approx = tuple(_floor_multiple_as_affine(e) for e in index)
+        self.forms, self.shape, _ = layout_forms(approx, tensor.shape)
         dims = _strides(self.shape)
         self.stride: dict[str, float] = {}
         self.affine = not opaque
@@ -242,10 +262,14 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
     lanes, vec_frac = 1.0, 0.0
     inner_strides = [a.stride_of(inner.var) for a in accs] if inner is not None else []
     unit = bool(inner_strides) and all(x in (0, 1, -1) for x in inner_strides)
+    # loads a few elements apart (a stride-2 conv's input row): each vector is assembled from
+    # |stride| unit-stride loads and a shuffle, the arithmetic stays vector (MetaSchedule's
+    # conv tiles vectorize such rows); the store must still be unit-stride
+    shuffled = [] if unit or inner is None else _shuffled_loads(accs, inner.var)
     if inner is not None:
         if inner.kind == "vectorized":
-            lanes = vector_lanes(inner.extent) if unit else 1.0
-            vec_frac = 1.0 if unit else 0.2
+            lanes = vector_lanes(inner.extent) if unit or shuffled else 1.0
+            vec_frac = 1.0 if unit or shuffled else 0.2
         elif optimistic and inner.kind == "serial" and unit and inner.var not in red_axes \
                 and inner.extent >= 8:
             lanes = vector_lanes(inner.extent)
@@ -281,7 +305,7 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
     compute = (flops / (SCALAR_OPS_PER_CYCLE * FREQ * lanes) + loop_cost / max(lanes, 1)
                + guard_cost) / par
     # strided accesses in a vectorized loop become gathers
-    if inner is not None and inner.kind == "vectorized" and not unit:
+    if inner is not None and inner.kind == "vectorized" and not unit and not shuffled:
         compute *= 2.0
     # a reduction carried by the innermost loop serializes on the add latency
     if inner is not None and inner.var in red_axes and inner.kind in ("serial", "unrolled"):
@@ -324,7 +348,9 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
     mem = (l1 / (BW_L2 * threads) + l2 / (BW_L3 * threads)
            + dram / (BW_DRAM * min(threads, 2) * 1.5 if threads > 1 else BW_DRAM))
     # every access also costs a load/store slot; vector accesses move `lanes` elements at once
-    lsu = iters * len(accs) / (FREQ * 2.0 * max(lanes, 1.0) * par)
+    slots = len(accs) + (sum(abs(a.stride_of(inner.var)) for a in shuffled)
+                         if inner is not None and inner.kind == "vectorized" else 0.0)
+    lsu = iters * slots / (FREQ * 2.0 * max(lanes, 1.0) * par)
     if inner is not None and inner.kind != "vectorized":
         # scalar strided walks: each element touches another line
         strided = sum(1 for x in inner_strides if x not in (0, 1, -1))
@@ -349,6 +375,24 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
         "iterations": iters, "dram_min": dram_total, "register_tile": tile_regs,
     }
     return Estimate(secs, compute, l1, l2, dram, flops, feats)
+
+
+SHUFFLE_STRIDE = 4   # loads at most this many elements apart are gathered by loads + shuffles
+
+
+def _shuffled_loads(accs: list["_Access"], var: str) -> list["_Access"]:
+    """The loads that a vector loop over ``var`` gathers with a few unit-stride loads and a
+    shuffle (stride 2..SHUFFLE_STRIDE elements), when every other access is unit-stride or
+    invariant in ``var``; empty otherwise (a strided store, or a wider or unknown stride)."""
+    out = []
+    for a in accs:
+        x = a.stride_of(var)
+        if x in (0, 1, -1):
+            continue
+        if a.write or not math.isfinite(x) or abs(x) > SHUFFLE_STRIDE:
+            return []
+        out.append(a)
+    return out
 
 
 def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_axes: set[str],
@@ -379,8 +423,12 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
         if a.tensor.name == s.tensor:
             continue
         n = float(math.prod(lp.extent for lp in point if a.stride_of(lp.var) != 0))
-        if vec > 1 and a.stride_of(inner.var) in (1, -1):
+        x = a.stride_of(inner.var)
+        if vec > 1 and x in (1, -1):
             n /= vec
+        elif vec > 1 and inner.kind == "vectorized" and math.isfinite(x) \
+                and 2 <= abs(x) <= SHUFFLE_STRIDE:
+            n *= (1 + abs(x)) / vec   # |x| loads and a shuffle per vector (``_shuffled_loads``)
         loads += n
     if regs > REGISTERS - 4:
         loads += 2.0 * regs

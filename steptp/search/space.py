@@ -7,7 +7,10 @@ loop of a tiled matmul between the tile loops and the point loops), and the regi
 a CPU schedule starts from: ``loop_tiling`` with ``point="inner"`` of the loop the output is
 unit-stride in (the column: one, two or four vector registers, or a divisor of the row filling
 half to all of one register, see ``column_tiles``) and one other
-spatial loop above it (the rows, a factor in ``ROW_TILES``), over a reduction (the registry
+spatial loop above it (the rows, a factor in ``ROW_TILES``; a tile whose accumulators need more
+than ``REGISTERS - 4`` vector registers spills every update and is not offered unless it
+spans the whole row loop), over a
+reduction (the registry
 samples a few of the many divisor pairs and may miss these). Results that unroll one
 statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
 their legality and applies them); only the choice of ``order`` is the search's.
@@ -21,7 +24,7 @@ from typing import Iterable
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE, affine
 from ..strategies._ir import band, enclosing_loops, iter_stmts, layout_forms, node_at
-from .cost_model import _cores
+from .cost_model import REGISTERS, _cores
 from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
 
 LONG_BAND = 4   # bands with more loops than this get the structured reorders
@@ -132,9 +135,19 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
         for a in loops[:loops.index(b)]:
             if a.var not in lhs_vars:
                 continue
+            # an operand every row of the tile reads alike (B of C[i,j] += A[i,k] * B[k,j])
+            shared_by_rows = any(a.var not in _vars_of(ld.index) for ld in A.loads(stmt.value))
             for fb in column_tiles(b.extent, lanes):
                 for fa in ROW_TILES:
                     if a.extent % fa or fa > a.extent:
+                        continue
+                    # the cost model's limit too: two operands and the addresses need a few.
+                    # A tile over the whole row loop stays offered when an operand is the same
+                    # for every row: that operand is then streamed once (an 8-row matmul:
+                    # MetaSchedule's 8x64 tile, spills and all, beat our 4x64 tiles that read
+                    # the 16 MB B twice by 2x)
+                    if fa * math.ceil(fb / lanes) > REGISTERS - 4 \
+                            and not (fa == a.extent and shared_by_rows):
                         continue
                     _offer(out, s, program, site,
                            {"loops": [a.var, b.var], "factors": [fa, fb], "point": "inner"},
@@ -189,6 +202,10 @@ def _band(program: A.Program, site: Site) -> list[A.Loop]:
 
 def _single_assign(loop: A.Loop) -> A.Assign | None:
     return loop.body[0] if len(loop.body) == 1 and isinstance(loop.body[0], A.Assign) else None
+
+
+def _vars_of(index) -> set[str]:
+    return {v for e in index for v in A.free_vars(e)}
 
 
 def _vars(e) -> set[str]:
