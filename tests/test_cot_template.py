@@ -136,11 +136,12 @@ def test_an_alternative_faster_by_itself_says_why_it_ranks_below():
         validate(cot.model_dump(), st)
 
 
-def test_the_refusal_shown_is_the_one_that_teaches_most_here():
+def test_the_refusal_shown_is_the_remedys_else_varies_with_the_seed():
     """Both kernels refuse a collapse of a reduction axis with a spatial loop, first in the
     registry's order; it was the refusal of nearly every released example. A serial row sum
-    shows instead why its reduction loop cannot be parallelized (the diagnosis's remedy), and a
-    locality-bound matmul why its reduction loop cannot be vectorized (a finishing move)."""
+    shows why its reduction loop cannot be parallelized (the diagnosis's remedy); a
+    locality-bound matmul, with no refused remedy, shows one teaching refusal or the other
+    depending on the seed, never always the same."""
     import sys
     from pathlib import Path
 
@@ -149,17 +150,19 @@ def test_the_refusal_shown_is_the_one_that_teaches_most_here():
 
     from steptp.cot.facts import GENERIC
 
-    cases = [(step("rowsum", "reduction_factorization", {"path": [0, 0], "loops": ["j"]}, {"factor": 32}),
-              "parallelism", "loop_parallelization"),
-             (step("mm_add", "loop_parallelization", {"path": [0], "loops": ["i"]}, {}),
-              "locality", "loop_vectorization")]
-    for st, kind, shown in cases:
-        f = facts(st, GENERIC)
-        assert f.diagnosis.kind == kind
-        assert f.refusals[0].strategy == "loop_collapse"       # what the first-in-order rule showed
-        assert shown in {r.strategy for r in f.refusals}
-        for seed in range(3):
-            cot = TemplateWriter(seed=seed, hardware=GENERIC).write(st, f)
-            (refused,) = [c for c in cot.candidates if c.refused]
-            assert refused.strategy == shown and "reduction axis" in refused.reason
-            validate(cot.model_dump(), st)
+    def refused(st, f, seed):
+        cot = TemplateWriter(seed=seed, hardware=GENERIC).write(st, f)
+        validate(cot.model_dump(), st)
+        (r,) = [c for c in cot.candidates if c.refused]
+        assert "reduction axis" in r.reason
+        return r.strategy
+
+    rowsum = step("rowsum", "reduction_factorization", {"path": [0, 0], "loops": ["j"]}, {"factor": 32})
+    f = facts(rowsum, GENERIC)
+    assert f.diagnosis.kind == "parallelism" and f.refusals[0].strategy == "loop_collapse"
+    assert {refused(rowsum, f, seed) for seed in range(4)} == {"loop_parallelization"}
+
+    mm = step("mm_add", "loop_parallelization", {"path": [0], "loops": ["i"]}, {})
+    f = facts(mm, GENERIC)
+    assert f.diagnosis.kind == "locality" and f.refusals[0].strategy == "loop_collapse"
+    assert {refused(mm, f, seed) for seed in range(8)} == {"loop_collapse", "loop_vectorization"}

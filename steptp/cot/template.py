@@ -497,7 +497,7 @@ class TemplateWriter:
             out.append(Candidate(strategy=a.strategy, site=a.site, params=dict(a.params) or None,
                                  verdict="rejected", reason=reason, predicted_s=a.predicted_s))
         if f.refusals:
-            r = self._teaching_refusal(f, remedy, [c.strategy for c in out])
+            r = self._teaching_refusal(f, remedy, pick)
             out.append(Candidate(strategy=r.strategy, site=r.site, params=dict(r.params) or None,
                                  verdict="rejected", refused=True,
                                  reason=self._refusal(f, r.reason, pick)))
@@ -508,22 +508,20 @@ class TemplateWriter:
         return out
 
     @staticmethod
-    def _teaching_refusal(f: Facts, remedy: str, weighed: list[str]):
-        """The refusal that teaches the most here: one of the diagnosis's remedy (e.g. why a
-        serial nest's reduction axis cannot be parallelized), then of the chosen or a weighed
-        strategy, then of
-        a finishing move, in the registry's order within each. The first refusal in registry
-        order was nearly always the same ``loop_collapse`` of a reduction axis with a spatial
-        loop, in example after example."""
-        from .alternatives import FINISHING
-
-        def tier(r) -> int:
+    def _teaching_refusal(f: Facts, remedy: str, pick: _Pick):
+        """The refusal to show: the diagnosis's remedy's when it has one (e.g. why a serial
+        nest's reduction axis cannot be parallelized), else a seeded choice among the teaching
+        refusals, one per strategy. The first in registry order was the same ``loop_collapse``
+        of a reduction axis with a spatial loop in nearly every released example; preferring
+        any one strategy only moves the monotony (``loop_parallelization`` of the reduction
+        axis, next)."""
+        for r in f.refusals:
             if r.strategy == remedy:
-                return 0
-            if r.strategy == f.strategy or r.strategy in weighed:
-                return 1
-            return 2 if r.strategy in FINISHING else 3
-        return min(f.refusals, key=tier)  # min keeps the first of a tier: the registry's order
+                return r
+        firsts: dict[str, Any] = {}
+        for r in f.refusals:
+            firsts.setdefault(r.strategy, r)
+        return pick.rng.choice(list(firsts.values()))
 
     @staticmethod
     def _refusal(f: Facts, reason: str, pick: _Pick) -> str:
