@@ -33,7 +33,7 @@ from ..records import Timing
 from ..tir.target import Target
 from .fingerprint import Fingerprint, tvm_versions
 from .programs import MeasureError, load_kernel
-from .timing import MeasureConfig, calibrate, repeat_until_quiet
+from .timing import MeasureConfig, timed
 
 
 @dataclass(frozen=True)
@@ -109,17 +109,15 @@ def rpc_measure(program: Any, target: Target | dict | None, config: MeasureConfi
                 else:
                     x = np.array(next(it), order="C", copy=True)
                 args.append(tvm.runtime.tensor(x, dev))
-            for _ in range(config.warmup):
+            def warm_up() -> None:
                 rlib["main"](*args)
-            dev.sync()
+                dev.sync()
 
-            def evaluator(n: int, r: int):
-                return rlib.time_evaluator("main", dev, number=n, repeat=r)(*args)
+            def repeats(n: int, r: int) -> list[float]:
+                return [float(x) for x in
+                        rlib.time_evaluator("main", dev, number=n, repeat=r)(*args).results]
 
-            number = calibrate(lambda n: float(evaluator(n, 1).median), config.min_repeat_ms,
-                               config.max_number)
-            return repeat_until_quiet(lambda n, r: [float(x) for x in evaluator(n, r).results],
-                                      number, config)
+            return timed(repeats, warm_up, config)
         except Exception as e:  # noqa: BLE001
             msg = str(e)
             if "kShutdown" in msg or "connection" in msg.lower():

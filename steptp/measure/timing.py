@@ -145,6 +145,11 @@ HINT_SLACK = 2.5
 HINT_SURE = 2.0
 
 
+def _one_repeat(time_repeats: Callable[[int, int], list[float]]) -> Callable[[int], float]:
+    """``run(n)`` for ``calibrate``: the seconds per call of one repeat of ``n`` calls."""
+    return lambda n: float(time_repeats(n, 1)[0])
+
+
 def hinted(time_repeats: Callable[[int, int], list[float]], hint_s: float,
            min_repeat_ms: float, max_number: int) -> tuple[int, list[float]]:
     """``number`` from ``hint_s`` (seconds per call), confirmed by one check repeat (see the
@@ -156,7 +161,7 @@ def hinted(time_repeats: Callable[[int, int], list[float]], hint_s: float,
     if hint_s >= HINT_SURE * target_s:
         return 1, []
     number = int(min(max_number, max(1, math.ceil(target_s / max(hint_s, 1e-9)))))
-    run = lambda n: float(time_repeats(n, 1)[0])  # noqa: E731
+    run = _one_repeat(time_repeats)
     if number > 1:
         # one call first: a hint far too fast (a sibling 1000x faster) would make the check
         # run number x the true per-call time, past the timeout, inside the device lock
@@ -226,7 +231,7 @@ def timed(time_repeats: Callable[[int, int], list[float]], run: Callable[[], Any
         hint_s = None
         for _ in range(config.warmup):
             run()
-        number = calibrate(lambda n: float(time_repeats(n, 1)[0]), config.min_repeat_ms,
+        number = calibrate(_one_repeat(time_repeats), config.min_repeat_ms,
                            config.max_number)
     if phases is not None:  # a kept check repeat is measurement, not preparation
         phases["prepare_s"] = phases.get("prepare_s", 0.0) + _time.perf_counter() - t0 \
@@ -238,7 +243,7 @@ def timed(time_repeats: Callable[[int, int], list[float]], run: Callable[[], Any
         # from what the attempt measured (the kernel ran warm for all its repeats), timed again
         if phases is not None:
             phases["hint_fallback"] = 1
-        number = calibrate(lambda n: float(time_repeats(n, 1)[0]), config.min_repeat_ms,
+        number = calibrate(_one_repeat(time_repeats), config.min_repeat_ms,
                            config.max_number, measured=(number, t.median_s))
         t = repeat_until_quiet(time_repeats, number, config, stop)
     return t
@@ -319,21 +324,16 @@ def torch_eager_baseline(workload_module, inputs: Sequence[Any], num_threads: in
     torch.set_num_threads(threads)
     try:
         with torch.no_grad():
-            for _ in range(max(1, config.warmup)):
-                workload_module(*args)
-
             def per_call(n: int) -> float:
                 t0 = _time.perf_counter()
                 for _ in range(n):
                     workload_module(*args)
                 return (_time.perf_counter() - t0) / n
 
-            number = calibrate(per_call, config.min_repeat_ms, config.max_number)
-
-            def repeats(n: int, r: int) -> list[float]:
-                return [per_call(n) for _ in range(r)]
-
-            return repeat_until_quiet(repeats, number, config)
+            if config.warmup < 1:   # eager mode always gets one warm-up call
+                workload_module(*args)
+            return timed(lambda n, r: [per_call(n) for _ in range(r)],
+                         lambda: workload_module(*args), config)
     finally:
         torch.set_num_threads(old_threads)
         if was_training and hasattr(workload_module, "train"):

@@ -211,7 +211,7 @@ class InProcessEvaluator:
         when the first repeats are clearly slower than it."""
         from ..leir import parse
         from ..measure.significance import SignificanceRule
-        from ..measure.timing import calibrate, repeat_until_quiet
+        from ..measure.timing import timed
         from ..measure.verify import random_inputs
         from ..tir import build as B
 
@@ -228,17 +228,12 @@ class InProcessEvaluator:
                                _time.perf_counter() - t0)
         try:
             inputs = random_inputs(prog, cfg.seed)
-            for _ in range(cfg.warmup):
-                B.run(built, inputs)
-            number = calibrate(lambda n: B.time(built, inputs, number=n, repeat=1).median,
-                               cfg.min_repeat_ms, cfg.max_number)
             stop = None
             if slower_than is not None:
                 rule = SignificanceRule()
                 stop = lambda part: rule.clearly_slower(slower_than, part)  # noqa: E731
-            t = repeat_until_quiet(
-                lambda n, r: list(B.time(built, inputs, number=n, repeat=r).results), number, cfg,
-                stop)
+            t = timed(lambda n, r: list(B.time(built, inputs, number=n, repeat=r).results),
+                      lambda: B.run(built, inputs), cfg, stop)
         except Exception as e:  # noqa: BLE001
             return TimeOutcome(None, "crashed", f"{type(e).__name__}: {e}"[:2000],
                                _time.perf_counter() - t0)
