@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from ..leir import ast as A
-from ._ir import Affine, Path, affine, collapsed_dims
+from ._ir import Affine, Path, affine, collapsed_dims, linear
 
 DIRS = ("<", "=", ">")
 
@@ -88,24 +88,13 @@ def _collapsed(index) -> tuple[tuple[int, int, Affine], ...]:
     return tuple(collapsed_dims(index))
 
 
-def _scaled(f: Affine, m: int) -> Affine:
-    return {v: c * m for v, c in f[0].items()}, f[1] * m
-
-
-def _plus(f: Affine, g: Affine) -> Affine:
-    coef = dict(f[0])
-    for v, c in g[0].items():
-        coef[v] = coef.get(v, 0) + c
-    return {v: c for v, c in coef.items() if c}, f[1] + g[1]
-
-
 def _combined(x: Access, d: int, m: int) -> Affine | None:
     """``x``'s subscripts ``d, d+1`` as ``index[d]*m + index[d+1]`` (an affine form), or None."""
     for dd, mm, comb in x.collapsed:
         if dd == d and mm == m:
             return comb
     if d + 1 < len(x.index) and x.index[d] is not None and x.index[d + 1] is not None:
-        return _plus(_scaled(x.index[d], m), x.index[d + 1])
+        return linear((m, x.index[d]), (1, x.index[d + 1]))
     return None
 
 

@@ -85,6 +85,17 @@ def band(program: A.Program, path: Sequence[int], kinds: tuple[str, ...] = ("ser
     return out
 
 
+def perfect_nest(s: A.Stmt | None) -> tuple[tuple[A.Loop, ...], A.Assign] | None:
+    """A perfect nest ``for a: for b: ... X[..] op e`` (loops of any kind) -> (its loops, the
+    assignment); None when some loop holds more than one statement or it ends in no
+    assignment."""
+    loops = []
+    while isinstance(s, A.Loop) and len(s.body) == 1:
+        loops.append(s)
+        s = s.body[0]
+    return (tuple(loops), s) if isinstance(s, A.Assign) else None
+
+
 # ----------------------------------------------------------------------------- names
 def loop_vars(program: A.Program) -> list[str]:
     seen: dict[str, None] = {}
@@ -121,6 +132,17 @@ def fresh_tensor(program: A.Program, prefix: str = "T") -> str:
 
 # ----------------------------------------------------------------------------- affine forms
 Affine = tuple[dict[str, int], int]
+
+
+def linear(*terms: tuple[int, Affine]) -> Affine:
+    """``sum(k * f)`` of affine forms ``f``, zero coefficients dropped (first-appearance order)."""
+    coef: dict[str, int] = {}
+    const = 0
+    for k, (c, b) in terms:
+        for v, x in c.items():
+            coef[v] = coef.get(v, 0) + k * x
+        const += k * b
+    return {v: x for v, x in coef.items() if x}, const
 
 
 def affine_expr(coef: Mapping[str, int], const: int) -> A.Expr:
@@ -275,16 +297,10 @@ def _divmod_part(e: A.Expr, op: str) -> tuple[Affine, int, Affine] | None:
             rest.append((sgn, t))
     if hit is None:
         return None
-    coef: dict[str, int] = {}
-    const = 0
-    for sgn, t in rest:
-        a = affine(t)
-        if a is None:
-            return None
-        for v, c in a[0].items():
-            coef[v] = coef.get(v, 0) + sgn * c
-        const += sgn * a[1]
-    return hit[0], hit[1], ({v: c for v, c in coef.items() if c}, const)
+    forms = [(sgn, affine(t)) for sgn, t in rest]
+    if any(a is None for _, a in forms):
+        return None
+    return hit[0], hit[1], linear(*forms)
 
 
 def collapsed_dims(index: Sequence[A.Expr]) -> list[tuple[int, int, Affine]]:
@@ -302,12 +318,7 @@ def collapsed_dims(index: Sequence[A.Expr]) -> list[tuple[int, int, Affine]]:
         if hi is None or lo is None or hi[0] != lo[0] or hi[1] != lo[1]:
             continue
         (q, m, f), g = hi, lo[2]
-        coef = dict(q[0])
-        for v, c in f[0].items():
-            coef[v] = coef.get(v, 0) + m * c
-        for v, c in g[0].items():
-            coef[v] = coef.get(v, 0) + c
-        out.append((d, m, ({v: c for v, c in coef.items() if c}, q[1] + m * f[1] + g[1])))
+        out.append((d, m, linear((1, q), (m, f), (1, g))))
     return out
 
 

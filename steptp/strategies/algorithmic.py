@@ -56,8 +56,9 @@ from typing import Sequence
 
 from ..leir import ast as A
 from ..leir.printer import format_expr
-from ._ir import (Path, enclosing_loops, fresh_tensor, iter_stmts, node_at, reduction_axes,
-                  replace_at, stabilized_exp, subst_expr, tensors_read, tensors_written)
+from ._ir import (Path, enclosing_loops, fresh_tensor, iter_stmts, node_at, perfect_nest,
+                  reduction_axes, replace_at, stabilized_exp, subst_expr, tensors_read,
+                  tensors_written)
 from .base import OK, Site, Strategy, refuse
 from .registry import register
 
@@ -155,15 +156,6 @@ def _stmt_sites(program: A.Program, pred) -> list[Site]:
 # Passes are compared by unification: a pattern written in the max pass's loop variables is
 # matched against another pass's expression, binding each of those variables to the loop
 # variable that plays its role there (``softmax(dim=1)`` on 4-D tensors permutes them).
-def _nest(s: A.Stmt | None) -> tuple[tuple[A.Loop, ...], A.Assign] | None:
-    """A perfect nest ``for a: for b: ... X[..] op e`` -> (its loops, the assignment)."""
-    loops = []
-    while isinstance(s, A.Loop) and len(s.body) == 1:
-        loops.append(s)
-        s = s.body[0]
-    return (tuple(loops), s) if isinstance(s, A.Assign) else None
-
-
 def _nest_root(program: A.Program, path: Path) -> Path:
     """The outermost statement of the perfect nest around ``path``: climb through every
     enclosing loop whose body is that one statement."""
@@ -234,7 +226,7 @@ def _materialised(program: A.Program, body: tuple[A.Stmt, ...], q: int, load: A.
     """The value ``load`` (a read of D by the pass at sibling ``q``) holds, from D's definition
     by the elementwise nest at sibling ``q - 1``, in the reading pass's variables."""
     dname = load.tensor
-    dn = _nest(body[q - 1]) if q >= 1 else None
+    dn = perfect_nest(body[q - 1]) if q >= 1 else None
     if dn is None or dn[1].tensor != dname or dn[1].op != "=":
         return None, f"{dname} is not defined by an elementwise statement right before the sum"
     loops, st = dn
@@ -313,7 +305,7 @@ def _max_sum_passes(program: A.Program, path: Path) -> tuple[_Passes | None, str
     root = _nest_root(program, path)
     parent, k = root[:-1], root[-1]
     body = _body_of(program, parent)
-    rows = _nest(body[k])[0][:-1]
+    rows = perfect_nest(body[k])[0][:-1]
     outer = enclosing_loops(program, root)
     pvars = {lp.var: lp.extent for lp in rows + (loop1,)}
     pv = frozenset(pvars)
@@ -321,7 +313,7 @@ def _max_sum_passes(program: A.Program, path: Path) -> tuple[_Passes | None, str
     x = st1.value
     if k + 1 >= len(body):
         return None, "no pass follows the max pass"
-    nxt = _nest(body[k + 1])
+    nxt = perfect_nest(body[k + 1])
     if nxt is None or not nxt[0]:
         return None, "the max pass is not followed by a loop holding one sum of exp"
     end, d, dname = k + 1, None, None
@@ -330,7 +322,7 @@ def _max_sum_passes(program: A.Program, path: Path) -> tuple[_Passes | None, str
         d, dname, end = body[k + 1], nxt[1].tensor, k + 2
         if dname == st1.tensor:
             return None, f"exp(x - max) is stored into the max {dname} itself"
-        sn = _nest(body[end]) if end < len(body) else None
+        sn = perfect_nest(body[end]) if end < len(body) else None
         if sn is None or sn[1].op != "+=" or not isinstance(sn[1].value, A.Load) or \
                 sn[1].value.tensor != dname:
             if sn is not None and sn[1].op == "+=" and dname in _reads(sn[1].value):
@@ -341,7 +333,7 @@ def _max_sum_passes(program: A.Program, path: Path) -> tuple[_Passes | None, str
                               f"between its definition and the sum: only the sum may read it "
                               f"there")
             return None, f"{dname} = exp(x - max) is not followed by a sum `S += {dname}[...]`"
-    loops2, st2 = _nest(body[end])
+    loops2, st2 = perfect_nest(body[end])
     v = st2.value
     if st2.op == "+=" and d is not None:
         v, why = _materialised(program, body, end, st2.value, {lp.var for lp in outer})
@@ -378,7 +370,7 @@ def _max_sum_passes(program: A.Program, path: Path) -> tuple[_Passes | None, str
 
 def _text(s: A.Stmt) -> str:
     """The assignment of a nest, as one line."""
-    n = _nest(s)
+    n = perfect_nest(s)
     if n is None:
         return "a loop nest"
     st = n[1]
@@ -646,7 +638,7 @@ class SummationOnExpToPrefix(_SingleLoopAlgo):
 def _is_softmax_norm(program: A.Program, ps: _Passes, s: A.Stmt) -> str | None:
     """Why ``s`` is not the normalization pass ``Y[.., j] = exp(x - M) / S`` (or ``D / S`` with
     D = exp(x - M) materialised, or log-softmax's ``x - M - log(S)``)."""
-    n = _nest(s)
+    n = perfect_nest(s)
     if n is None or not n[0]:
         return "not a softmax: the sum is not followed by a normalization loop"
     loops, st = n

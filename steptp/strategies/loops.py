@@ -20,8 +20,8 @@ from ..leir.printer import format_stmt
 from . import _deps as D
 from ._memo import IdentityMemo
 from ._ir import (Path, affine, affine_expr, all_names, band, chain, enclosing_loops, fresh_name,
-                  fresh_tensor, iter_stmts, node_at, reduction_axes, replace_at, subst_expr,
-                  subst_stmt, tensors_read, tensors_written)
+                  fresh_tensor, iter_stmts, node_at, perfect_nest, reduction_axes, replace_at,
+                  subst_expr, subst_stmt, tensors_read, tensors_written)
 from .base import OK, Site, Strategy, Verdict, refuse
 from .registry import register
 
@@ -881,15 +881,6 @@ class ReductionFactorization(Strategy):
         return replace_at(prog, site.path, [nest1, nest2])
 
 
-def _nest(node) -> tuple[list[A.Loop], A.Assign | None]:
-    """The loops of a perfect nest at ``node`` (any kinds) and the one assignment it ends in."""
-    loops: list[A.Loop] = []
-    while isinstance(node, A.Loop):
-        loops.append(node)
-        node = node.body[0] if len(node.body) == 1 else None
-    return loops, node if isinstance(node, A.Assign) else None
-
-
 @register
 class ReverseComputeAt(Strategy):
     name = "reverse_compute_at"
@@ -909,9 +900,9 @@ class ReverseComputeAt(Strategy):
         def scan(body, base):
             for k in range(len(body) - 1):
                 if isinstance(body[k], A.Loop) and isinstance(body[k + 1], A.Loop):
-                    loops, st = _nest(body[k])
-                    if st is not None and _nest(body[k + 1])[1] is not None:
-                        out.append(Site.make(base + (k,), [lp.var for lp in loops]))
+                    n = perfect_nest(body[k])
+                    if n is not None and perfect_nest(body[k + 1]) is not None:
+                        out.append(Site.make(base + (k,), [lp.var for lp in n[0]]))
 
         scan(program.body, ())
         for p, st in iter_stmts(program.body):
@@ -920,9 +911,10 @@ class ReverseComputeAt(Strategy):
         return out
 
     def params(self, program, site, rng=None):
-        loops, st = _nest(node_at(program, site.path))
-        if st is None:
+        n = perfect_nest(node_at(program, site.path))
+        if n is None:
             return []
+        loops, st = n
         axes = set(reduction_axes(st, loops))
         out = []
         for lp in loops[:-1]:
@@ -935,19 +927,21 @@ class ReverseComputeAt(Strategy):
         prod = node_at(program, site.path)
         if not isinstance(prod, A.Loop):
             return refuse(f"no loop at path {list(site.path)}"), None
-        loops, sp = _nest(prod)
-        if sp is None:
+        n = perfect_nest(prod)
+        if n is None:
             return refuse(f"the nest at path {list(site.path)} is not a perfect nest ending in "
                           f"one assignment"), None
+        loops, sp = list(n[0]), n[1]
         if site.loops and [lp.var for lp in loops] != list(site.loops):
             return refuse(f"the nest at path {list(site.path)} has loops "
                           f"{[lp.var for lp in loops]}, not {list(site.loops)}"), None
         cpath = tuple(site.path[:-1]) + (site.path[-1] + 1,)
         cons = node_at(program, cpath)
-        qloops, sq = _nest(cons) if isinstance(cons, A.Loop) else ([], None)
-        if sq is None:
+        nq = perfect_nest(cons) if isinstance(cons, A.Loop) else None
+        if nq is None:
             return refuse("the statement after the producer nest is not a perfect nest ending "
                           "in one assignment"), None
+        qloops, sq = nq
         t = sp.tensor
         at = params.get("at")
         names = [lp.var for lp in loops]
