@@ -319,6 +319,9 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
 
     fps: dict[tuple[int, frozenset], float] = {}   # the three levels share the footprints
 
+    def warm_read(a: "_Access", skip: frozenset) -> bool:
+        return a.tensor.name in skip and not a.write  # produced just before, in this iteration
+
     def footprint_at(d: int, skip: frozenset) -> float:
         fp = fps.get((d, skip))
         if fp is None:
@@ -327,8 +330,8 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
             for a in accs:
                 if in_regs and d > red_depth and a.tensor.name == s.tensor:
                     continue  # the accumulator tile lives in registers inside the reduction
-                if a.tensor.name in skip and not a.write:
-                    continue  # produced just before, in the same loop iteration: in cache
+                if warm_read(a, skip):
+                    continue  # in cache
                 by_tensor[a.tensor.name] = max(by_tensor.get(a.tensor.name, 0.0),
                                                a.footprint(inner_ext))
             fp = fps[(d, skip)] = sum(by_tensor.values())
@@ -339,7 +342,7 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
             fp = footprint_at(d, skip)
             if fp <= capacity:
                 return float(math.prod(ext[:d])) * fp
-        return iters * LINE * len([a for a in accs if not (a.tensor.name in skip and not a.write)])
+        return iters * LINE * sum(1 for a in accs if not warm_read(a, skip))
 
     l1 = traffic(L1_BYTES)
     l2 = traffic(L2_BYTES, warm)

@@ -183,7 +183,8 @@ class Beam(Policy):
         wins.sort()
         moved = [r[i] for _, i in wins]
         self._enablers.update(c.text for c in moved)
-        keep = [c for k, c in enumerate(r[at:], at) if k not in {i for _, i in wins}]
+        won = {i for _, i in wins}
+        keep = [c for k, c in enumerate(r[at:], at) if k not in won]
         r[at:] = moved + keep
 
     def _follow_through(self, s: Search, n: Node) -> list[Node]:

@@ -328,7 +328,7 @@ class Search:
         rec = StepRecord(**base, verified=True, **self._measured(node.timing, after))
         self.steps.append(rec)
         child = Node(child_prog, after_text, after, node, rec, node.depth + 1, path_exact,
-                     partial=bool(getattr(tm, "stopped_early", False)))
+                     partial=tm.stopped_early)
         node.children.append(child)
         self.seen[after_text] = child
         if after.median_s < self.best.seconds:
@@ -357,7 +357,7 @@ class Search:
         """Time a stopped-early state again, in full (its partial timing was never cached), and
         update its row: from now on it may be a ``before``."""
         tm = self.evaluator.time(node.text)
-        if tm.timing is None or getattr(tm, "stopped_early", False):
+        if tm.timing is None or tm.stopped_early:
             node.ranked = []  # never expanded: no policy comes back to it
             return False
         self.retimed += 1

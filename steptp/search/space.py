@@ -124,7 +124,7 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
         stmt = _single_assign(loops[-1])
         if stmt is None or stmt.op == "=":
             continue
-        lhs_vars = {v for e in stmt.index for v in _vars(e)}
+        lhs_vars = _vars_of(stmt.index)
         lanes = max(1, VECTOR_BYTES // ITEMSIZE.get(program.tensors[stmt.tensor].dtype, 4))
         # the column loop: the one the output is unit-stride in (it becomes the vector loop)
         shape = program.tensors[stmt.tensor].shape
@@ -205,11 +205,8 @@ def _single_assign(loop: A.Loop) -> A.Assign | None:
 
 
 def _vars_of(index) -> set[str]:
+    """The loop variables a subscript tuple mentions."""
     return {v for e in index for v in A.free_vars(e)}
-
-
-def _vars(e) -> set[str]:
-    return set(A.free_vars(e))
 
 
 def collapse_reason(program: A.Program, site: Site, cores: int | None = None) -> str | None:
@@ -240,7 +237,7 @@ def collapse_reason(program: A.Program, site: Site, cores: int | None = None) ->
     cores = cores or _cores()
     if (not enclosing_loops(program, site.path) and outer.extent % cores
             and outer.extent < PARALLEL_WORK * cores
-            and all(a in _lhs_vars(st) and b in _lhs_vars(st) for st in stmts)):
+            and all(a in _vars_of(st.index) and b in _vars_of(st.index) for st in stmts)):
         n = outer.extent * inner.extent
         if n % cores == 0 or n >= PARALLEL_WORK * cores:
             return "parallel"
@@ -250,18 +247,14 @@ def collapse_reason(program: A.Program, site: Site, cores: int | None = None) ->
 PARALLEL_WORK = 8   # iterations per core below which an outer loop balances poorly
 
 
-def _lhs_vars(st: A.Assign) -> set[str]:
-    return {v for e in st.index for v in A.free_vars(e)}
-
-
 def _vector_collapse(program, stmts, a, b, na, nb, unit_ext) -> bool:
     lanes = None
     for st in stmts:
-        if b not in _lhs_vars(st):
+        if b not in _vars_of(st.index):
             return False
         accs = [(st.tensor, st.index)] + [(ld.tensor, ld.index) for ld in A.loads(st.value)]
         for t, idx in accs:
-            used = {v for e in idx for v in A.free_vars(e)}
+            used = _vars_of(idx)
             if not used & {a, b}:
                 continue
             forms = [affine(e) for e in idx]
