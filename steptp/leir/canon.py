@@ -49,22 +49,28 @@ def canonicalize(program: A.Program) -> tuple[A.Program, dict[str, Any]]:
     [...], "new": ..., "old": ...}, ...]}`` with one entry per loop in program order (``path`` as in
     ``steptp.leir.analysis``). The kernel name itself is kept.
     """
-    tmap: dict[str, str] = {}
-    for n, t in enumerate(program.params + program.intermediates):
-        tmap.setdefault(t.name, tensor_name(n))
+    tmap = _tensor_map(program)
     loops: list[dict[str, Any]] = []
-    r = _Renamer(tmap, loops)
-    new = A.Program(
-        program.name,
-        tuple(replace(t, name=tmap[t.name]) for t in program.inputs),
-        tuple(replace(t, name=tmap[t.name]) for t in program.outputs),
-        tuple(replace(t, name=tmap[t.name]) for t in program.intermediates),
-        r.body(program.body, (), {}),
-    )
+    new = _renamed_decls(program, tmap, _Renamer(tmap, loops).body(program.body, (), {}))
     tensors: dict[str, str] = {}
     for t in program.params + program.intermediates:
         tensors.setdefault(tmap[t.name], t.name)
     return new, {"kernel": program.name, "tensors": tensors, "loops": loops}
+
+
+def _tensor_map(program: A.Program) -> dict[str, str]:
+    """Old tensor name -> canonical name: arguments first, then intermediates."""
+    tmap: dict[str, str] = {}
+    for n, t in enumerate(program.params + program.intermediates):
+        tmap.setdefault(t.name, tensor_name(n))
+    return tmap
+
+
+def _renamed_decls(program: A.Program, tmap: dict[str, str], body: tuple) -> A.Program:
+    return A.Program(program.name,
+                     tuple(replace(t, name=tmap[t.name]) for t in program.inputs),
+                     tuple(replace(t, name=tmap[t.name]) for t in program.outputs),
+                     tuple(replace(t, name=tmap[t.name]) for t in program.intermediates), body)
 
 
 def restore_names(program: A.Program, meta: dict[str, Any]) -> A.Program:
@@ -94,13 +100,8 @@ _LINES: "LRU[tuple[A.Stmt, str]]" = LRU(_LINES_MAX)
 def canonical_text(program: A.Program) -> str:
     """The canonical text of the canonically renamed program (``format_program`` of
     ``canonicalize``, each top-level statement printed once per declarations)."""
-    tmap: dict[str, str] = {}
-    for n, t in enumerate(program.params + program.intermediates):
-        tmap.setdefault(t.name, tensor_name(n))
-    shell = A.Program(program.name,
-                      tuple(replace(t, name=tmap[t.name]) for t in program.inputs),
-                      tuple(replace(t, name=tmap[t.name]) for t in program.outputs),
-                      tuple(replace(t, name=tmap[t.name]) for t in program.intermediates), ())
+    tmap = _tensor_map(program)
+    shell = _renamed_decls(program, tmap, ())
     decls = (program.inputs, program.outputs, program.intermediates)
     tensors = shell.tensors
     r = _Renamer(tmap, None)
@@ -118,9 +119,10 @@ def canonical_text(program: A.Program) -> str:
 
 
 def canonical_hash(program: A.Program) -> str:
-    """SHA-256 (hex) of the canonical text with the kernel name replaced by ``k``."""
-    p = replace(canonicalize(program)[0], name="k")
-    return hashlib.sha256(format_program(p).encode("utf-8")).hexdigest()
+    """SHA-256 (hex) of the canonical text with the kernel name replaced by ``k`` (the renamed
+    program keeps the statement objects, so ``canonical_text``'s printed lines serve it too)."""
+    text = canonical_text(replace(program, name="k"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class _Renamer:

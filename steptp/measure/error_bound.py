@@ -50,6 +50,7 @@ import numpy as np
 
 from ..leir import ast as A
 from ..leir.types import expr_dtype, is_float
+from ..lru import LRU
 
 #: Unit roundoff (half a unit in the last place) of each float dtype.
 UNIT_ROUNDOFF = {"f16": 2.0 ** -11, "bf16": 2.0 ** -8, "f32": 2.0 ** -24, "f64": 2.0 ** -53,
@@ -284,10 +285,9 @@ class ErrorBounds:
 
     def __init__(self, size: int = 8, results: int = 16):
         self._cache: OrderedDict[tuple, object] = OrderedDict()
-        self._results: OrderedDict[tuple, list] = OrderedDict()
+        self._results: LRU[list] = LRU(results)
         self._lock = threading.Lock()
         self.size = size
-        self.results = results
         self.runs = 0   # twin runs (a result not computed before)
 
     def _built(self, program: A.Program, reorders: bool, target):
@@ -322,11 +322,9 @@ class ErrorBounds:
         if built is None:
             return None
         key = (program, reorders, target.key, _digest(inputs)) if keep else None
-        with self._lock:
-            hit = self._results.get(key) if keep else None
-            if hit is not None:
-                self._results.move_to_end(key)
-                return list(hit)
+        hit = self._results.get(key) if keep else None
+        if hit is not None:
+            return list(hit)
         ins = [np.asarray(x, dtype=np.float64) if B.is_float_dtype(str(np.asarray(x).dtype))
                or str(np.asarray(x).dtype) == "bfloat16" else x for x in inputs]
         outs = B.run(built, ins)
@@ -340,10 +338,8 @@ class ErrorBounds:
             result.append(b)
         with self._lock:
             self.runs += 1
-            if keep:
-                self._results[key] = result
-                while len(self._results) > self.results:
-                    self._results.popitem(last=False)
+        if keep:
+            self._results.put(key, result)
         return list(result)
 
 
