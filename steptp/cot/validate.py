@@ -26,7 +26,6 @@ LLM on a retry. The semantic checks:
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any, Iterable, Optional
 

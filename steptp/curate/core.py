@@ -6,7 +6,6 @@ import functools
 import hashlib
 import json
 import math
-import random
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field

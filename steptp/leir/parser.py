@@ -10,7 +10,7 @@ import functools
 import threading
 from importlib import resources
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Transformer, v_args
 from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken,
                              VisitError)
 from lark.indenter import DedentError, Indenter

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time as _time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np

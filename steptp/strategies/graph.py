@@ -16,7 +16,7 @@ that cannot be ruled out counts as present), and every refusal says why.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..leir import ast as A
 from ..leir.printer import format_expr, format_stmt

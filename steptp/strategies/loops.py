@@ -9,7 +9,6 @@ structural rules, and every refusal says why.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from dataclasses import dataclass, replace
