@@ -19,8 +19,8 @@ under the device lock), lock waits, and the evaluator's wall time as the search 
 As a release does, the searches of one run share their measurement workers
 (``steptp.measure.worker.reuse_workers``; ``--fresh-workers``: each search starts its own), and
 with ``--early-stop`` a candidate's timing may stop after its first repeats when they are
-clearly slower than the search's best; stopped timings are counted (they were built, verified
-and timed here) and reported apart. ``--bookkeeping`` digests the steps
+clearly slower than its parent's time (the row's ``before``); stopped timings are counted
+(they were built, verified and timed here) and reported apart. ``--bookkeeping`` digests the steps
 taken with and without verify-ahead offers: equal digests, equal decisions.
 
 A core-hour is wall time times the cores this process may run on (``sched_getaffinity``): the
@@ -224,8 +224,8 @@ def _report(total: dict, cores: int, wall: float, label: str) -> None:
           f"{total['time_calls_s']:.1f} s in all (lock waits, the speed-of-light check and the "
           f"cache included)")
     print(f"#   {total.get('stopped_early', 0)} timings stopped early (their first repeats clearly "
-          f"slower than the best so far), {total.get('retimed', 0)} of those states timed again "
-          f"in full before the search expanded them")
+          f"slower than their parent's time), {total.get('retimed', 0)} of those states timed "
+          f"again in full before the search expanded them")
     print(f"#   timings of candidates over 2x the best time so far: {total['slow_timings']}, "
           f"{total['slow_timing_s']:.1f} s of the timing calls' wall")
 
@@ -401,8 +401,8 @@ def main() -> None:
                     help="candidates verified ahead right after each timing (default: a batch, "
                          "one per worker; 0: none)")
     ap.add_argument("--early-stop", action="store_true",
-                    help="let a timing whose first repeats are clearly slower than the search's "
-                         "best stop there (default: every candidate timed in full)")
+                    help="let a timing whose first repeats are clearly slower than its parent's "
+                         "time stop there (default: every candidate timed in full)")
     ap.add_argument("--fresh-workers", action="store_true",
                     help="start each search's measurement workers anew (default: the searches "
                          "of the run share them, as a release's searches do)")

@@ -55,9 +55,13 @@ def test_a_right_hint_keeps_its_check_as_the_first_repeat(per_call):
 def test_a_wrong_hint_still_ends_with_repeats_of_the_target_length(hint):
     k = Kernel(1e-3)   # the hint is 100x or 5x too fast, or 2000x too slow
     number, first = hinted(k.time_repeats, hint, TARGET_MS, CFG.max_number)
-    assert first == []                  # no check is kept as a repeat
     if hint < HINT_SURE * TARGET_MS / 1e3:  # the check set the number right
         assert 0.8 * TARGET_MS / 1e3 <= number * 1e-3 <= 2 * TARGET_MS / 1e3
+        # the hint's check is not kept, but the calibration's last check, at the number it
+        # returns and of the target's length, is the first repeat
+        assert first == [1e-3]
+    else:
+        assert first == []   # a sure hint makes no check
     phases: dict = {}
     t = timed(k.time_repeats, k.run, CFG, hint_s=hint, phases=phases)
     assert t.median_s * t.number >= 0.8 * TARGET_MS / 1e3
@@ -151,3 +155,30 @@ def test_a_hinted_timing_keeps_the_configured_warmup():
     plain = Kernel(1e-3)
     timed(plain.time_repeats, plain.run, CFG, hint_s=1e-3)
     assert k.calls - plain.calls == 3        # the evaluator's discarded call is the fourth
+
+
+@pytest.mark.parametrize("hint", [1e-5, 15e-3 / 2.6])
+def test_a_calibration_after_a_wrong_hint_keeps_its_last_check_as_the_first_repeat(hint):
+    k = Kernel(1e-3)   # the hint is 100x or 5x too fast
+    number, first = hinted(k.time_repeats, hint, TARGET_MS, CFG.max_number)
+    assert first == [1e-3] and number == 20
+    after_hint = k.calls
+    k = Kernel(1e-3)
+    t = timed(k.time_repeats, k.run, CFG, hint_s=hint)
+    assert t.repeats == 5 and t.number == number
+    # four repeats after the kept one (and their evaluator's discarded first call), not five
+    assert k.calls == after_hint + 1 + number * (CFG.repeats - 1)
+
+
+def test_a_confirming_run_past_the_slack_is_not_kept():
+    from steptp.measure.timing import calibrate
+
+    kept: list = []
+    # 10 calls took 10 ms (1 ms a call), so 20 are asked; those 20 took 60 ms: a repeat 3x the
+    # target is not one the protocol keeps (20 stays the number: fewer would be too short)
+    n = calibrate(lambda m: 3e-3 if m == 20 else 1e-3, TARGET_MS, CFG.max_number,
+                  measured=(10, 1e-3), kept=kept)
+    assert n == 20 and kept == []
+    # the same calibration whose 20 calls take 20 ms keeps that run
+    n = calibrate(lambda m: 1e-3, TARGET_MS, CFG.max_number, measured=(10, 1e-3), kept=kept)
+    assert n == 20 and kept == [1e-3]

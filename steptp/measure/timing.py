@@ -27,7 +27,9 @@ repeat at that ``number`` (its discarded first call the warm-up) confirms it:
 * the check lasts ``0.8 x min_repeat_ms`` to ``HINT_SLACK x min_repeat_ms`` (or ``number`` is
   1 and it lasts at least ``0.8 x min_repeat_ms``): it is kept as the first of the attempt's
   repeats, which then goes on as in step 4;
-* shorter (the kernel is faster than the hint): step 3 goes on from the check's measurement;
+* shorter (the kernel is faster than the hint): step 3 goes on from the check's measurement,
+  and the run that confirms its ``number`` counts as the first repeat when it lasts
+  ``0.8 x`` to ``HINT_SLACK x min_repeat_ms`` (so does the one after a probe call far too slow);
 * longer, with ``number`` above 1 (slower than the hint): ``number`` is recomputed from the
   check's per-call time (fewer calls per repeat; the check was the warm-up).
 
@@ -109,10 +111,14 @@ def summarize(per_call_s: Sequence[float], number: int, max_spread: float) -> Ti
 
 
 def calibrate(run: Callable[[int], float], min_repeat_ms: float, max_number: int,
-              measured: tuple[int, float] | None = None) -> int:
+              measured: tuple[int, float] | None = None,
+              kept: list[float] | None = None) -> int:
     """``number`` such that ``number`` calls last at least ``min_repeat_ms``; ``run(n)`` returns
     the seconds per call of ``n`` calls. ``measured``: ``(n, seconds per call)`` of a run
-    already made (a hint's check), where the search for ``number`` goes on from."""
+    already made (a hint's check), where the search for ``number`` goes on from. ``kept``: when
+    given, the seconds per call of the last check run are appended to it when that run was at
+    the returned ``number`` and lasted ``0.8`` to ``HINT_SLACK x min_repeat_ms`` (a repeat by
+    the rule a hint's check follows: the kernel ran warm before it)."""
     target_s = min_repeat_ms / 1000.0
     if target_s <= 0:
         return 1
@@ -133,6 +139,8 @@ def calibrate(run: Callable[[int], float], min_repeat_ms: float, max_number: int
     for _ in range(3):  # check the extrapolation (per-call overhead shrinks as number grows)
         per_call = max(run(number), 1e-9)
         if per_call * number >= 0.8 * target_s or number >= max_number:
+            if kept is not None and 0.8 * target_s <= per_call * number <= HINT_SLACK * target_s:
+                kept.append(per_call)
             break
         number = int(min(max_number, math.ceil(target_s / per_call)))
     return number
@@ -167,11 +175,16 @@ def hinted(time_repeats: Callable[[int, int], list[float]], hint_s: float,
         # run number x the true per-call time, past the timeout, inside the device lock
         probe = max(run(1), 1e-9)
         if probe * number > HINT_SLACK * target_s:
-            return calibrate(run, min_repeat_ms, max_number, measured=(1, probe)), []
+            kept: list[float] = []
+            return calibrate(run, min_repeat_ms, max_number, measured=(1, probe), kept=kept), kept
     per_call = max(run(number), 1e-9)
     total = per_call * number
     if total < 0.8 * target_s and number < max_number:
-        return calibrate(run, min_repeat_ms, max_number, measured=(number, per_call)), []
+        # the calibration's own last check, when it passes, is the first repeat (as the
+        # hint's check would have been)
+        kept = []
+        return calibrate(run, min_repeat_ms, max_number, measured=(number, per_call),
+                         kept=kept), kept
     if number > 1 and total > HINT_SLACK * target_s:
         # per-call overhead only shrinks as calls are added, so fewer calls at this per-call
         # time still last at least the target

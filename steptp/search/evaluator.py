@@ -274,9 +274,11 @@ class MeasurerEvaluator:
         self.jobs = max(1, int(jobs))
         self.measurer = Measurer(self.target, self.config, cache=cache, jobs=self.jobs,
                                  backend=backend)
-        #: the search may ask a timing to stop once clearly slower than its best (local only).
-        #: Off by default: in the throughput benchmark the beam expanded 28 of 100 stopped
-        #: states, and their full re-timings cost what the stops saved
+        #: the search may ask a timing to stop once clearly slower than its parent's (local
+        #: only). Off by default: a stopped timing is never cached, so a rebuild on the same
+        #: cache would time those candidates again and could decide differently (the cache's
+        #: exact rerun is what a nightly rebuild relies on); and it saves about a tenth of the
+        #: timing stage (README, "Early stop"), not enough to give that up
         self.early_stop = bool(early_stop) and backend is None
         #: the search may pass ``time(..., hint_s=)``: a timing's calibration starts from it
         self.hints = backend is None

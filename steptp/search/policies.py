@@ -201,7 +201,7 @@ class Beam(Policy):
                 break
             sc = s.ranker.scores([c.program for c in cands])
             best = cands[min(range(len(cands)), key=lambda k: (sc[k], k))]
-            ch = s.evaluate(n, best)
+            ch = s.evaluate(n, best, may_stop=False)   # expanded next, or the move's payoff
             if ch is None:
                 break
             out.append(ch)
@@ -253,7 +253,8 @@ class Beam(Policy):
                     c = s.pop(n)
                     if c is None:
                         break
-                    ch = s.evaluate(n, c)
+                    # a promoted enabling move is expanded at once (``_follow_through``)
+                    ch = s.evaluate(n, c, may_stop=c.text not in self._enablers)
                     if ch is not None:
                         new.append(ch)
                         if c.text in self._enablers:

@@ -100,7 +100,11 @@ class LearnedCostModel:
         X, y, w = np.vstack(self._X), np.asarray(self._y), np.asarray(self._w)
         params = {"max_depth": 4, "eta": 0.15, "subsample": 0.9, "seed": self.seed,
                   "nthread": 1, "verbosity": 0, "objective": "reg:squarederror"}
-        self.model = xgb.train(params, xgb.DMatrix(X, label=y, weight=w),
+        # nthread=1 on the matrices too: by default each DMatrix starts an OpenMP team on
+        # every core (40 ms a matrix of 60 rows on a busy 2-core machine, against 0.1 ms), and
+        # its threads spin beside the verification workers; the data, and so the model, is
+        # the same
+        self.model = xgb.train(params, xgb.DMatrix(X, label=y, weight=w, nthread=1),
                                num_boost_round=self.n_estimators)
         self.n_samples = len(y)
         return True
@@ -135,7 +139,7 @@ class LearnedCostModel:
 
         if self.model is None:
             raise RuntimeError("the learned cost model is not trained yet (see .ready)")
-        return np.asarray(self.model.predict(xgb.DMatrix(X)), dtype=np.float64)
+        return np.asarray(self.model.predict(xgb.DMatrix(X, nthread=1)), dtype=np.float64)
 
     def predict(self, programs: Sequence[A.Program], cores: int | None = None) -> np.ndarray:
         """Log seconds: the log analytic estimate plus the learned residual."""

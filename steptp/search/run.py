@@ -20,11 +20,17 @@ fails verification is not timed, so it costs wall time but no measurement) and `
 wall time per kernel.
 
 Early stop: an evaluator that can (``early_stop``) ends a candidate's timing after its first
-repeats when they are already clearly slower than the best state's time
+repeats when even the fastest of them is slower than its PARENT's time beyond the margin
 (``SignificanceRule.clearly_slower``); its row keeps that short timing (``repeats`` says how
-many). Such a timing is only ever an ``after``: before a policy expands that state, it is timed
-again in full and its row updated, so no ``before`` (and no "faster" label of a child) rests
-on a stopped timing, and a wrong stop can only cost the state its own "improved".
+many). The parent is the row's ``before``, so a stopped row is one whose ``not_improved`` the
+rule already decided (the median of the full repeats could not be below the fastest of the
+first ones), and it is clearly slower than the best state too (the best is never slower than
+the parent). A child that beats its parent but not the best is timed in full: its
+``improved`` rests on every repeat. A policy that will expand a child at once (``may_stop``
+False) has it timed in full. Such a timing is only ever an ``after``: before a policy expands
+that state, it is timed again in full (calibrated from its own short timing) and its row
+updated, so no ``before`` (and no "faster" label of a child) rests on a stopped timing, and a
+wrong stop can only cost the state its own "improved".
 """
 
 from __future__ import annotations
@@ -279,9 +285,11 @@ class Search:
         return None
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, node: Node, cand: Candidate) -> Optional[Node]:
+    def evaluate(self, node: Node, cand: Candidate, may_stop: bool = True) -> Optional[Node]:
         """Verify ``cand`` (a child of ``node``) against the original, time it, record the row.
-        Returns the new node when it verified and was measured, else None."""
+        Returns the new node when it verified and was measured, else None. ``may_stop``: its
+        timing may stop early (an evaluator with ``early_stop``); False when the policy will
+        expand the child whatever its time (a stop would only be timed again at once)."""
         if cand.text in self.seen:
             return self.seen[cand.text]
         if node.partial and not self._complete(node):
@@ -309,7 +317,8 @@ class Search:
             self._progress()
             return None
         self.measurements += 1
-        kw = {"slower_than": self.best.timing} if self._early else {}
+        # the parent, not the best: a stopped row's "not_improved" is then already decided
+        kw = {"slower_than": node.timing} if self._early and may_stop else {}
         if self._hints:
             kw["hint_s"] = self._hint(node)
         tm = self.evaluator.time(after_text, **kw)
@@ -356,7 +365,8 @@ class Search:
     def _complete(self, node: Node) -> bool:
         """Time a stopped-early state again, in full (its partial timing was never cached), and
         update its row: from now on it may be a ``before``."""
-        tm = self.evaluator.time(node.text)
+        # its own short timing is the best hint there is (the calibration's start, not a result)
+        tm = self.evaluator.time(node.text, **({"hint_s": node.seconds} if self._hints else {}))
         if tm.timing is None or tm.stopped_early:
             node.ranked = []  # never expanded: no policy comes back to it
             return False
