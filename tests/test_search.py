@@ -307,6 +307,30 @@ def test_cost_model_vectorizes_a_row_read_a_few_elements_apart():
     assert cm.features(store)[cm.FEATURE_NAMES.index("vector_lanes")] == 1.0
 
 
+def test_cost_model_counts_an_inlined_bounds_test_as_one_select():
+    from steptp.search import cost_model as cm
+
+    # a padded max pool with its padding inlined: the where's condition tests loop indices
+    # only (integer work and one mask per vector), so inlining saves the padded copy's pass
+    # instead of costing ~16 float ops per window element
+    head = "kernel f32 p(A[1,8,32,32]) -> B[1,8,16,16]\n"
+    staged = parse(head + " C[1,8,34,34]\n"
+                   " C[i,j,k,l] = where(1 <= k and k < 33 and 1 <= l and l < 33,"
+                   " A[i,j,k-1,l-1], -3.0e+38)\n"
+                   " for i in 1, j in 8, k in 16, l in 16, m in 3, n in 3:\n"
+                   "  B[i,j,k,l] max= C[i,j,k*2+m,l*2+n]\n")
+    inlined = parse(head + " for i in 1, j in 8, k in 16, l in 16, m in 3, n in 3:\n"
+                    "  B[i,j,k,l] max= where(1 <= k*2+m and k*2+m < 33 and 1 <= l*2+n and"
+                    " l*2+n < 33, A[i,j,k*2+m-1,l*2+n-1], -3.0e+38)\n")
+    assert cm.predict(inlined) < 0.9 * cm.predict(staged)   # it was 3.7x the staged one
+    st = cm._statements(inlined)[0].stmt
+    assert cm._ops(st.value) == 1     # the select; the max is the reduction's own op
+    # a condition that reads memory (a mask tensor) is data, and its arithmetic still counts
+    masked = parse("kernel f32 m(A[64], M[64]) -> B[64]\n"
+                   " B[i] = where(M[i] * 2.0 + 1.0 > 0.5, A[i], 0.0)\n")
+    assert cm._ops(cm._statements(masked)[0].stmt.value) == 4
+
+
 def test_unrolling_copies_of_a_long_serial_loop_are_bounded():
     from steptp.search.space import (MAX_UNROLLED, MAX_UNROLLED_OVER_LOOPS, actions,
                                      unrolled_over_loops, unrolled_size)
