@@ -468,7 +468,7 @@ class _TileTimes:
         pass
 
 
-def test_beam_vectorizes_a_register_tile_that_was_no_faster_alone(evaluator):
+def test_beam_vectorizes_a_states_first_register_tile_right_away(evaluator):
     from steptp.search.policies import Beam
 
     mm = "kernel f32 matmul(A[64,64], B[64,64]) -> C[64,64]\n C[i,j] += A[i,k] * B[k,j]\n"

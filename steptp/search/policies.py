@@ -119,9 +119,9 @@ def _best_open(s: Search, exclude: Optional[Node] = None) -> Optional[Node]:
 ENABLING = ("loop_collapse",)
 PROMOTE_MARGIN = 0.1   # log-score: the finished tiles after the move must be ~10% faster
 FOLLOW_THROUGH = ("loop_tiling", "loop_vectorization")   # measured after a promoted move
-#: measured after a register tile that was no faster than its state: a tile's accumulators only
-#: stay in registers once its column loop is a vector (alone, a stride-2 conv's 8x14 tile took
-#: 78 ms against 22 ms for smaller tiles, and the beam dropped it before vectorizing)
+#: measured right after a state's first register tile: a tile's accumulators only stay in
+#: registers once its column loop is a vector (alone, a stride-2 conv's 8x14 tile took 78 ms
+#: against 22 ms for smaller tiles, and the beam dropped it before vectorizing)
 FINISH_TILE = ("loop_vectorization",)
 
 
@@ -218,12 +218,12 @@ class Beam(Policy):
         return out
 
     def _unfinished_tile(self, n: Node, c, ch: Node) -> bool:
-        """Is ``ch`` (measured from ``n`` by ``c``) a register tile, no faster than ``n``, the
-        first such of ``n``? Its vectorization is then measured right away (``FINISH_TILE``),
-        when the cost model expects it to beat ``n``."""
+        """Is ``ch`` (measured from ``n`` by ``c``) the first register tile measured from
+        ``n`` (its best-ranked)? Its vectorization is then measured right away
+        (``FINISH_TILE``), when the cost model expects it to beat ``n``: measured alone, the
+        tile competes with its siblings unvectorized and may leave the beam."""
         return (c.strategy == "loop_tiling" and c.params.get("point") == "inner"
-                and ch is not n and ch.parent is n and ch.seconds >= n.seconds
-                and n.text not in self._tiles_finished)
+                and ch.parent is n and n.text not in self._tiles_finished)
 
     def run(self, s: Search) -> None:
         self._promoted: set[str] = set()
@@ -277,7 +277,7 @@ class Beam(Policy):
                         if c.text in self._enablers:
                             new.extend(self._follow_through(s, ch))
                         elif self._unfinished_tile(n, c, ch):
-                            # once per state: its best-ranked tile that did not pay alone
+                            # once per state: its best-ranked tile
                             self._tiles_finished.add(n.text)
                             beat = s.ranker.scores([n.program])[0] - PROMOTE_MARGIN
                             new.extend(self._follow_through(s, ch, FINISH_TILE, beat))
