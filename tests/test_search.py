@@ -472,7 +472,7 @@ def test_beam_vectorizes_a_states_first_register_tile_right_away(evaluator):
     from steptp.search.policies import Beam
 
     mm = "kernel f32 matmul(A[64,64], B[64,64]) -> C[64,64]\n C[i,j] += A[i,k] * B[k,j]\n"
-    s = Search(parse(mm), "mm64", "beam", Budget(4, 120), 0, _TileTimes(evaluator),
+    s = Search(parse(mm), "mm64", "beam", Budget(5, 120), 0, _TileTimes(evaluator),
                strategies=LOOPS, ranker=Ranker(learned=False))
     Beam().run(s)
     steps = [r for r in s.steps if r.after is not None]
@@ -480,8 +480,11 @@ def test_beam_vectorizes_a_states_first_register_tile_right_away(evaluator):
     tile = steps[k]
     assert tile.params["point"] == "inner" and tile.outcome == "not_improved"
     # measured right after it, from it: its vector loop (the beam would move on to the root's
-    # next actions and drop the tile), and only once per state: the next tile is not followed
-    nxt = steps[k + 1]
-    assert nxt.strategy == "loop_vectorization" and nxt.before_leir == tile.after_leir
-    assert nxt.after.median_s < tile.before.median_s
-    assert steps[k + 2].strategy != "loop_vectorization"
+    # next actions and drop the tile), then the vectorized tile's outer loop in parallel, as
+    # MetaSchedule finishes every tile; only once per state: the next tile is not followed
+    vec, par = steps[k + 1], steps[k + 2]
+    assert vec.strategy == "loop_vectorization" and vec.before_leir == tile.after_leir
+    assert vec.after.median_s < tile.before.median_s
+    assert par.strategy == "loop_parallelization" and par.before_leir == vec.after_leir
+    assert " parallel" in par.after_leir and " vectorized" in par.after_leir
+    assert steps[k + 3].strategy == "loop_tiling" and steps[k + 3].before_leir == tile.before_leir

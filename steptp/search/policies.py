@@ -122,7 +122,7 @@ FOLLOW_THROUGH = ("loop_tiling", "loop_vectorization")   # measured after a prom
 #: measured right after a state's first register tile: a tile's accumulators only stay in
 #: registers once its column loop is a vector (alone, a stride-2 conv's 8x14 tile took 78 ms
 #: against 22 ms for smaller tiles, and the beam dropped it before vectorizing)
-FINISH_TILE = ("loop_vectorization",)
+FINISH_TILE = ("loop_vectorization", "loop_parallelization")
 
 
 def _finished_score(s: Search, program) -> float:
