@@ -99,6 +99,11 @@ def _ops(e) -> int:
         return 1 + _ops(e.operand)
     if isinstance(e, A.Binary):
         return 1 + _ops(e.lhs) + _ops(e.rhs)
+    if isinstance(e, A.Call) and e.func == "where" and len(e.args) == 3 \
+            and next(A.loads(e.args[0]), None) is None:
+        # a load-free condition is a bounds test on loop indices (inlined padding): integer
+        # work on the index registers, one compare mask and a select per vector, not float ops
+        return 1 + _ops(e.args[1]) + _ops(e.args[2])
     if isinstance(e, A.Call):
         heavy = 8 if e.func in ("exp", "log", "tanh", "erf", "sigmoid", "pow", "sqrt", "rsqrt",
                                 "sin", "cos", "exp2", "log2", "log1p") else 1
