@@ -20,7 +20,7 @@ from typing import Any
 
 from . import ast as A
 from ..lru import LRU
-from .printer import _stmt_lines, format_program
+from .printer import format_program, format_stmt
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _LOOP_LETTERS = "ijklmnopqrstuvwxyz"
@@ -103,16 +103,13 @@ def canonical_text(program: A.Program) -> str:
     tmap = _tensor_map(program)
     shell = _renamed_decls(program, tmap, ())
     decls = (program.inputs, program.outputs, program.intermediates)
-    tensors = shell.tensors
     r = _Renamer(tmap, None)
     parts = []
     for n, st in enumerate(program.body):
         key = (id(st), decls)
         hit = _LINES.get(key)
         if hit is None or hit[0] is not st:
-            lines: list[str] = []
-            _stmt_lines(r.stmt(st, (n,), {}), 1, lines, (), tensors)
-            hit = _LINES.put(key, (st, "\n".join(lines)))
+            hit = _LINES.put(key, (st, format_stmt(r.stmt(st, (n,), {}), 1, shell)))
         parts.append(hit[1])
     head = format_program(shell)
     return head + "\n".join(parts) + "\n" if parts else head
