@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Generic, Hashable, Optional, TypeVar
+from typing import Any, Generic, Hashable, Optional, TypeVar
 
 V = TypeVar("V")
 
@@ -19,12 +19,14 @@ class LRU(Generic[V]):
         self._d: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable) -> Optional[V]:
+    def get(self, key: Hashable, default: Any = None) -> Optional[V]:
+        """The value kept for ``key`` (now the most recent), else ``default`` (a sentinel
+        tells a miss from a kept ``None``)."""
         with self._lock:
-            v = self._d.get(key)
-            if v is not None:
-                self._d.move_to_end(key)
-            return v
+            if key not in self._d:
+                return default
+            self._d.move_to_end(key)
+            return self._d[key]
 
     def put(self, key: Hashable, value: V) -> V:
         with self._lock:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
@@ -275,6 +274,9 @@ def bound_program(program: A.Program, reorders: bool) -> A.Program:
                      inter, tw.body(program.body, {}))
 
 
+_MISSING = object()   # a miss in the twin cache, told from a cached None (no twin)
+
+
 class ErrorBounds:
     """Builds and caches twins (a few per process: the verifier asks for the same reference
     once per seed), and keeps the bounds they computed: every candidate of a kernel is judged
@@ -284,31 +286,25 @@ class ErrorBounds:
     get computed again."""
 
     def __init__(self, size: int = 8, results: int = 16):
-        self._cache: OrderedDict[tuple, object] = OrderedDict()
+        self._cache: LRU[object] = LRU(size)   # None: the program cannot be twinned
         self._results: LRU[list] = LRU(results)
         self._lock = threading.Lock()
-        self.size = size
         self.runs = 0   # twin runs (a result not computed before)
 
     def _built(self, program: A.Program, reorders: bool, target):
         from ..tir import build as B
 
         key = (program, reorders, target.key)
-        with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
+        hit = self._cache.get(key, _MISSING)
+        if hit is not _MISSING:
+            return hit
         try:
             built = B.build(bound_program(program, reorders), target)
         except NotTwinnable:
             built = None
         except Exception:  # noqa: BLE001 - a twin TVM cannot build: fall back to fixed tolerances
             built = None
-        with self._lock:
-            self._cache[key] = built
-            while len(self._cache) > self.size:
-                self._cache.popitem(last=False)
-        return built
+        return self._cache.put(key, built)
 
     def __call__(self, program: A.Program, inputs: Sequence[np.ndarray], reorders: bool,
                  target=None, keep: bool = True) -> list[np.ndarray | None] | None:
