@@ -211,8 +211,7 @@ class InProcessEvaluator:
         when the first repeats are clearly slower than it."""
         from ..leir import parse
         from ..measure.significance import SignificanceRule
-        from ..measure.timing import timed
-        from ..measure.verify import random_inputs
+        from ..measure.timing import measure
         from ..tir import build as B
 
         t0 = _time.perf_counter()
@@ -227,13 +226,11 @@ class InProcessEvaluator:
             return TimeOutcome(None, "failed_build", f"{type(e).__name__}: {e}"[:2000],
                                _time.perf_counter() - t0)
         try:
-            inputs = random_inputs(prog, cfg.seed)
             stop = None
             if slower_than is not None:
                 rule = SignificanceRule()
                 stop = lambda part: rule.clearly_slower(slower_than, part)  # noqa: E731
-            t = timed(lambda n, r: list(B.time(built, inputs, number=n, repeat=r).results),
-                      lambda: B.run(built, inputs), cfg, stop)
+            t = measure(prog, self.target, cfg, built=built, stop=stop)
         except Exception as e:  # noqa: BLE001
             return TimeOutcome(None, "crashed", f"{type(e).__name__}: {e}"[:2000],
                                _time.perf_counter() - t0)
