@@ -42,12 +42,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--evaluator", default="inprocess", help="inprocess, measurer or auto")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-settle", action="store_true",
+                    help="end on the state fastest by its own timing, as before session 9 (default: "
+                         "choose among the fastest states re-timed side by side, as a release does)")
     ap.add_argument("--out", default=None, help="also write steps/trajectories/curves here")
     ap.add_argument("--json", default=None, help="write the per-kernel figures as JSON")
     args = ap.parse_args()
 
     from steptp.leir import format_program
-    from steptp.search import Budget, default_evaluator, search_kernel
+    from steptp.search import Budget, default_evaluator, search_kernel, settler
     from steptp.search.batch import write
 
     ev = default_evaluator(kind=args.evaluator)
@@ -65,7 +68,8 @@ def main() -> None:
             continue
         t0 = time.perf_counter()
         name, kid, prog = item.name, item.kernel_id, item.program
-        res = search_kernel(prog, kid, args.policy, budget, args.seed, ev, return_result=True)
+        res = search_kernel(prog, kid, args.policy, budget, args.seed, ev, return_result=True,
+                            settle=None if args.no_settle else settler(ev, 3))
         if res.trajectory is None:
             print(f"{name:28s} failed: {res.error}")
             continue

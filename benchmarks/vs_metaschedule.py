@@ -120,6 +120,9 @@ def main() -> None:
                     help="only tune MetaSchedule into --ms-cache (no search, no re-timing): fills "
                          "the cache ahead of a comparison run, e.g. overnight")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-settle", action="store_true",
+                    help="end on the state fastest by its own timing, as before session 9 (default: "
+                         "choose among the fastest states re-timed side by side, as a release does)")
     ap.add_argument("--evaluator", default="inprocess")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -127,7 +130,7 @@ def main() -> None:
         args.workloads = "matmul_square,conv2d"
 
     from steptp.leir import format_program
-    from steptp.search import Budget, default_evaluator, search_kernel
+    from steptp.search import Budget, default_evaluator, search_kernel, settler
 
     policy = args.policy
     if args.lookahead:
@@ -157,7 +160,8 @@ def main() -> None:
             continue
         t0 = time.perf_counter()
         res = search_kernel(prog, item.kernel_id, policy, Budget(args.budget, args.seconds),
-                            args.seed, ev, return_result=True)
+                            args.seed, ev, return_result=True,
+                            settle=None if args.no_settle else settler(ev, 3))
         ours_wall = time.perf_counter() - t0
         if res.trajectory is None:
             print(f"{name:24s} our search failed: {res.error}")
@@ -170,23 +174,35 @@ def main() -> None:
             print(f"{name:24s} MetaSchedule failed: {type(e).__name__}: {e}")
             continue
         with_torch = None if args.no_torch else item
-        ts = retime(ev, [format_program(prog), res.trajectory.final_leir, ms_script], with_torch)
+        # when settling chose another final program than the search's own timings would have,
+        # that one is re-timed in the same rounds: settling's gain, measured side by side
+        unsettled = (res.settled[0][0] if res.settled
+                     and res.settled[0][0] != res.trajectory.final_leir else None)
+        progs = [format_program(prog), res.trajectory.final_leir, ms_script]
+        progs += [unsettled] if unsettled else []
+        ts = retime(ev, progs, with_torch)
         base_t, ours_t, ms_t = ts[:3]
         if None in (base_t, ours_t, ms_t):
             print(f"{name:24s} re-timing failed")
             continue
         ours, ms_s = ours_t.median_s, ms_t.median_s
-        torch_s, torch_threads = torch_best(ts, 3, ev.num_threads)
+        np_ = len(progs)
+        torch_s, torch_threads = torch_best(ts, np_, ev.num_threads)
+        uns_t = ts[3] if unsettled else None
         row = {"workload": name, "family": item.family, "kernel_id": item.kernel_id,
                "baseline_s": base_t.median_s, "ours_spread": ours_t.spread,
                "ms_spread": ms_t.spread, "ours_s": ours, "ms_s": ms_s, "ratio": ours / ms_s,
                "torch_s": torch_s, "ours_over_torch": ours / torch_s,
                "torch_threads": torch_threads,
-               "torch_n_s": ts[3].median_s if len(ts) > 3 and ts[3] else float("nan"),
-               "torch_1_s": ts[4].median_s if len(ts) > 4 and ts[4] else float("nan"),
+               "torch_n_s": ts[np_].median_s if len(ts) > np_ and ts[np_] else float("nan"),
+               "torch_1_s": (ts[np_ + 1].median_s if len(ts) > np_ + 1 and ts[np_ + 1]
+                             else float("nan")),
+               "unsettled_s": uns_t.median_s if uns_t is not None else None,
                "ours_wall_s": ours_wall, "ms_wall_s": ms_wall, "ms_reused": reused,
                "measurements": res.measurements, "search_s": res.wall_s,
                "curve": res.curve, "strategies": res.trajectory.strategies,
+               "settled": [{"search_s": a, "retimed_s": b, "parallel": " parallel" in t,
+                            "chosen": t == res.trajectory.final_leir} for t, a, b in res.settled],
                "final_leir": res.trajectory.final_leir,
                # every measured step, to see what the search tried and how fast it was
                "steps": [{"strategy": st.strategy, "params": st.params, "outcome": st.outcome,
@@ -198,6 +214,12 @@ def main() -> None:
         print(f"{name:24s} {row['baseline_s']*1e3:9.4g} {ours*1e3:9.4g} {ms_s*1e3:9.4g} "
               f"{row['ratio']:8.2f} {torch_s*1e3:8.4g}{torch_threads or '-'} {row['ours_over_torch']:10.2f} "
               f"{ours_wall:7.0f} {ms_col:>6s} {res.measurements:4d}", flush=True)
+        if res.settled:
+            print(f"{'':24s} settled among {len(res.settled)}: " + ", ".join(
+                f"{a * 1e3:.4g}->{b * 1e3:.4g} ms{' P' if ' parallel' in t else ''}"
+                f"{' *' if t == res.trajectory.final_leir else ''}" for t, a, b in res.settled)
+                + (f"; unsettled pick re-timed {uns_t.median_s * 1e3:.4g} ms "
+                   f"({uns_t.median_s / ours:.2f}x ours)" if uns_t is not None else ""), flush=True)
     ev.close()
     if rows:
         worst = max(rows, key=lambda r: r["ratio"])

@@ -120,7 +120,7 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
     (``steptp.params.device_args``) to time on."""
     from .curate.roles import confirm_roles, confirm_trajectory
     from .measure.significance import SignificanceRule, interleaved, remembered, uncached_timer
-    from .search import Budget, default_evaluator, search_kernel
+    from .search import Budget, default_evaluator, search_kernel, settler
 
     backend = None
     if devices:
@@ -129,12 +129,22 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
         backend = RPCBackend.from_dict(devices)
     cache = measurement_cache(max_age_s, clock_offset_s, not_before)
     ev = default_evaluator(num_threads=threads, cache=cache, jobs=verify_jobs, backend=backend)
+    settle = None
+    if remeasure_rounds > 0 and hasattr(ev, "config"):
+        # the final program is chosen among the fastest states re-timed side by side
+        settle = settler(ev, remeasure_rounds,
+                         remembered(interleaved, cache, ev.target.key, ev.fingerprint, ev.config.hash))
     try:
-        steps, traj = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
-                                    seed, ev, max_actions=max_actions, on_progress=on_progress)
+        res = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
+                            seed, ev, max_actions=max_actions, on_progress=on_progress,
+                            return_result=True, settle=settle)
     finally:
         ev.close()
-    steps = list(steps)
+    traj = res.trajectory
+    if res.settled:
+        log(f"search {kernel.name}: final program chosen among {len(res.settled)} re-timed "
+            f"side by side: " + ", ".join(f"{a * 1e3:.3g}->{b * 1e3:.3g} ms" for _, a, b in res.settled))
+    steps = list(res.steps)
     roots = [st for st in steps if st.step_index == 0 and st.before is not None]
     if remeasure_rounds > 0 and steps and roots and hasattr(ev, "config"):
         # one timing costs about a build plus warm-up and repeats: keep the re-timing of a slow
@@ -145,8 +155,12 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
         timer = uncached_timer(ev.target, ev.config, backend)
         again = remembered(interleaved, cache, ev.target.key, ev.fingerprint, ev.config.hash)
         try:
+            # when the side-by-side re-timing chose another final program than the steps' own
+            # timings did, that program's path goes first: its labels are the likeliest wrong
+            moved = bool(res.settled) and res.best is not None and res.best.text != res.settled[0][0]
+            path = [n.text for n in res.best.path()[1:]] if moved else []
             steps, n = confirm_roles(steps, timer, SignificanceRule(**(rule or {})),
-                                     remeasure_rounds, pairs, interleave=again)
+                                     remeasure_rounds, pairs, interleave=again, path=path)
             traj = confirm_trajectory(traj, timer, roots[0].before_leir, remeasure_rounds,
                                       interleave=again)
         finally:

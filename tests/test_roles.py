@@ -160,6 +160,14 @@ def test_near_threshold_and_confirm_roles_retime_only_those():
     out, n = confirm_roles(rows, time_fn, RULE, rounds=2, max_pairs=len(order))
     ae = next(s for s in out if s.after_leir == "E")
     assert ae.paired_before is not None and ae.role == "improving"
+    # a settled final program's path comes first (E: chosen by a side-by-side re-timing though
+    # its own timing made it no SFT answer); a path step that already is one keeps its place
+    order = [rows[i].before_leir + rows[i].after_leir for i, _ in to_confirm(rows, RULE, ["B", "E"])]
+    assert order[:4] == ["AE", "AB", "BC", "HI"] and order.count("AE") == 1
+    calls.clear()
+    out, n = confirm_roles(rows, time_fn, RULE, rounds=2, max_pairs=1, path=["E"])
+    assert n == 1 and calls == ["A", "E", "A", "E"]
+    assert next(s for s in out if s.after_leir == "E").role == "improving"
 
 
 def test_curation_keeps_improving_and_preparatory_one_per_prompt_and_pairs_the_rest():

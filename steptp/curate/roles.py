@@ -160,15 +160,23 @@ def search_best_s(steps: Sequence[StepRecord]) -> list[Optional[float]]:
             for i, s in enumerate(tree.steps)]
 
 
-def to_confirm(steps: Sequence[StepRecord], rule: SignificanceRule | None = None) -> list[tuple[int, int]]:
+def to_confirm(steps: Sequence[StepRecord], rule: SignificanceRule | None = None,
+               path: Sequence[str] = ()) -> list[tuple[int, int]]:
     """(row, best descendant row) of the steps whose role most needs an interleaved re-timing,
-    in order: first the would-be SFT answers (per prompt, the improving or preparatory child
-    with the largest gain; their label is what a model learns, and their before and after were
-    timed minutes apart), largest gain first; then the steps near the margin."""
+    in order: first the steps on ``path`` (after-program texts of the final program's path,
+    when the search settled it by re-timing side by side) whose own timing did not make them
+    an SFT answer: re-timing the finalists side by side found that path faster than the
+    search's timings said; then the would-be SFT answers (per prompt, the improving or
+    preparatory child with the largest gain; their label is what a model learns, and their
+    before and after were timed minutes apart), largest gain first; then the steps near the
+    margin."""
     rule = rule or SignificanceRule()
     steps = list(steps)
     tree = Tree(steps)
     first = assign_roles(steps, rule)
+    on_path = set(path)
+    lead = [(i, tree.best_descendant(i)) for i, s in enumerate(first)
+            if s.after_leir in on_path and measured(s) and s.role not in SFT_ROLES]
     best_s = search_best_s(steps)
     best_of: dict[str, int] = {}
     for i, s in enumerate(first):
@@ -176,7 +184,7 @@ def to_confirm(steps: Sequence[StepRecord], rule: SignificanceRule | None = None
             j = best_of.get(s.before_leir)
             if j is None or (best_s[i], tree.keys[i]) < (best_s[j], tree.keys[j]):
                 best_of[s.before_leir] = i
-    out = [(i, tree.best_descendant(i)) for i in sorted(
+    out = lead + [(i, tree.best_descendant(i)) for i in sorted(
         best_of.values(), key=lambda i: (-(first[i].best_descendant_speedup or 0), tree.keys[i]))]
     seen = {i for i, _ in out}
     out += [(i, d) for i, d in near_threshold(steps, rule) if i not in seen]
@@ -185,16 +193,16 @@ def to_confirm(steps: Sequence[StepRecord], rule: SignificanceRule | None = None
 
 def confirm_roles(steps: Sequence[StepRecord], time_fn: Callable[[str], Optional[Timing]],
                   rule: SignificanceRule | None = None, rounds: int = 3,
-                  max_pairs: int = 6, interleave: Callable = interleaved
-                  ) -> tuple[list[StepRecord], int]:
+                  max_pairs: int = 6, interleave: Callable = interleaved,
+                  path: Sequence[str] = ()) -> tuple[list[StepRecord], int]:
     """Re-time, interleaved, the programs that decide the roles that matter most
     (:func:`to_confirm`, at most ``max_pairs`` steps): before, after and best descendant,
     ``rounds`` times round-robin with ``time_fn`` (uncached) through ``interleave``
     (:func:`~steptp.measure.significance.interleaved`, or a :func:`remembered` one). Returns the steps with ``paired_*``
-    set and roles assigned, and the number of steps re-timed."""
+    set and roles assigned, and the number of steps re-timed. ``path``: see :func:`to_confirm`."""
     rule = rule or SignificanceRule()
     steps = list(steps)
-    todo = to_confirm(steps, rule)[:max(0, max_pairs)]
+    todo = to_confirm(steps, rule, path)[:max(0, max_pairs)]
     for i, d in todo:
         s = steps[i]
         progs = [s.before_leir, s.after_leir] + ([steps[d].after_leir] if d != i else [])
@@ -210,8 +218,8 @@ def confirm_trajectory(traj, time_fn: Callable[[str], Optional[Timing]], baselin
                        rounds: int = 3, interleave: Callable = interleaved):
     """The trajectory with its first and final programs re-timed interleaved
     (``remeasured_speedup``, ``remeasured_spread``); unchanged when either fails."""
-    if traj is None or traj.final_leir == baseline_leir:
-        return traj
+    if traj is None or traj.final_leir == baseline_leir or traj.remeasured_speedup is not None:
+        return traj   # (a settled search re-timed them already, with its finalists)
     tb, tf = interleave(time_fn, [baseline_leir, traj.final_leir], rounds)
     if tb is None or tf is None:
         return traj

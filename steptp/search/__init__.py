@@ -9,9 +9,9 @@ from .evaluator import (Evaluator, InProcessEvaluator, MeasurerEvaluator, TimeOu
                         VerifyOutcome, default_evaluator)
 from .run import Budget, Node, Search, SearchResult, kernel_id_of, trajectory_id
 from .policies import MCTS, POLICIES, Beam, Greedy, Policy, RandomWalk, make_policy
-from .kernel import search_kernel
+from .kernel import search_kernel, settler
 
 __all__ = ["Evaluator", "InProcessEvaluator", "MeasurerEvaluator", "TimeOutcome", "VerifyOutcome",
            "default_evaluator", "Budget", "Node", "Search", "SearchResult", "kernel_id_of",
-           "search_kernel", "trajectory_id", "MCTS", "POLICIES", "Beam", "Greedy", "Policy",
+           "search_kernel", "settler", "trajectory_id", "MCTS", "POLICIES", "Beam", "Greedy", "Policy",
            "RandomWalk", "make_policy"]

@@ -73,6 +73,8 @@ class Evaluator(Protocol):
 
     def time(self, program: str) -> TimeOutcome: ...
 
+    def time_fresh(self, program: str) -> Optional[Timing]: ...   # a full, uncached timing
+
     # An evaluator with ``early_stop = True`` also takes ``time(program, slower_than=timing)``:
     # it may end a timing whose first repeats are clearly slower than ``timing``
     # (``SignificanceRule.clearly_slower``) and says so (``stopped_early``). One with
@@ -239,6 +241,11 @@ class InProcessEvaluator:
         return TimeOutcome(t, "ok", "", _time.perf_counter() - t0,
                            stopped_early=slower_than is not None and t.repeats < cfg.repeats)
 
+    def time_fresh(self, program: str) -> Optional[Timing]:
+        """A full timing, never a cached one (every call here times): for re-timing side by
+        side (``measure.significance.interleaved``); None when it failed."""
+        return self.time(program).timing
+
     def close(self) -> None:
         self._refs.clear()
 
@@ -371,6 +378,12 @@ class MeasurerEvaluator:
             return TimeOutcome(oc.timing, "ok", "", oc.wall_s, oc.cached, oc.stopped_early)
         status = {"timeout": "timeout", "crash": "crashed"}.get(oc.status, "failed_build")
         return TimeOutcome(None, status, oc.reason or oc.status, oc.wall_s)
+
+    def time_fresh(self, program: str) -> Optional[Timing]:
+        """A full timing that never answers from (or writes to) the cache: for re-timing side by
+        side (``measure.significance.interleaved``); None when it failed or was suspect."""
+        oc = self.measurer.time_many([program], use_cache=False)[0]
+        return oc.timing if oc.status != "suspect" else None
 
     def close(self) -> None:
         if self._executor is not None:

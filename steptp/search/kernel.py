@@ -17,12 +17,26 @@ from .ranker import Ranker
 from .run import Budget, Search, kernel_id_of
 
 
+def settler(evaluator: Evaluator, rounds: int = 3, interleave=None):
+    """``search_kernel``'s ``settle``: ``interleave`` (default
+    :func:`~steptp.measure.significance.interleaved`; the pipeline passes a ``remembered`` one,
+    so a rebuild on the same cache settles alike) over the evaluator's uncached timer."""
+    from ..measure.significance import interleaved
+
+    inter = interleave or interleaved
+    return lambda programs: inter(evaluator.time_fresh, list(programs), rounds)
+
+
 def search_kernel(program: A.Program | str, kernel_id: str | None = None, policy: Any = "beam",
                   budget: Budget | int = Budget(), seed: int = 0,
                   evaluator: Evaluator | None = None, *, ranker: Ranker | None = None,
                   target: str = "cpu", strategies=None, max_actions: int | None = None,
-                  on_progress=None, return_result: bool = False):
+                  on_progress=None, return_result: bool = False, settle=None):
     """Search one kernel with ``policy`` (a name or a ``Policy``) under ``budget``.
+
+    ``settle``: program texts to their timings re-timed side by side (e.g.
+    ``settler(evaluator)``); when given, the final program is chosen among the fastest
+    states by that re-timing (``Search.settle``), not by each state's own timing.
 
     Returns ``(steps, trajectory)`` (``trajectory`` is None when the baseline could not be
     measured), or the full :class:`SearchResult` (with the best-so-far curve) when
@@ -43,6 +57,8 @@ def search_kernel(program: A.Program | str, kernel_id: str | None = None, policy
                    strategies=strategies, max_actions=max_actions, on_progress=on_progress)
         if s.root is not None:
             pol.run(s)
+            if settle is not None:
+                s.settle(settle)
         res = s.result()
     finally:
         if own:
@@ -50,4 +66,4 @@ def search_kernel(program: A.Program | str, kernel_id: str | None = None, policy
     return res if return_result else (res.steps, res.trajectory)
 
 
-__all__ = ["search_kernel"]
+__all__ = ["search_kernel", "settler"]

@@ -76,6 +76,15 @@ LOOKAHEAD_STRATEGIES = ("loop_vectorization", "loop_parallelization", "loop_unro
 KEY_POTENTIAL_WEIGHT = 1.0
 
 
+#: How many of the fastest states ``Search.settle`` re-times side by side (plus one of the
+#: other kind, parallel or serial, when none of them is)
+SETTLE_FINALISTS = 3
+
+
+def _is_parallel(program: A.Program) -> bool:
+    return any(isinstance(n, A.Loop) and n.kind == "parallel" for n in A.walk(program))
+
+
 def trajectory_id(kernel_id: str, policy: str, seed: int) -> str:
     return hashlib.sha256(f"{kernel_id}|{policy}|{seed}".encode()).hexdigest()[:16]
 
@@ -145,6 +154,9 @@ class SearchResult:
     error: str = ""
     #: stopped-early states timed again in full before they were expanded
     retimed: int = 0
+    #: the finalists re-timed interleaved at the end (``Search.settle``): text, the search's
+    #: median, the re-timed median; empty when the search was not settled
+    settled: list[tuple[str, float, float]] = field(default_factory=list)
 
     def fractions(self, budget: int) -> dict[str, float]:
         """Best speedup reached within 25/50/100% of the budget, as a fraction of the final
@@ -201,6 +213,9 @@ class Search:
         self._early = bool(getattr(evaluator, "early_stop", False))
         self._hints = bool(getattr(evaluator, "hints", False))
         self.retimed = 0   # stopped-early states timed again in full before their expansion
+        self.settled: list[tuple[str, float, float]] = []
+        self._settled_root: Optional[Timing] = None   # the last ``settle``'s re-timings
+        self._settled_final: Optional[Timing] = None
         self._plan: list[tuple[Node, Candidate]] = []   # the policy's next evaluations (plan)
         # a plan is in force: once it is used up, nothing is guessed (a guess from the last
         # state's ranking was mostly wasted: the next level's states differ)
@@ -428,6 +443,47 @@ class Search:
         if self.on_progress is not None:
             self.on_progress(self)
 
+    # ------------------------------------------------------------------ settling
+    def finalists(self, k: int = SETTLE_FINALISTS) -> list[Node]:
+        """The states a final choice is made among: the ``k`` fastest fully timed states, and
+        the fastest state of the other kind (parallel or not) when none of them is of it."""
+        done = [n for n in self.seen.values()
+                if n is not None and n is not self.root and not n.partial]
+        done.sort(key=lambda n: n.seconds)   # stable: ties keep the order they were measured
+        out = done[:max(1, k)]
+        kinds = {_is_parallel(n.program) for n in out}
+        other = next((n for n in done[len(out):] if _is_parallel(n.program) not in kinds), None)
+        return out + ([other] if other is not None else [])
+
+    def settle(self, interleave: Callable[[list[str]], list[Optional[Timing]]],
+               k: int = SETTLE_FINALISTS) -> Optional[Node]:
+        """Choose the final program by re-timing the finalists (``finalists``) and the
+        unscheduled kernel interleaved, A, B, A, B (``interleave``: program texts to timings,
+        e.g. :func:`~steptp.measure.significance.interleaved` over an uncached timer).
+
+        Why: each candidate was timed once, at its own moment. A program that runs on every
+        core is timed at the mercy of whatever else uses the machine just then; on a shared
+        machine it loses to a serial program it beats whenever the cores are free, and the
+        trajectory would end on the serial one. Timed side by side, both see the same load.
+        The fastest re-timed finalist becomes ``best`` (the trajectory's final program, with
+        ``remeasured_speedup`` from the same rounds); rows and their labels are unchanged.
+        Returns the new best, or None (nothing to choose among, or a re-timing failed)."""
+        if self.root is None or self.best is self.root:
+            return None
+        group = self.finalists(k)
+        if not group:
+            return None
+        ts = interleave([self.root.text] + [n.text for n in group])
+        if len(ts) != len(group) + 1 or any(t is None for t in ts):
+            return None
+        base, rest = ts[0], ts[1:]
+        i = min(range(len(group)), key=lambda j: (rest[j].median_s, j))
+        self.settled = [(n.text, n.seconds, t.median_s) for n, t in zip(group, rest)]
+        self._settled_root = base
+        self._settled_final = rest[i]
+        self.best = group[i]
+        return self.best
+
     # ------------------------------------------------------------------ results
     def trajectory(self) -> Optional[TrajectoryRecord]:
         if self.root is None:
@@ -439,13 +495,20 @@ class Search:
             baseline_s=self.root.seconds, best_s=self.best.seconds,
             speedup=self.root.seconds / self.best.seconds, final_leir=self.best.text,
             target=getattr(self.evaluator.target, "key", str(self.evaluator.target)),
-            fingerprint=self._fp)
+            fingerprint=self._fp, **self._remeasured())
+
+    def _remeasured(self) -> dict:
+        if self._settled_root is None:
+            return {}
+        base, final = self._settled_root, self._settled_final
+        return {"remeasured_speedup": base.median_s / final.median_s,
+                "remeasured_spread": max(base.spread, final.spread)}
 
     def result(self) -> SearchResult:
         return SearchResult(self.steps, self.trajectory(), self.curve,
                             self.root.timing if self.root else None, self.best,
                             self.measurements, self.verifications, self.elapsed, self.error,
-                            self.retimed)
+                            self.retimed, list(self.settled))
 
 
 def kernel_id_of(program: A.Program) -> str:
