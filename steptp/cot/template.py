@@ -37,7 +37,8 @@ def _fmt_time(s: float) -> str:
     return f"{s:.3g} s"  # pragma: no cover
 
 
-def _fmt_bytes(b: int) -> str:
+def fmt_bytes(b: int) -> str:
+    """A size in the reasoning's own wording (also the release card's)."""
     if b >= 1 << 20 and b % (1 << 10) == 0:
         return f"{b / (1 << 20):.3g} MiB"
     if b >= 1 << 10 and b % (1 << 10) == 0:
@@ -148,9 +149,9 @@ class TemplateWriter:
             a = max(reused, key=lambda x: (x.reuse_bytes or 0))
             if a.reuse_bytes:
                 w.append(pick(f"`{a.text}` is reused across iterations of `{a.reuse_loop}`, "
-                              f"{_fmt_bytes(a.reuse_bytes)} apart ({hw.level(a.reuse_bytes)}).",
+                              f"{fmt_bytes(a.reuse_bytes)} apart ({hw.level(a.reuse_bytes)}).",
                               f"Reuse: `{a.text}` comes back every iteration of `{a.reuse_loop}`, after "
-                              f"{_fmt_bytes(a.reuse_bytes)} of other data ({hw.level(a.reuse_bytes)})."))
+                              f"{fmt_bytes(a.reuse_bytes)} of other data ({hw.level(a.reuse_bytes)})."))
                 claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=a.reuse_bytes,
                                     level=hw.level(a.reuse_bytes)))
             else:
@@ -165,20 +166,20 @@ class TemplateWriter:
             claims.append(Claim(kind="no_reuse"))
         elif m.loops:
             w.append(pick(f"No access comes back to its own elements, but different accesses share "
-                          f"some: {_fmt_bytes(sf.working_sets[0].bytes)} distinct for "
-                          f"{_fmt_bytes(sf.accessed_bytes)} of accesses.",
-                          f"Accesses overlap one another ({_fmt_bytes(sf.working_sets[0].bytes)} "
-                          f"distinct of {_fmt_bytes(sf.accessed_bytes)} accessed), though none "
+                          f"some: {fmt_bytes(sf.working_sets[0].bytes)} distinct for "
+                          f"{fmt_bytes(sf.accessed_bytes)} of accesses.",
+                          f"Accesses overlap one another ({fmt_bytes(sf.working_sets[0].bytes)} "
+                          f"distinct of {fmt_bytes(sf.accessed_bytes)} accessed), though none "
                           f"repeats its own elements."))
             claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
         if sf.working_sets:
             ws = sf.working_sets[0]
             lvl = ws.level
-            where = (f"fits in {lvl} ({_fmt_bytes(hw.size(lvl))})" if lvl != "DRAM"
-                     else f"exceeds L3 ({_fmt_bytes(hw.l3_bytes)})")
-            w.append(pick(f"One run of `{ws.loop}` touches {_fmt_bytes(ws.bytes)}, which {where} "
+            where = (f"fits in {lvl} ({fmt_bytes(hw.size(lvl))})" if lvl != "DRAM"
+                     else f"exceeds L3 ({fmt_bytes(hw.l3_bytes)})")
+            w.append(pick(f"One run of `{ws.loop}` touches {fmt_bytes(ws.bytes)}, which {where} "
                           f"on this CPU.",
-                          f"Working set of the whole nest: {_fmt_bytes(ws.bytes)}; it {where}."))
+                          f"Working set of the whole nest: {fmt_bytes(ws.bytes)}; it {where}."))
             claims.append(Claim(kind="fits_in_cache", loop=ws.loop, value=ws.bytes, level=lvl))
         if f.predicted is not None:
             w.append(pick(f"The cost model estimates {_fmt_time(f.predicted.before_s)} for the "
@@ -240,16 +241,16 @@ class TemplateWriter:
             claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
         elif d.kind == "memory" and det["level"] in ("L1", "L2"):
             text = pick(f"At {det['intensity']:.2f} FLOP/B there is little arithmetic per byte; all "
-                        f"{_fmt_bytes(det['bytes'])} fit in {det['level']} "
-                        f"({_fmt_bytes(hw.size(det['level']))}), so loads and stores from cache set "
+                        f"{fmt_bytes(det['bytes'])} fit in {det['level']} "
+                        f"({fmt_bytes(hw.size(det['level']))}), so loads and stores from cache set "
                         f"the pace.",
-                        f"Access-bound: {det['intensity']:.2f} FLOP/B over {_fmt_bytes(det['bytes'])} "
+                        f"Access-bound: {det['intensity']:.2f} FLOP/B over {fmt_bytes(det['bytes'])} "
                         f"that stay in {det['level']}.")
         elif d.kind == "memory":
-            text = pick(f"The program touches {_fmt_bytes(det['bytes'])}, more than L2 holds "
-                        f"({_fmt_bytes(hw.l2_bytes)}): traffic from {det['level']} bounds it.",
-                        f"Memory-bound: {_fmt_bytes(det['bytes'])} of data against an L2 of "
-                        f"{_fmt_bytes(hw.l2_bytes)}.")
+            text = pick(f"The program touches {fmt_bytes(det['bytes'])}, more than L2 holds "
+                        f"({fmt_bytes(hw.l2_bytes)}): traffic from {det['level']} bounds it.",
+                        f"Memory-bound: {fmt_bytes(det['bytes'])} of data against an L2 of "
+                        f"{fmt_bytes(hw.l2_bytes)}.")
         elif d.kind == "loop_overhead":
             text = pick(f"The innermost loop `{d.loop}` is short ({det['extent']} iterations): its "
                         f"increment and branch are a visible share of each iteration.",
@@ -344,14 +345,14 @@ class TemplateWriter:
                 if after is not None and after < a.reuse_bytes:
                     claims.append(Claim(kind="reuse", side="after", access=a.text, value=after))
                     return pick(f"tiles of {fs} shorten the distance between two uses of `{a.text}` "
-                                f"from {_fmt_bytes(a.reuse_bytes)} to {_fmt_bytes(after)}.",
+                                f"from {fmt_bytes(a.reuse_bytes)} to {fmt_bytes(after)}.",
                                 f"tiling by {fs} brings the reuse of `{a.text}` (across "
-                                f"`{a.reuse_loop}`, {_fmt_bytes(a.reuse_bytes)} apart) to "
-                                f"{_fmt_bytes(after)}.")
+                                f"`{a.reuse_loop}`, {fmt_bytes(a.reuse_bytes)} apart) to "
+                                f"{fmt_bytes(after)}.")
                 return pick(f"tiles of {fs}; the reuse of `{a.text}` across `{a.reuse_loop}` "
-                            f"({_fmt_bytes(a.reuse_bytes)} apart) does not get closer, only the "
+                            f"({fmt_bytes(a.reuse_bytes)} apart) does not get closer, only the "
                             f"traversal order changes.",
-                            f"tiling by {fs} leaves the {_fmt_bytes(a.reuse_bytes)} between uses of "
+                            f"tiling by {fs} leaves the {fmt_bytes(a.reuse_bytes)} between uses of "
                             f"`{a.text}` as it is.")
             claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses
                           if a.reuse_loop is None)
@@ -372,9 +373,9 @@ class TemplateWriter:
                 claims.append(Claim(kind="staged_in_cache", side="after", tensor=t, loop=loop,
                                     value=b, level=hw.level(b)))
                 return pick(f"each of the {ext} iterations of `{loop}` then produces and consumes "
-                            f"{_fmt_bytes(b)} of `{t}` ({hw.level(b)}).",
+                            f"{fmt_bytes(b)} of `{t}` ({hw.level(b)}).",
                             f"`{t}` is consumed in the same iteration of `{loop}` that produces it: "
-                            f"{_fmt_bytes(b)} at a time, held in {hw.level(b)}.")
+                            f"{fmt_bytes(b)} at a time, held in {hw.level(b)}.")
             return pick("brings producer and consumer into one nest; the intermediate is still "
                         "produced whole before it is read.",
                         "merges the nests; no loop with several iterations holds both producer and "
@@ -610,4 +611,4 @@ class TemplateWriter:
                    expected_effect=effect, check=self._check(f, pick), claims=uniq)
 
 
-__all__ = ["TemplateWriter", "WRITER_VERSION", "target_kind"]
+__all__ = ["TemplateWriter", "WRITER_VERSION", "fmt_bytes", "target_kind"]

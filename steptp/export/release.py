@@ -49,7 +49,7 @@ def hardware_description(fingerprint: Mapping[str, Any] | None, target: str = ""
         from ..cot.facts import Hardware
 
         facts = Hardware.current(int(cores) if cores else None).to_dict()
-    from ..cot.template import _fmt_bytes as size    # the reasoning's own wording of a size
+    from ..cot.template import fmt_bytes as size    # the reasoning's own wording of a size
 
     try:
         return (f"{base}: {int(facts['vector_bits'])}-bit vectors; data caches "
