@@ -466,7 +466,9 @@ class Search:
         machine it loses to a serial program it beats whenever the cores are free, and the
         trajectory would end on the serial one. Timed side by side, both see the same load.
         The fastest re-timed finalist becomes ``best`` (the trajectory's final program, with
-        ``remeasured_speedup`` from the same rounds); rows and their labels are unchanged.
+        ``remeasured_speedup`` from the same rounds) when it is significantly faster
+        (``IMPROVE_RULE``) than the search's own pick, the fastest by its own timing; rows and
+        their labels are unchanged.
         Returns the new best, or None (nothing to choose among, or a re-timing failed)."""
         if self.root is None or self.best is self.root:
             return None
@@ -478,6 +480,8 @@ class Search:
             return None
         base, rest = ts[0], ts[1:]
         i = min(range(len(group)), key=lambda j: (rest[j].median_s, j))
+        if not IMPROVE_RULE.faster(rest[0], rest[i]):
+            i = 0   # within the noise of the search's own pick: no reason to move
         self.settled = [(n.text, n.seconds, t.median_s) for n, t in zip(group, rest)]
         self._settled_root = base
         self._settled_final = rest[i]
