@@ -138,3 +138,34 @@ def test_an_unsearched_kernel_has_nothing_to_settle(evaluator):
                strategies=LOOPS, ranker=Ranker(learned=False))
     assert s.settle(settler(s.evaluator, 2)) is None and s.settled == []
     assert s.trajectory().remeasured_speedup is None
+
+
+def test_the_beams_last_measurements_finish_its_best_state(evaluator):
+    """The best state's missing finishing moves are measured last (vectorize, then parallelize
+    the vectorized program), as every MetaSchedule trial is both; a state that has them is
+    left alone and the measurements go back to widening."""
+    add = "kernel f32 add(A[256,256]) -> B[256,256]\n B[i,j] = A[i,j] + 1.0\n"
+    s = Search(parse(add), "add", "beam", Budget(4, 120), 0, _BusyCores(evaluator, load=1.0),
+               strategies=LOOPS, ranker=Ranker(learned=False))
+    # a state that is neither: the root's first tiling
+    tiled = s.evaluate(s.root, next(c for c in s.ranked(s.root) if c.strategy == "loop_tiling"))
+    s.best = tiled
+    Beam()._finish(s)
+    vec, par = s.steps[-2], s.steps[-1]
+    assert vec.strategy == "loop_vectorization" and vec.before_leir == tiled.text
+    assert par.strategy == "loop_parallelization" and par.before_leir == vec.after_leir
+    assert " vectorized" in par.after_leir and " parallel" in par.after_leir
+    assert s.measurements == 3
+    # finished already: nothing is measured
+    s.best = s.seen[par.after_leir]
+    Beam()._finish(s)
+    assert s.measurements == 3
+    # and the budget is kept for them: the search proper stops two measurements early
+    s2 = Search(parse(add), "add", "beam", Budget(4, 120), 0, _BusyCores(evaluator, load=1.0),
+                strategies=LOOPS, ranker=Ranker(learned=False))
+    s2.reserve = 2
+    assert not s2.done
+    s2.measurements = 2
+    assert s2.done
+    s2.reserve = 0
+    assert not s2.done

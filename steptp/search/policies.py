@@ -38,7 +38,7 @@ import random
 import zlib
 from typing import Optional
 
-from .run import Node, Search
+from .run import Node, Search, has_loop_kind
 from .space import finished_tilings
 
 
@@ -123,6 +123,10 @@ FOLLOW_THROUGH = ("loop_tiling", "loop_vectorization")   # measured after a prom
 #: registers once its column loop is a vector (alone, a stride-2 conv's 8x14 tile took 78 ms
 #: against 22 ms for smaller tiles, and the beam dropped it before vectorizing)
 FINISH_TILE = ("loop_vectorization", "loop_parallelization")
+#: the beam's last measurements: the best state's missing finishing moves, in this order, each
+#: from the one before (a MetaSchedule trial is always vectorized and parallel; a beam that
+#: found its best state at its last measurement never tried to parallelize it)
+FINISH = (("loop_vectorization", "vectorized"), ("loop_parallelization", "parallel"))
 
 
 def _finished_score(s: Search, program) -> float:
@@ -136,7 +140,8 @@ class Beam(Policy):
 
     def __init__(self, width: int = 4, depth: int = 16, per_level: Optional[int] = None,
                  per_node: Optional[int] = None, lookahead: int = 0, lookahead_depth: int = 2,
-                 lookahead_limit: int = 48):
+                 lookahead_limit: int = 48, finish: int = len(FINISH)):
+        self.finish = finish   # measurements kept for the best state's finishing moves
         self.width = width
         self.depth = depth
         self.per_level = per_level or 2 * width
@@ -225,7 +230,37 @@ class Beam(Policy):
         return (c.strategy == "loop_tiling" and c.params.get("point") == "inner"
                 and ch.parent is n and n.text not in self._tiles_finished)
 
+    def _finish(self, s: Search) -> None:
+        """The best state's finishing moves it lacks (``FINISH``: no loop of that kind yet),
+        the cost model's best of each, measured from the previous one whatever its time (on a
+        busy machine a parallel program may time slow here; ``Search.settle`` re-times it side
+        by side with the serial best)."""
+        n = s.best
+        for strategy, kind in FINISH:
+            if s.done or has_loop_kind(n.program, kind):
+                continue
+            cands = [c for c in s.untried(n) if c.strategy == strategy]
+            if not cands:
+                continue
+            sc = s.ranker.scores([c.program for c in cands])
+            ch = s.evaluate(n, cands[min(range(len(cands)), key=lambda k: (sc[k], k))],
+                            may_stop=False)
+            if ch is not None:
+                n = ch
+
     def run(self, s: Search) -> None:
+        # the last ``finish`` measurements are the best state's finishing moves
+        s.reserve = min(self.finish, max(0, s.budget.measurements - 1))
+        try:
+            self._search(s)
+            self._widen(s)
+        finally:
+            s.reserve = 0
+        if s.root is not None and s.best is not None:
+            self._finish(s)
+        self._widen(s)
+
+    def _search(self, s: Search) -> None:
         self._promoted: set[str] = set()
         self._enablers: set[str] = set()
         self._tiles_finished: set[str] = set()
@@ -290,7 +325,10 @@ class Beam(Policy):
             frontier = list(itertools.islice((n for n in cand_nodes if s.untried(n)), self.width))
             if not frontier:
                 break
-        # depth exhausted with budget left: keep widening around the best states
+
+    @staticmethod
+    def _widen(s: Search) -> None:
+        """Depth exhausted with budget left: keep widening around the best states."""
         while not s.done:
             n = _best_open(s)
             if n is None:

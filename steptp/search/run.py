@@ -81,8 +81,12 @@ KEY_POTENTIAL_WEIGHT = 1.0
 SETTLE_FINALISTS = 3
 
 
+def has_loop_kind(program: A.Program, kind: str) -> bool:
+    return any(isinstance(n, A.Loop) and n.kind == kind for n in A.walk(program))
+
+
 def _is_parallel(program: A.Program) -> bool:
-    return any(isinstance(n, A.Loop) and n.kind == "parallel" for n in A.walk(program))
+    return has_loop_kind(program, "parallel")
 
 
 def trajectory_id(kernel_id: str, policy: str, seed: int) -> str:
@@ -214,6 +218,8 @@ class Search:
         self._hints = bool(getattr(evaluator, "hints", False))
         self.retimed = 0   # stopped-early states timed again in full before their expansion
         self.settled: list[tuple[str, float, float]] = []
+        #: measurements a policy keeps back for its last moves: ``done`` comes that many early
+        self.reserve = 0
         self._settled_root: Optional[Timing] = None   # the last ``settle``'s re-timings
         self._settled_final: Optional[Timing] = None
         self._plan: list[tuple[Node, Candidate]] = []   # the policy's next evaluations (plan)
@@ -241,7 +247,8 @@ class Search:
 
     @property
     def done(self) -> bool:
-        return (self.root is None or self.measurements >= self.budget.measurements
+        return (self.root is None
+                or self.measurements >= self.budget.measurements - self.reserve
                 or self.elapsed >= self.budget.seconds)
 
     # ------------------------------------------------------------------ actions
@@ -520,4 +527,4 @@ def kernel_id_of(program: A.Program) -> str:
     return canonical_hash(program)[:16]
 
 
-__all__ = ["Budget", "Node", "Search", "SearchResult", "trajectory_id", "kernel_id_of"]
+__all__ = ["Budget", "Node", "Search", "SearchResult", "trajectory_id", "kernel_id_of", "has_loop_kind"]
