@@ -169,3 +169,43 @@ def test_the_beams_last_measurements_finish_its_best_state(evaluator):
     assert s2.done
     s2.reserve = 0
     assert not s2.done
+
+
+CONV1D_TILED = """kernel f32 fused_conv1d_add(A[8,64,512], B[128,64,3], C[1,128,1]) -> D[8,128,510]
+ E[8,64,512]
+ F[8,128,510]
+ E[i,j,k] = A[i,j,k]
+ for i in 8, j in 32, k in 34, l in 64, m in 3, n in 4, o in 15 vectorized:
+  F[i,j*4+n,k*15+o] += E[i,l,k*15+o+m] * B[j*4+n,l,m]
+ D[i,j,k] = F[i,j,k] + C[0,j,0]
+"""
+
+
+def test_the_finish_parallelizes_the_heavy_nest_by_the_analytic_model(evaluator):
+    """The learned ranker of a real conv1d search (its 62 timings replayed) would parallelize
+    the input copy: parallel programs had timed slow on the busy machine. The finish asks the
+    analytic model, which divides the conv nest's work between the cores."""
+    import json
+    from pathlib import Path
+
+    from steptp.search.ranker import Ranker
+    from steptp.search.space import actions
+
+    data = json.loads((Path(__file__).parent / "data" / "conv1d_search_observations.json").read_text())
+    rk = Ranker(seed=0)
+    for text, seconds in data["observations"]:
+        rk.observe(parse(text), seconds)
+    state = parse(CONV1D_TILED)
+    pars = [c for c in actions(state, "cpu", 0, LOOPS) if c.strategy == "loop_parallelization"]
+    sc = rk.scores([c.program for c in pars])
+    learned = pars[min(range(len(pars)), key=lambda k: (sc[k], k))]
+    assert " parallel" in learned.text.splitlines()[4 - 1]   # the copy, by the learned ranker
+
+    s = Search(state, "conv1d", "beam", Budget(2, 120), 0, _BusyCores(evaluator, load=3.0),
+               strategies=LOOPS, ranker=rk)
+    Beam()._finish(s)
+    par = s.steps[-1]
+    assert par.strategy == "loop_parallelization" and par.verified
+    lines = par.after_leir.splitlines()
+    assert " parallel" in lines[4] and "+=" in lines[5]      # the conv nest's outer loop
+    assert " parallel" not in lines[3]                      # not the copy

@@ -39,6 +39,7 @@ import zlib
 from typing import Optional
 
 from .run import Node, Search, has_loop_kind
+from .cost_model import score
 from .space import finished_tilings
 
 
@@ -232,7 +233,7 @@ class Beam(Policy):
 
     def _finish(self, s: Search) -> None:
         """The best state's finishing moves it lacks (``FINISH``: no loop of that kind yet),
-        the cost model's best of each, measured from the previous one whatever its time (on a
+        the analytic cost model's best of each, measured from the previous one whatever its time (on a
         busy machine a parallel program may time slow here; ``Search.settle`` re-times it side
         by side with the serial best)."""
         n = s.best
@@ -242,7 +243,10 @@ class Beam(Policy):
             cands = [c for c in s.untried(n) if c.strategy == strategy]
             if not cands:
                 continue
-            sc = s.ranker.scores([c.program for c in cands])
+            # the analytic model's pick: the learned one is fitted to this search's few timings,
+            # and parallel programs timed on a busy machine taught it that parallel work does
+            # not pay (conv1d's finish parallelized its input copy, not its conv nest)
+            sc = [score(c.program, s.ranker.cores) for c in cands]
             ch = s.evaluate(n, cands[min(range(len(cands)), key=lambda k: (sc[k], k))],
                             may_stop=False)
             if ch is not None:
