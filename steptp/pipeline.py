@@ -132,8 +132,8 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
     settle = None
     if remeasure_rounds > 0 and hasattr(ev, "config"):
         # the final program is chosen among the fastest states re-timed side by side
-        settle = settler(ev, remeasure_rounds,
-                         remembered(interleaved, cache, ev.target.key, ev.fingerprint, ev.config.hash))
+        settle = settler(ev, remeasure_rounds, remembered(interleaved, cache, ev.target.key,
+                                                          ev.fingerprint, ev.config.hash))
     try:
         res = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
                             seed, ev, max_actions=max_actions, on_progress=on_progress,
@@ -143,7 +143,8 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
     traj = res.trajectory
     if res.settled:
         log(f"search {kernel.name}: final program chosen among {len(res.settled)} re-timed "
-            f"side by side: " + ", ".join(f"{a * 1e3:.3g}->{b * 1e3:.3g} ms" for _, a, b in res.settled))
+            "side by side: " + ", ".join(f"{a * 1e3:.3g}->{b * 1e3:.3g} ms"
+                                         for _, a, b in res.settled))
     steps = list(res.steps)
     roots = [st for st in steps if st.step_index == 0 and st.before is not None]
     if remeasure_rounds > 0 and steps and roots and hasattr(ev, "config"):

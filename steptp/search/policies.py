@@ -233,9 +233,9 @@ class Beam(Policy):
 
     def _finish(self, s: Search) -> None:
         """The best state's finishing moves it lacks (``FINISH``: no loop of that kind yet),
-        the analytic cost model's best of each, measured from the previous one whatever its time (on a
-        busy machine a parallel program may time slow here; ``Search.settle`` re-times it side
-        by side with the serial best)."""
+        the analytic cost model's best of each, measured from the previous one whatever its
+        time (on a busy machine a parallel program may time slow here; ``Search.settle``
+        re-times it side by side with the serial best)."""
         n = s.best
         for strategy, kind in FINISH:
             if s.done or has_loop_kind(n.program, kind):
