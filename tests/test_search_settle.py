@@ -118,17 +118,17 @@ def test_settle_moves_only_for_a_finalist_significantly_faster_side_by_side(eval
 
 
 def test_settle_with_real_timings_keeps_the_fastest_re_timed_finalist(evaluator):
-    small = "kernel f32 matmul(A[32,32], B[32,32]) -> C[32,32]\n C[i,j] += A[i,k] * B[k,j]\n"
-    res = search_kernel(parse(small), "mm32", "beam", Budget(6, 60), 0, evaluator,
+    small = "kernel f32 matmul(A[128,128], B[128,128]) -> C[128,128]\n C[i,j] += A[i,k] * B[k,j]\n"
+    res = search_kernel(parse(small), "mm128", "beam", Budget(10, 60), 0, evaluator,
                         strategies=LOOPS, return_result=True, settle=settler(evaluator, 2))
     assert 2 <= len(res.settled) <= 4
     # the search's own pick (the first finalist) stays unless the fastest re-timed one moves it
     own, chosen = res.settled[0], min(res.settled, key=lambda f: f[2])
     assert res.trajectory.final_leir == res.best.text in (own[0], chosen[0])
-    # the unscheduled 32^3 loop nest is far slower than any of its tiled, vectorized rewrites
-    assert res.trajectory.remeasured_speedup > 1.0
+    # the unscheduled 128^3 loop nest is far slower than its tiled, vectorized rewrites
+    assert res.trajectory.remeasured_speedup > 2.0
     # without settle nothing is re-timed and the trajectory carries no re-timed speedup
-    plain = search_kernel(parse(small), "mm32", "beam", Budget(6, 60), 0, evaluator,
+    plain = search_kernel(parse(small), "mm128", "beam", Budget(10, 60), 0, evaluator,
                           strategies=LOOPS, return_result=True)
     assert plain.settled == [] and plain.trajectory.remeasured_speedup is None
 
@@ -141,25 +141,28 @@ def test_an_unsearched_kernel_has_nothing_to_settle(evaluator):
 
 
 def test_the_beams_last_measurements_finish_its_best_state(evaluator):
-    """The best state's missing finishing moves are measured last (vectorize, then parallelize
-    the vectorized program), as every MetaSchedule trial is both; a state that has them is
-    left alone and the measurements go back to widening."""
+    """The best state's missing finishing moves are measured last (vectorize, parallelize the
+    vectorized program, unroll its vector row), as every MetaSchedule trial is all three; a
+    state that has them is left alone and the measurements go back to widening."""
     add = "kernel f32 add(A[256,256]) -> B[256,256]\n B[i,j] = A[i,j] + 1.0\n"
-    s = Search(parse(add), "add", "beam", Budget(4, 120), 0, _BusyCores(evaluator, load=1.0),
+    s = Search(parse(add), "add", "beam", Budget(5, 120), 0, _BusyCores(evaluator, load=1.0),
                strategies=LOOPS, ranker=Ranker(learned=False))
     # a state that is neither: the root's first tiling
     tiled = s.evaluate(s.root, next(c for c in s.ranked(s.root) if c.strategy == "loop_tiling"))
     s.best = tiled
     Beam()._finish(s)
-    vec, par = s.steps[-2], s.steps[-1]
+    vec, par, unr = s.steps[1:]
     assert vec.strategy == "loop_vectorization" and vec.before_leir == tiled.text
     assert par.strategy == "loop_parallelization" and par.before_leir == vec.after_leir
     assert " vectorized" in par.after_leir and " parallel" in par.after_leir
-    assert s.measurements == 3
+    # then the parallel program's vector row is unrolled: each row its own accumulator
+    assert unr.strategy == "loop_unrolling" and unr.before_leir == par.after_leir
+    assert " unrolled, " in unr.after_leir and " parallel" in unr.after_leir
+    assert s.measurements == 4
     # finished already: nothing is measured
-    s.best = s.seen[par.after_leir]
+    s.best = s.seen[unr.after_leir]
     Beam()._finish(s)
-    assert s.measurements == 3
+    assert s.measurements == 4
     # and the budget is kept for them: the search proper stops two measurements early
     s2 = Search(parse(add), "add", "beam", Budget(4, 120), 0, _BusyCores(evaluator, load=1.0),
                 strategies=LOOPS, ranker=Ranker(learned=False))
@@ -201,11 +204,15 @@ def test_the_finish_parallelizes_the_heavy_nest_by_the_analytic_model(evaluator)
     learned = pars[min(range(len(pars)), key=lambda k: (sc[k], k))]
     assert " parallel" in learned.text.splitlines()[4 - 1]   # the copy, by the learned ranker
 
-    s = Search(state, "conv1d", "beam", Budget(2, 120), 0, _BusyCores(evaluator, load=3.0),
+    s = Search(state, "conv1d", "beam", Budget(3, 120), 0, _BusyCores(evaluator, load=3.0),
                strategies=LOOPS, ranker=rk)
     Beam()._finish(s)
-    par = s.steps[-1]
+    par, unr = s.steps
     assert par.strategy == "loop_parallelization" and par.verified
     lines = par.after_leir.splitlines()
     assert " parallel" in lines[4] and "+=" in lines[5]      # the conv nest's outer loop
     assert " parallel" not in lines[3]                      # not the copy
+    # then the tile's row loop is unrolled: its 4 rows are 4 accumulators (8.0 ms parallel with
+    # the row loop rolled, 1.8 ms unrolled, on the machine the observations come from)
+    assert unr.strategy == "loop_unrolling" and unr.before_leir == par.after_leir
+    assert "n in 4 unrolled, o in 15 vectorized" in unr.after_leir.splitlines()[4]
