@@ -172,6 +172,13 @@ def test_the_beams_last_measurements_finish_its_best_state(evaluator):
     assert s2.done
     s2.reserve = 0
     assert not s2.done
+    # ... and its share of the wall budget: 2 of 4 measurements keep back half the seconds
+    s3 = Search(parse(add), "add", "beam", Budget(4, 2.0), 0, _BusyCores(evaluator, load=1.0),
+                strategies=LOOPS, ranker=Ranker(learned=False))
+    s3.t0 -= 1.2   # 1.2 s of the 2 s spent
+    assert not s3.done
+    s3.reserve = 2
+    assert s3.done
 
 
 CONV1D_TILED = """kernel f32 fused_conv1d_add(A[8,64,512], B[128,64,3], C[1,128,1]) -> D[8,128,510]

@@ -247,9 +247,12 @@ class Search:
 
     @property
     def done(self) -> bool:
+        # a reserve keeps back its share of the wall budget too: a search that runs out of
+        # time before measurements (softmax at default size) still has time for its last moves
+        share = self.reserve / max(1, self.budget.measurements)
         return (self.root is None
                 or self.measurements >= self.budget.measurements - self.reserve
-                or self.elapsed >= self.budget.seconds)
+                or self.elapsed >= self.budget.seconds * (1 - share))
 
     # ------------------------------------------------------------------ actions
     def ranked(self, node: Node) -> list[Candidate]:
