@@ -205,7 +205,7 @@ class Measurer:
                       "compile_s": 0.0, "verify_s": 0.0, "reference_s": 0.0, "time_s": 0.0,
                       "lock_wait_s": 0.0, "rebuilds": 0, "time_prepare_s": 0.0,
                       "time_calls_s": 0.0, "stopped_early": 0, "hinted": 0,
-                      "hint_fallbacks": 0}
+                      "hint_fallbacks": 0, "hint_probes": 0}
         self._held: dict[str, tuple[int, str]] = {}   # program hash -> (worker, text it built)
         self._stats_lock = threading.Lock()
         self._nested = threading.local()
@@ -466,6 +466,7 @@ class Measurer:
                     self.stats["rebuilds"] += int(bool(r.value.get("rebuilt")))
                     self.stats["stopped_early"] += int(stopped)
                     self.stats["hint_fallbacks"] += int(r.value.get("hint_fallback", 0))
+                    self.stats["hint_probes"] += int(r.value.get("hint_probe", 0))
             if r.ok:
                 timing = Timing(**r.value["timing"])
                 if cache is not None and not stopped:
