@@ -251,3 +251,24 @@ def test_the_verifying_worker_hands_its_call_time_to_the_timing(tmp_path):
         # not verified by that worker: no call time, so the probe is made
         oc2 = m.time_many([cand], use_cache=False, hints=[t.median_s])[0]
         assert oc2.ok and m.stats["rebuilds"] == 1 and m.stats["hint_probes"] == 1
+
+
+def test_a_sure_hint_contradicted_by_the_known_call_time_is_not_timed_in_full():
+    """A slow parent's time (a sure hint: one call a repeat) for a child whose verification run
+    lasted a quarter of a repeat: the call time is the hint, one check sets the number, and no
+    attempt of too-short repeats is timed and thrown away."""
+    plain, known = Kernel(5e-3), Kernel(5e-3)
+    phases: dict = {}
+    t0 = timed(plain.time_repeats, plain.run, CFG, hint_s=1.0, phases=phases)
+    assert phases.get("hint_fallback") == 1
+    phases = {}
+    t1 = timed(known.time_repeats, known.run, CFG, hint_s=1.0, phases=phases, call_s=6e-3)
+    assert "hint_fallback" not in phases and "hint_probe" not in phases
+    assert t1.number == t0.number == 4 and t1.repeats == 5
+    assert t1.median_s * t1.number >= 0.8 * TARGET_MS / 1e3
+    # the check (1 + 4 calls, kept) and four more repeats (1 + 16) against 28 calls
+    assert known.calls == 5 + 17 and plain.calls == 28
+    # a call time that agrees with the sure hint leaves it sure: no check
+    slow = Kernel(60e-3)
+    assert hinted(slow.time_repeats, 1.0, TARGET_MS, CFG.max_number, call_s=70e-3) == (1, [])
+    assert slow.calls == 0
