@@ -257,3 +257,26 @@ def test_statement_estimates_by_identity_answer_as_by_value(programs):
     d1 = CM._Decls((programs[0].inputs, programs[0].outputs, programs[0].intermediates))
     d2 = CM._Decls(tuple(tuple(t) for t in d1.decls))
     assert d1 == d2 and hash(d1) == hash(d2) and d1 != d1.decls
+
+
+def test_program_hash_of_a_text_is_kept_and_answers_as_parsed(programs, monkeypatch):
+    """``program_hash`` keeps the hash of each text (a candidate's text is hashed by its
+    verification's and its timing's cache lookups): the same identity as the parsed program's,
+    bounded, and a text that does not parse raises every time, never kept."""
+    import steptp.measure.cache as MC
+    from steptp.leir.canon import canonical_text
+
+    monkeypatch.setattr(MC._TEXT_HASHES, "maxsize", 8)
+    MC._TEXT_HASHES.clear()
+    texts = [canonical_text(p) for p in programs[:20]]
+    want = [MC.program_hash(p) for p in programs[:20]]          # from the Program objects
+    assert [MC.program_hash(t) for t in texts] == want          # parsed
+    assert [MC.program_hash(t) for t in texts] == want          # kept (the last 8)
+    assert len(MC._TEXT_HASHES) == 8 and texts[-1] in MC._TEXT_HASHES
+    # the printer's text of a renamed program: another text, the same identity
+    assert MC.program_hash(format_program(programs[0])) == want[0]
+    for _ in range(2):
+        with pytest.raises(Exception):
+            MC.program_hash("kernel k(A: f32[4]) -> B: f32[4]\n  B[i] = A[i] +\n")
+    assert len(MC._TEXT_HASHES) == 8
+    MC._TEXT_HASHES.clear()
