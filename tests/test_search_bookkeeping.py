@@ -280,3 +280,23 @@ def test_program_hash_of_a_text_is_kept_and_answers_as_parsed(programs, monkeypa
             MC.program_hash("kernel k(A: f32[4]) -> B: f32[4]\n  B[i] = A[i] +\n")
     assert len(MC._TEXT_HASHES) == 8
     MC._TEXT_HASHES.clear()
+
+
+def test_the_leir_stored_with_a_timing_is_the_canonical_text_kept_per_text(programs, monkeypatch):
+    """The text stored with a timing (what the cost model trains on) is the canonical text,
+    kept per input text (bounded): a printer's text is renamed, a canonical one unchanged."""
+    import steptp.measure.service as MS
+    from steptp.leir.canon import canonical_text
+
+    monkeypatch.setattr(MS._CANONICAL, "maxsize", 4)
+    MS._CANONICAL.clear()
+    for p in programs[:10]:
+        text = format_program(p)
+        want = canonical_text(p)
+        assert MS._canonical_leir(text, "leir:x") == want
+        assert MS._canonical_leir(text, "leir:x") is MS._CANONICAL.get(text)
+        assert MS._canonical_leir(want, "leir:x") == want
+        assert MS._canonical_leir(p, "leir:x") == want
+    assert len(MS._CANONICAL) == 4
+    assert MS._canonical_leir("# tvmscript", "tvms:x") is None
+    MS._CANONICAL.clear()

@@ -39,6 +39,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from ..lru import LRU
 from ..records import Timing
 from ..tir.target import Target
 from .cache import Cache, program_hash
@@ -143,6 +144,11 @@ def device_lock(name: str, directory: Path | None = None, shared: bool = False) 
 
 
 # ---------------------------------------------------------------------------- the service
+#: ``_canonical_leir`` of texts: a search's texts are canonical already, and each is stored
+#: once per timing (a parse of a few ms on the search process's thread). Bounded.
+_CANONICAL: "LRU[str]" = LRU(256)
+
+
 def _canonical_leir(program: Any, ph: str) -> str | None:
     """The canonical LEIR text stored with a timing (what a cost model trains on); None for
     TVMScript, whose features the cost model cannot read."""
@@ -152,7 +158,12 @@ def _canonical_leir(program: Any, ph: str) -> str | None:
     from ..leir import parse
     from ..leir.canon import canonical_text
 
-    return canonical_text(program if isinstance(program, A.Program) else parse(program))
+    if isinstance(program, A.Program):
+        return canonical_text(program)
+    hit = _CANONICAL.get(program)
+    if hit is None:
+        hit = _CANONICAL.put(program, canonical_text(parse(program)))
+    return hit
 
 
 def _open_cache(cache) -> Cache | None:
