@@ -300,3 +300,22 @@ def test_the_leir_stored_with_a_timing_is_the_canonical_text_kept_per_text(progr
     assert len(MS._CANONICAL) == 4
     assert MS._canonical_leir("# tvmscript", "tvms:x") is None
     MS._CANONICAL.clear()
+
+
+def test_a_timings_speed_of_light_work_is_kept_per_text(programs, monkeypatch):
+    """The work (flops, compulsory bytes) the speed-of-light check reads off each timed text
+    is kept per text (bounded): the analysis's own figures, and None, kept too, for a text
+    that is not LEIR."""
+    import steptp.measure.roofline as RF
+    from steptp.leir.analysis import analyze
+
+    monkeypatch.setattr(RF._WORK, "maxsize", 4)
+    RF._WORK.clear()
+    for p in programs[:8]:
+        an = analyze(p)
+        text = format_program(p)
+        assert RF.program_work(text) == (float(an.flops), float(an.bytes_moved))
+        assert RF.program_work(text) == RF.program_work(p) and text in RF._WORK
+    assert RF.program_work("# from tvm.script import tir as T") is None
+    assert RF._WORK.get("# from tvm.script import tir as T", 0) is None and len(RF._WORK) == 4
+    RF._WORK.clear()
