@@ -137,7 +137,7 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
             # .get: the same benchmark also measures older code (no stage seconds, no prefetch)
             st = {k: 0 for k in ("compile_s", "verify_s", "reference_s", "time_s",
                                  "lock_wait_s", "rebuilds", "time_prepare_s", "time_calls_s",
-                                 "hinted", "hint_fallbacks")}
+                                 "hinted", "hint_fallbacks", "hint_probes")}
             st.update(inner.measurer.stats)
             pre = {"submitted": 0, "used": 0, "batches": 0}
             pre.update(getattr(inner, "prefetch_stats", {}))
@@ -168,6 +168,7 @@ def run_search(name: str, size: str, policy: str, budget: int, seconds: float, j
              time_s=st["time_s"], lock_wait_s=st["lock_wait_s"], rebuilds=st["rebuilds"],
              time_prepare_s=st["time_prepare_s"], time_calls_s=st["time_calls_s"],
              hinted=st["hinted"], hint_fallbacks=st["hint_fallbacks"],
+             hint_probes=st["hint_probes"],
              prefetched=pre["submitted"], prefetch_used=pre["used"], batches=pre["batches"],
              stopped_early=ev.stopped, retimed=getattr(res, "retimed", 0),
              slow_timings=sum(1 for _, r in ev.timing_profile if r > 2),
@@ -220,7 +221,8 @@ def _report(total: dict, cores: int, wall: float, label: str) -> None:
           f"in the evaluator)")
     print(f"#   timing: {total['time_prepare_s']:.1f} s of it warm-up and calibration "
           f"({total.get('hinted', 0)} timings calibrated from a parent's or sibling's time, "
-          f"{total.get('hint_fallbacks', 0)} of them timed again in full); the timing calls took "
+          f"{total.get('hint_fallbacks', 0)} of them timed again in full, "
+          f"{total.get('hint_probes', 0)} checked with a probe call first); the timing calls took "
           f"{total['time_calls_s']:.1f} s in all (lock waits, the speed-of-light check and the "
           f"cache included)")
     print(f"#   {total.get('stopped_early', 0)} timings stopped early (their first repeats clearly "

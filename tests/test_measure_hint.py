@@ -182,3 +182,93 @@ def test_a_confirming_run_past_the_slack_is_not_kept():
     # the same calibration whose 20 calls take 20 ms keeps that run
     n = calibrate(lambda m: 1e-3, TARGET_MS, CFG.max_number, measured=(10, 1e-3), kept=kept)
     assert n == 20 and kept == [1e-3]
+
+
+@pytest.mark.parametrize("per_call", [1e-3, 5e-3])
+def test_a_known_call_time_spares_the_probe_call(per_call):
+    """The worker that verified a module timed its runs: with that call time, a check of
+    ``number`` calls is known to stay short, and no probe call (with its evaluator's discarded
+    one) comes first. The check is still made and kept as the first repeat."""
+    from steptp.measure.timing import PROBE_FREE
+
+    probed, spared = Kernel(per_call), Kernel(per_call)
+    ph: dict = {}
+    n1, f1 = hinted(probed.time_repeats, per_call, TARGET_MS, CFG.max_number, phases=ph)
+    assert ph == {"hint_probe": 1}
+    ph = {}
+    n2, f2 = hinted(spared.time_repeats, per_call, TARGET_MS, CFG.max_number,
+                    call_s=per_call, phases=ph)
+    assert ph == {} and (n2, f2) == (n1, f1) and f2 == [per_call]
+    assert probed.calls - spared.calls == 2 and spared.evaluators == 1
+    assert n2 * per_call <= PROBE_FREE * TARGET_MS / 1e3
+    t = timed(Kernel(per_call).time_repeats, spared.run, CFG, hint_s=per_call, call_s=per_call)
+    assert t.repeats == 5 and t.median_s * t.number >= 0.8 * TARGET_MS / 1e3
+
+
+def test_a_known_call_time_far_above_the_hint_keeps_the_probe():
+    """A sibling 1000x faster, and the verification's run says so: the check at the hinted
+    number would last 20 s, so the probe call comes first as without a known time."""
+    k = Kernel(20e-3)
+    ph: dict = {}
+    number, first = hinted(k.time_repeats, 20e-6, TARGET_MS, CFG.max_number, call_s=20e-3,
+                           phases=ph)
+    assert ph == {"hint_probe": 1} and number == 1 and first == [] and k.calls < 10
+
+
+def test_a_sure_hint_timed_too_short_keeps_its_confirming_run():
+    """A sure hint (one call a repeat) whose repeats were too short is calibrated again; the
+    run confirming the new number lasts the target and is the first repeat of the new attempt
+    (four more, not five)."""
+    k = Kernel(5e-3)
+    phases: dict = {}
+    t = timed(k.time_repeats, k.run, CFG, hint_s=1.0, phases=phases)
+    assert phases.get("hint_fallback") == 1 and t.number == 4 and t.repeats == 5
+    # the sure attempt (1 + 5), the confirming run (1 + 4), four more repeats (1 + 16)
+    assert k.calls == 6 + 5 + 17
+
+
+def test_the_verifying_worker_hands_its_call_time_to_the_timing(tmp_path):
+    """Through the Measurer: the worker that verified the candidate timed its runs, and the
+    hinted timing it then makes (a right hint) needs no probe call; the same timing on a
+    module it did not verify (built again) probes first."""
+    from steptp.measure import Measurer
+
+    # about a millisecond a call: a few calls a repeat, each well above the buffer copies a
+    # verification run's time includes
+    ref = ("kernel matmul(A: f32[128,128], B: f32[128,128]) -> C: f32[128,128]\n"
+           "  for i in 128, j in 128:\n    for k in 128:\n      C[i,j] += A[i,k] * B[k,j]\n")
+    cand = ("kernel matmul(A: f32[128,128], B: f32[128,128]) -> C: f32[128,128]\n"
+            "  for io in 16, ii in 8:\n    for k in 128:\n      for j in 128 vectorized:\n"
+            "        C[io*8+ii,j] += A[io*8+ii,k] * B[k,j]\n")
+    t = measure(cand, None, REAL)
+    assert t.number > 1
+    with Measurer(None, REAL, cache=None, lock_directory=tmp_path, speed_of_light=False) as m:
+        assert m.verify_many([(ref, cand)])[0].passed
+        oc = m.time_many([cand], hints=[t.median_s])[0]
+        assert oc.ok and m.stats["hinted"] == 1 and m.stats["rebuilds"] == 0
+        assert m.stats["hint_probes"] == 0
+        assert oc.timing.median_s * oc.timing.number >= 0.8 * REAL.min_repeat_ms / 1e3
+        # not verified by that worker: no call time, so the probe is made
+        oc2 = m.time_many([cand], use_cache=False, hints=[t.median_s])[0]
+        assert oc2.ok and m.stats["rebuilds"] == 1 and m.stats["hint_probes"] == 1
+
+
+def test_a_sure_hint_contradicted_by_the_known_call_time_is_not_timed_in_full():
+    """A slow parent's time (a sure hint: one call a repeat) for a child whose verification run
+    lasted a quarter of a repeat: the call time is the hint, one check sets the number, and no
+    attempt of too-short repeats is timed and thrown away."""
+    plain, known = Kernel(5e-3), Kernel(5e-3)
+    phases: dict = {}
+    t0 = timed(plain.time_repeats, plain.run, CFG, hint_s=1.0, phases=phases)
+    assert phases.get("hint_fallback") == 1
+    phases = {}
+    t1 = timed(known.time_repeats, known.run, CFG, hint_s=1.0, phases=phases, call_s=6e-3)
+    assert "hint_fallback" not in phases and "hint_probe" not in phases
+    assert t1.number == t0.number == 4 and t1.repeats == 5
+    assert t1.median_s * t1.number >= 0.8 * TARGET_MS / 1e3
+    # the check (1 + 4 calls, kept) and four more repeats (1 + 16) against 28 calls
+    assert known.calls == 5 + 17 and plain.calls == 28
+    # a call time that agrees with the sure hint leaves it sure: no check
+    slow = Kernel(60e-3)
+    assert hinted(slow.time_repeats, 1.0, TARGET_MS, CFG.max_number, call_s=70e-3) == (1, [])
+    assert slow.calls == 0

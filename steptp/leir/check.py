@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from . import ast as A
+from ..lru import LRU
 from .analysis import affine, interval
 from .printer import format_expr
 from .types import LeirTypeError, _name, expr_dtype, is_int, unify
@@ -76,6 +77,15 @@ def check(program: A.Program) -> None:
         raise LeirCheckError(found)
 
 
+#: The problems of a top-level statement and what it leaves written, keyed on the statement
+#: object (held, so its ``id`` cannot be reused while the entry lives), the declarations and
+#: what the statements before it wrote (and reported unwritten): everything its checks read.
+#: The search checks hundreds of candidates of one state, each rewriting one nest and sharing
+#: every other top-level statement object with the state. Bounded; the answer never depends
+#: on it.
+_STMTS: "LRU[tuple]" = LRU(4096)
+
+
 class _Checker:
     def __init__(self, program: A.Program):
         self.p = program
@@ -100,7 +110,19 @@ class _Checker:
                 self.declaration(t, role)
         if not p.body:
             self.add(None, f"kernel {p.name!r} has no statements")
-        self.body(p.body, {}, False)
+        decls = (p.inputs, p.outputs, p.intermediates)
+        for s in p.body:
+            key = (id(s), decls, tuple(self.written), tuple(self.reported_uninit))
+            hit = _STMTS.get(key)
+            if hit is None or hit[0] is not s:
+                n0 = len(self.problems)
+                self.stmt(s, {}, False)
+                hit = _STMTS.put(key, (s, tuple(self.problems[n0:]), tuple(self.written),
+                                       tuple(self.reported_uninit)))
+            else:
+                self.problems.extend(hit[1])
+                self.written = dict.fromkeys(hit[2])
+                self.reported_uninit = dict.fromkeys(hit[3])
         for t in p.outputs:
             if t.name not in self.written:
                 self.add(t.pos, f"output {t.name!r} is never written")

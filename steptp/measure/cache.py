@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from ..lru import LRU
+
 DEFAULT_PATH = Path(".steptp") / "cache.sqlite"
 T = TypeVar("T")
 
@@ -67,6 +69,13 @@ def default_path() -> Path:
     return Path(env) if env else Path.cwd() / DEFAULT_PATH
 
 
+#: ``program_hash`` of texts: a search's candidate text is hashed by its verification's and its
+#: timing's cache lookups (and the verify-ahead thread's), the kernel's original text on every
+#: verification, each a LEIR parse of a few ms on the search process's thread. Bounded; a text
+#: that does not parse is not kept (it raises each time).
+_TEXT_HASHES: "LRU[str]" = LRU(4096)
+
+
 def program_hash(program: Any) -> str:
     """The cache identity of a program: ``leir:<canonical hash>`` for LEIR (text or Program),
     ``tvms:<sha256 of the stripped text>`` for TVMScript."""
@@ -78,11 +87,15 @@ def program_hash(program: Any) -> str:
         return "leir:" + canonical_hash(program)
     if not isinstance(program, str):
         raise TypeError(f"cannot hash a {type(program).__name__}; pass LEIR or TVMScript text")
+    hit = _TEXT_HASHES.get(program)
+    if hit is not None:
+        return hit
     if is_tvmscript(program):
-        return "tvms:" + hashlib.sha256(program.strip().encode("utf-8")).hexdigest()
+        return _TEXT_HASHES.put(
+            program, "tvms:" + hashlib.sha256(program.strip().encode("utf-8")).hexdigest())
     from ..leir import parse
 
-    return "leir:" + canonical_hash(parse(program))
+    return _TEXT_HASHES.put(program, "leir:" + canonical_hash(parse(program)))
 
 
 def _newest_per_program(rows, limit: int | None) -> list[tuple[str, float]]:

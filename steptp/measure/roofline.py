@@ -28,6 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..lru import LRU
+
 HEADROOM = 6.0
 
 
@@ -65,18 +67,32 @@ def speed_of_light_s(flops: float, bytes_moved: float, peaks: Peaks) -> float:
     return max(flops / peaks.peak_flops, bytes_moved / peaks.peak_bytes_s) / peaks.headroom
 
 
+#: ``program_work`` of texts: every timing of a search is checked against the speed of light,
+#: a parse and an analysis of a few ms on the search process's thread. Bounded.
+_WORK: "LRU[tuple[float, float] | None]" = LRU(256)
+_MISSING = object()
+
+
 def program_work(program: Any) -> tuple[float, float] | None:
     """(flops, compulsory bytes) of a LEIR program or text; None for other kernels."""
     from ..leir import ast as A
     from ..leir import parse
     from ..leir.analysis import analyze
 
+    if isinstance(program, str):
+        hit = _WORK.get(program, _MISSING)
+        if hit is not _MISSING:
+            return hit
     try:
         prog = program if isinstance(program, A.Program) else parse(program)
     except Exception:  # noqa: BLE001 - TVMScript or unparsable: no speed of light
-        return None
-    an = analyze(prog)
-    return float(an.flops), float(an.bytes_moved)
+        out = None
+    else:
+        an = analyze(prog)
+        out = float(an.flops), float(an.bytes_moved)
+    if isinstance(program, str):
+        _WORK.put(program, out)
+    return out
 
 
 def suspect_reason(program: Any, median_s: float, peaks: Peaks | None) -> str | None:

@@ -39,6 +39,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from ..lru import LRU
 from ..records import Timing
 from ..tir.target import Target
 from .cache import Cache, program_hash
@@ -143,6 +144,11 @@ def device_lock(name: str, directory: Path | None = None, shared: bool = False) 
 
 
 # ---------------------------------------------------------------------------- the service
+#: ``_canonical_leir`` of texts: a search's texts are canonical already, and each is stored
+#: once per timing (a parse of a few ms on the search process's thread). Bounded.
+_CANONICAL: "LRU[str]" = LRU(256)
+
+
 def _canonical_leir(program: Any, ph: str) -> str | None:
     """The canonical LEIR text stored with a timing (what a cost model trains on); None for
     TVMScript, whose features the cost model cannot read."""
@@ -152,7 +158,12 @@ def _canonical_leir(program: Any, ph: str) -> str | None:
     from ..leir import parse
     from ..leir.canon import canonical_text
 
-    return canonical_text(program if isinstance(program, A.Program) else parse(program))
+    if isinstance(program, A.Program):
+        return canonical_text(program)
+    hit = _CANONICAL.get(program)
+    if hit is None:
+        hit = _CANONICAL.put(program, canonical_text(parse(program)))
+    return hit
 
 
 def _open_cache(cache) -> Cache | None:
@@ -205,7 +216,7 @@ class Measurer:
                       "compile_s": 0.0, "verify_s": 0.0, "reference_s": 0.0, "time_s": 0.0,
                       "lock_wait_s": 0.0, "rebuilds": 0, "time_prepare_s": 0.0,
                       "time_calls_s": 0.0, "stopped_early": 0, "hinted": 0,
-                      "hint_fallbacks": 0}
+                      "hint_fallbacks": 0, "hint_probes": 0}
         self._held: dict[str, tuple[int, str]] = {}   # program hash -> (worker, text it built)
         self._stats_lock = threading.Lock()
         self._nested = threading.local()
@@ -466,6 +477,7 @@ class Measurer:
                     self.stats["rebuilds"] += int(bool(r.value.get("rebuilt")))
                     self.stats["stopped_early"] += int(stopped)
                     self.stats["hint_fallbacks"] += int(r.value.get("hint_fallback", 0))
+                    self.stats["hint_probes"] += int(r.value.get("hint_probe", 0))
             if r.ok:
                 timing = Timing(**r.value["timing"])
                 if cache is not None and not stopped:

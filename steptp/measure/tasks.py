@@ -58,7 +58,7 @@ def time_task(payload: dict[str, Any]) -> dict[str, Any]:
 # Keyed by everything they depend on (text, target, seeds): a worker reused by the next
 # search (``worker.reuse_workers``) answers as a fresh one would.
 _REFERENCES: "OrderedDict[tuple, Any]" = OrderedDict()
-_BUILT: "OrderedDict[tuple[str, str], tuple[Any, Any]]" = OrderedDict()
+_BUILT: "OrderedDict[tuple[str, str], tuple[Any, Any, float | None]]" = OrderedDict()
 MAX_REFERENCES = 4
 MAX_BUILT = 16
 
@@ -123,11 +123,16 @@ def build_verify_task(payload: dict[str, Any]) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - verify() reports the build failure in its own words
             built = None
     t2 = time.perf_counter()
-    res = verify(cand, None, exactness, target, seeds, references=refs, built=built)
+    runs: list[float] = []
+    res = verify(cand, None, exactness, target, seeds, references=refs, built=built,
+                 run_seconds=runs)
     t3 = time.perf_counter()
     kept = built is not None and res.passed
     if kept:
-        _remember(_BUILT, (payload["after"], target.key), (cand, built), MAX_BUILT)
+        # with the fastest verification run: about one call of this module (on the verifying
+        # thread count), which bounds a hinted timing's check without a probe call
+        _remember(_BUILT, (payload["after"], target.key),
+                  (cand, built, min(runs) if runs else None), MAX_BUILT)
     return {"result": res.model_dump(), "compile_s": t2 - t1, "verify_s": t3 - t2,
             "reference_s": ref_s, "kept": kept}
 
@@ -160,11 +165,12 @@ def time_built_task(payload: dict[str, Any]) -> dict[str, Any]:
     stop = _stop(payload.get("stop_if_slower_than"))
     timing = measure(held[0] if held else payload["program"], _target(payload.get("target")),
                      config, built=held[1] if held else None, phases=phases, stop=stop,
-                     hint_s=payload.get("hint_s"))
+                     hint_s=payload.get("hint_s"), call_s=held[2] if held else None)
     stopped = stop is not None and timing.repeats < config.repeats
     if stopped and held is not None:
         _remember(_BUILT, key, held, MAX_BUILT)  # its full timing may follow: keep the module
     return {"timing": timing.model_dump(), "seconds": time.perf_counter() - t0,
             "prepare_s": phases.get("prepare_s", 0.0), "stopped_early": stopped,
             "hint_fallback": int(phases.get("hint_fallback", 0)),
+            "hint_probe": int(phases.get("hint_probe", 0)),
             "rebuilt": held is None, "tvm_num_threads": os.environ.get("TVM_NUM_THREADS")}

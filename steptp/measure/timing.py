@@ -21,7 +21,13 @@ call per repeat, and the attempt starts at once (``time_evaluator`` discards its
 that is the warm-up; ``config.warmup`` above 1 adds the other plain runs first). Otherwise one
 call is timed first (with ``number`` above 1): when ``number`` of them would last over
 ``HINT_SLACK x min_repeat_ms`` (a hint far too fast, e.g. a sibling 1000x faster), step 3 goes on
-from that call, so a wrong hint never runs one check for longer than the timeout. Then one check
+from that call, so a wrong hint never runs one check for longer than the timeout. That probe
+call is spared when the caller knows how long one call of this very module lasted (``call_s``:
+the worker that verified it timed its verification runs, on one thread) and ``number`` of them
+would last at most ``PROBE_FREE x min_repeat_ms``: the check is then bounded without it. A sure
+hint that this call time contradicts (one call lasted under ``0.8 x min_repeat_ms``: a slow
+parent's time, a child far faster) gives way to the call time, so that repeats of one call are
+not timed in full only to be thrown away. Then one check
 repeat at that ``number`` (its discarded first call the warm-up) confirms it:
 
 * the check lasts ``0.8 x min_repeat_ms`` to ``HINT_SLACK x min_repeat_ms`` (or ``number`` is
@@ -35,7 +41,8 @@ repeat at that ``number`` (its discarded first call the warm-up) confirms it:
 
 Whatever the hint, a finished hinted timing whose median repeat lasted under
 ``0.8 x min_repeat_ms`` (``median x number``) is thrown away: step 3 goes on from its median
-per call (the kernel is warm by then), and step 4 times it again. A wrong hint costs time,
+per call (the kernel is warm by then), and step 4 times it again (the run that confirms the
+new ``number`` is its first repeat when it lasts ``0.8`` to ``HINT_SLACK x min_repeat_ms``). A wrong hint costs time,
 never a too-short repeat.
 
 A caller that only needs to know whether a program beats a reference (a search, against its
@@ -151,6 +158,10 @@ HINT_SLACK = 2.5
 #: a hint this many ``min_repeat_ms`` long or longer times one call per repeat without a check
 #: (a kernel that turns out faster than ``0.8 x min_repeat_ms`` fails the final check)
 HINT_SURE = 2.0
+#: a check whose ``number`` calls of the verified module would last at most this many
+#: ``min_repeat_ms`` (by the verification's own call time) runs without a probe call first: a
+#: hint too fast then costs at most that long a check, never one past the timeout
+PROBE_FREE = 10.0
 
 
 def _one_repeat(time_repeats: Callable[[int, int], list[float]]) -> Callable[[int], float]:
@@ -159,21 +170,34 @@ def _one_repeat(time_repeats: Callable[[int, int], list[float]]) -> Callable[[in
 
 
 def hinted(time_repeats: Callable[[int, int], list[float]], hint_s: float,
-           min_repeat_ms: float, max_number: int) -> tuple[int, list[float]]:
+           min_repeat_ms: float, max_number: int,
+           call_s: float | None = None,
+           phases: dict[str, float] | None = None) -> tuple[int, list[float]]:
     """``number`` from ``hint_s`` (seconds per call), confirmed by one check repeat (see the
     module docstring): ``(number, repeats at it already measured)`` (the check, when it
-    counts, else none)."""
+    counts, else none). ``call_s``: how long one call of this module took elsewhere (its
+    verification's runs), which may spare the probe call (``phases["hint_probe"]``: 1 when
+    one was made)."""
     target_s = min_repeat_ms / 1000.0
     if target_s <= 0:
         return 1, []
+    known_call = call_s is not None and call_s > 0 and math.isfinite(call_s)
+    if hint_s >= HINT_SURE * target_s and known_call and call_s < 0.8 * target_s:
+        # this module's own verification run was faster than a repeat (on one thread, buffer
+        # copies included): the slow parent's time would make repeats of one call too short
+        # and the whole attempt would be timed again, so its run is the hint (and checked)
+        hint_s = call_s
     if hint_s >= HINT_SURE * target_s:
         return 1, []
     number = int(min(max_number, max(1, math.ceil(target_s / max(hint_s, 1e-9)))))
     run = _one_repeat(time_repeats)
-    if number > 1:
+    known = known_call and call_s * number <= PROBE_FREE * target_s
+    if number > 1 and not known:
         # one call first: a hint far too fast (a sibling 1000x faster) would make the check
         # run number x the true per-call time, past the timeout, inside the device lock
         probe = max(run(1), 1e-9)
+        if phases is not None:
+            phases["hint_probe"] = 1
         if probe * number > HINT_SLACK * target_s:
             kept: list[float] = []
             return calibrate(run, min_repeat_ms, max_number, measured=(1, probe), kept=kept), kept
@@ -230,7 +254,8 @@ def repeat_until_quiet(time_repeats: Callable[[int, int], list[float]], number: 
 
 def timed(time_repeats: Callable[[int, int], list[float]], run: Callable[[], Any],
           config: MeasureConfig, stop: Callable[[Timing], bool] | None = None,
-          hint_s: float | None = None, phases: dict[str, float] | None = None) -> Timing:
+          hint_s: float | None = None, phases: dict[str, float] | None = None,
+          call_s: float | None = None) -> Timing:
     """Steps 2-5 of the protocol for a kernel given as ``time_repeats(number, repeats)``
     (seconds per call of each repeat, ``time_evaluator``'s results) and ``run()`` (one plain
     call, the warm-up); see ``measure``."""
@@ -239,7 +264,8 @@ def timed(time_repeats: Callable[[int, int], list[float]], run: Callable[[], Any
     if hint_s is not None and hint_s > 0 and math.isfinite(hint_s):
         for _ in range(config.warmup - 1):  # time_evaluator's discarded first call is one
             run()
-        number, first = hinted(time_repeats, hint_s, config.min_repeat_ms, config.max_number)
+        number, first = hinted(time_repeats, hint_s, config.min_repeat_ms, config.max_number,
+                               call_s, phases)
     else:
         hint_s = None
         for _ in range(config.warmup):
@@ -256,9 +282,11 @@ def timed(time_repeats: Callable[[int, int], list[float]], run: Callable[[], Any
         # from what the attempt measured (the kernel ran warm for all its repeats), timed again
         if phases is not None:
             phases["hint_fallback"] = 1
+        # its confirming run is the first repeat when it lasts the target (as after a hint)
+        kept: list[float] = []
         number = calibrate(_one_repeat(time_repeats), config.min_repeat_ms,
-                           config.max_number, measured=(number, t.median_s))
-        t = repeat_until_quiet(time_repeats, number, config, stop)
+                           config.max_number, measured=(number, t.median_s), kept=kept)
+        t = repeat_until_quiet(time_repeats, number, config, stop, kept)
     return t
 
 
@@ -294,13 +322,15 @@ def _resolve(target, config):
 def measure(program: Any, target=None, config: MeasureConfig | None = None,
             built=None, phases: dict[str, float] | None = None,
             stop: Callable[[Timing], bool] | None = None,
-            hint_s: float | None = None) -> Timing:
+            hint_s: float | None = None, call_s: float | None = None) -> Timing:
     """Build ``program`` once for ``target`` and time it (see the module docstring); ``built``:
     time this module compiled from ``program`` instead of building again. Runs in this
     process: use ``Measurer`` (or ``service.measure_isolated``) for untrusted kernels.
     ``phases``: filled with the seconds of steps 1-3 (``prepare_s``; ``hint_fallback``: 1
-    when a hinted timing was redone in full); ``stop``: may end the first attempt after
-    ``EARLY_REPEATS`` repeats; ``hint_s``: about the seconds per call (``hinted``)."""
+    when a hinted timing was redone in full; ``hint_probe``: 1 when its check needed a probe
+    call first); ``stop``: may end the first attempt after
+    ``EARLY_REPEATS`` repeats; ``hint_s``: about the seconds per call (``hinted``);
+    ``call_s``: how long one call of ``built`` took when it was verified (``hinted``)."""
     from ..tir import build as B
 
     target, config = _resolve(target, config)
@@ -315,7 +345,7 @@ def measure(program: Any, target=None, config: MeasureConfig | None = None,
     if phases is not None:
         phases["prepare_s"] = _time.perf_counter() - t0
     return timed(lambda n, r: list(B.time(built, inputs, number=n, repeat=r).results),
-                 lambda: B.run(built, inputs), config, stop, hint_s, phases)
+                 lambda: B.run(built, inputs), config, stop, hint_s, phases, call_s)
 
 
 # ---------------------------------------------------------------------------- PyTorch

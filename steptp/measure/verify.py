@@ -49,6 +49,7 @@ Exactness classes:
 
 from __future__ import annotations
 
+import time
 from typing import Any, Collection, Sequence
 
 import numpy as np
@@ -470,10 +471,13 @@ def _reference_program(ref_prog, cand_prog):
 
 
 def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
-          stop_at_first: bool = False, cand_prog: A.Program | None = None) -> list[SeedResult]:
+          stop_at_first: bool = False, cand_prog: A.Program | None = None,
+          run_seconds: list[float] | None = None) -> list[SeedResult]:
     """Run the built candidate ``cb`` on each ``(label, inputs, reference outputs)`` of
     ``refs`` and judge it (comparison, inputs unchanged, outputs independent of their buffers'
-    previous contents). ``bound_prog``: the LEIR program whose error bound is the slack."""
+    previous contents). ``bound_prog``: the LEIR program whose error bound is the slack.
+    ``run_seconds``: gets the wall seconds of each run on the reference's inputs (buffer
+    copies included: a bound on one call, which spares its timing a probe call)."""
     from .error_bound import error_bounds
 
     outs = [p for p in cb.params if p.is_output]
@@ -483,7 +487,10 @@ def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
         sr = SeedResult(seed=int(label), passed=True)
         results.append(sr)
         try:
+            t_run = time.perf_counter()
             got, ins_after = B.run_with_inputs(cb, ins)
+            if run_seconds is not None:
+                run_seconds.append(time.perf_counter() - t_run)
         except Exception as e:  # noqa: BLE001
             sr.passed, sr.reason = False, f"run failed: {type(e).__name__}: {e}"
             if stop_at_first:
@@ -586,8 +593,8 @@ class References:
 def verify(candidate, reference, exactness: str = "exact", target=None,
            seeds: Sequence[int] = DEFAULT_SEEDS, positive: Collection[str] | str = "auto",
            inputs: Sequence[Sequence[np.ndarray]] | None = None,
-           references: "References | None" = None, built: "B.Built | None" = None
-           ) -> VerifyResult:
+           references: "References | None" = None, built: "B.Built | None" = None,
+           run_seconds: list[float] | None = None) -> VerifyResult:
     """Build ``candidate`` (a LEIR program or text, or a PrimFunc) and ``reference`` (the same
     kinds) for ``target`` (default: the host CPU), run both on the inputs of each seed and
     compare every output with the rule of the module docstring. ``inputs`` (one list per run)
@@ -597,7 +604,7 @@ def verify(candidate, reference, exactness: str = "exact", target=None,
     iterations touch the same element), when it writes to an input, and when an output depends
     on what its buffer held before the call (it is run a second time on buffers holding another
     value, and must give the same bits: a kernel that skips work when the buffer looks done
-    would time as impossibly fast).
+    would time as impossibly fast). ``run_seconds``: see ``judge``.
     """
     tolerance(exactness, "f32")  # validates the class name
     target = target or (references.target if references is not None else B.default_target())
@@ -638,7 +645,8 @@ def verify(candidate, reference, exactness: str = "exact", target=None,
     res.seeds.extend(refs.failures)
     ref_prog = refs.prog
     res.seeds.extend(judge(built, runs, exactness, _reference_program(ref_prog, cand_prog), target,
-                           cand_prog=cand_prog if ref_prog is not None else None))
+                           cand_prog=cand_prog if ref_prog is not None else None,
+                           run_seconds=run_seconds))
     for sr in res.seeds:
         res.max_abs_err = max(res.max_abs_err, sr.max_abs_err)
         res.max_rel_err = max(res.max_rel_err, sr.max_rel_err)

@@ -450,22 +450,67 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
 _STMT_MEMO: "LRU[Estimate]" = LRU(16384)
 
 
+#: The same answers keyed on the statement object instead of its value (held, so its ``id``
+#: cannot be reused while the entry lives): a candidate shares every statement it does not
+#: rewrite with its parent, and hashing and comparing a statement by value (a conv's whole
+#: expression tree, on every lookup) cost more than most estimates.
+_STMT_BY_ID: "LRU[tuple[A.Assign, Estimate]]" = LRU(16384)
+
+
 def _stmt_estimate_memo(program: A.Program, tensors_key: tuple, st: _Stmt, cores: int,
                         optimistic: bool, warm: frozenset = frozenset()) -> Estimate:
-    key = (st.stmt, tuple((lp.var, lp.extent, lp.kind) for lp in st.loops), st.guards,
-           tensors_key, cores, optimistic, warm)
-    hit = _STMT_MEMO.get(key)
-    if hit is not None:
-        return hit
-    return _STMT_MEMO.put(key, _stmt_estimate(program, st, cores, optimistic, warm))
+    loops = tuple((lp.var, lp.extent, lp.kind) for lp in st.loops)
+    ikey = (id(st.stmt), loops, st.guards, tensors_key, cores, optimistic, warm)
+    hit = _STMT_BY_ID.get(ikey)
+    if hit is not None and hit[0] is st.stmt:
+        return hit[1]
+    key = (st.stmt, loops, st.guards, tensors_key, cores, optimistic, warm)
+    est = _STMT_MEMO.get(key)
+    if est is None:
+        est = _STMT_MEMO.put(key, _stmt_estimate(program, st, cores, optimistic, warm))
+    _STMT_BY_ID.put(ikey, (st.stmt, est))
+    return est
+
+
+class _Decls:
+    """A program's declarations as a memo key, hashed once: a tuple re-hashes every tensor on
+    each lookup, once per statement and estimate. Equal when the declarations are equal."""
+
+    __slots__ = ("decls", "_hash")
+
+    def __init__(self, decls: tuple):
+        self.decls = decls
+        self._hash = hash(decls)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _Decls) and self._hash == other._hash
+                                 and self.decls == other.decls)
+
+
+#: A program's statement walk (statements, warm tensors, declarations key), kept for the
+#: program object (held): ``predict`` and ``potential`` of one candidate walk it twice.
+_WALKS: "LRU[tuple]" = LRU(64)
+
+
+def _walk(program: A.Program) -> tuple[list[_Stmt], list[frozenset], _Decls]:
+    hit = _WALKS.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    stmts = _statements(program)
+    out = (stmts, _warm(stmts, program),
+           _Decls((program.inputs, program.outputs, program.intermediates)))
+    _WALKS.put(id(program), (program, out))
+    return out
 
 
 def _estimate(program: A.Program, optimistic: bool = False, cores: int | None = None) -> Estimate:
     cores = cores or _cores()
-    tk = (program.inputs, program.outputs, program.intermediates)
-    stmts = _statements(program)
+    stmts, warm, tk = _walk(program)
     ests = [_stmt_estimate_memo(program, tk, st, cores, optimistic, w)
-            for st, w in zip(stmts, _warm(stmts, program))]
+            for st, w in zip(stmts, warm)]
     if not ests:
         return Estimate(1e-7, 0, 0, 0, 0, 0, {})
     total = sum(e.seconds for e in ests) + 2e-7

@@ -346,27 +346,68 @@ def _feasible_prepared(subs: list[tuple] | None, common: Sequence[tuple[str, str
 def _directions(a: Access, b: Access, common: Sequence[tuple[str, str, int]],
                 fixed: dict[int, str] | None = None, free_from: int | None = None
                 ) -> list[tuple[str, ...]]:
+    """The hierarchical refinement: a prefix is extended only while the vector it starts
+    (the rest pinned by ``fixed`` or ``*``) is feasible. Each subscript equation's bounds and
+    GCD are sums over the levels, so they are carried down the recursion for the prefix and
+    precomputed for every suffix: one test costs O(equations), not O(equations x levels)
+    (``_feasible_prepared`` of the whole vector, the same integers summed in another order)."""
     fixed = fixed or {}
     n = len(common)
     stop = n if free_from is None else free_from
     out: list[tuple[str, ...]] = []
     subs = _prepare(a, b, common)
+    if subs is None:
+        return out
+    tail = [fixed.get(j, "*") for j in range(n)]
+    # per suffix k: is a pinned/free entry at or after k impossible (``<``/``>`` on extent 1),
+    # and per equation the bounds, GCD and impossibility the suffix adds
+    bad = [False] * (n + 1)
+    for j in range(n - 1, -1, -1):
+        bad[j] = bad[j + 1] or (tail[j] in "<>" and common[j][2] < 2)
+    suffix = []
+    for const, lo, hi, g, levels in subs:
+        t_lo, t_hi, t_g, t_none = [0] * (n + 1), [0] * (n + 1), [0] * (n + 1), [False] * (n + 1)
+        for j in range(n - 1, -1, -1):
+            r = levels[j][tail[j]]
+            if r is None:
+                t_none[j] = True
+            else:
+                t_lo[j], t_hi[j] = t_lo[j + 1] + r[0], t_hi[j + 1] + r[1]
+                t_g[j] = math.gcd(t_g[j + 1], r[2])
+            t_none[j] = t_none[j] or t_none[j + 1]
+        suffix.append((t_lo, t_hi, t_g, t_none))
 
-    def go(prefix: list[str]) -> None:
+    def feasible_at(k: int, state: list[tuple[int, int, int]]) -> bool:
+        if bad[k]:
+            return False
+        for (const, _, _, _, _), (t_lo, t_hi, t_g, t_none), (plo, phi, pg) in \
+                zip(subs, suffix, state):
+            if t_none[k] or not _solvable(plo + t_lo[k], phi + t_hi[k],
+                                          math.gcd(pg, t_g[k]), const):
+                return False
+        return True
+
+    def go(prefix: list[str], state: list[tuple[int, int, int]]) -> None:
         k = len(prefix)
-        vec = prefix + [fixed.get(j, "*") for j in range(k, n)]
-        if not _feasible_prepared(subs, common, vec):
+        if not feasible_at(k, state):
             return
         if k >= stop:
-            out.append(tuple(vec))
+            out.append(tuple(prefix) + tuple(tail[k:]))
             return
-        if k in fixed:
-            go(prefix + [fixed[k]])
-        else:
-            for d in DIRS:
-                go(prefix + [d])
+        for d in ((fixed[k],) if k in fixed else DIRS):
+            if d in "<>" and common[k][2] < 2:
+                continue   # the vector with d here is infeasible: go would return at once
+            nxt = []
+            for _, _, _, _, levels in subs:
+                r = levels[k][d]
+                if r is None:
+                    break
+                nxt.append(r)
+            else:
+                go(prefix + [d], [(plo + r[0], phi + r[1], math.gcd(pg, r[2]))
+                                  for (plo, phi, pg), r in zip(state, nxt)])
 
-    go([])
+    go([], [(lo + const, hi + const, g) for const, lo, hi, g, _ in subs])
     return out
 
 
