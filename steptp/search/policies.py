@@ -266,10 +266,12 @@ class Beam(Policy):
             # and parallel programs timed on a busy machine taught it that parallel work does
             # not pay (conv1d's finish parallelized its input copy, not its conv nest)
             sc = [score(c.program, s.ranker.cores) for c in cands]
-            ch = s.evaluate(n, cands[min(range(len(cands)), key=lambda k: (sc[k], k))],
-                            may_stop=False)
+            pick = cands[min(range(len(cands)), key=lambda k: (sc[k], k))]
+            s.plan_one(n, pick)   # verify ahead exactly this one: no guess from n's ranking
+            ch = s.evaluate(n, pick, may_stop=False)
             if ch is not None:
                 n = ch
+        s.plan([])
 
     def run(self, s: Search) -> None:
         # the last ``finish`` measurements are the best state's finishing moves
@@ -314,7 +316,10 @@ class Beam(Policy):
             if not pool:
                 break
             pool.sort(key=lambda t: (t[0], t[1], t[2]))
-            chosen = pool[:self.per_level]
+            # no more than the budget has left before the reserve: what the level plans is
+            # verified ahead, and a plan cut short by the reserve was verified for nothing
+            left = s.budget.measurements - s.reserve - s.measurements
+            chosen = pool[:max(1, min(self.per_level, left))]
             # evaluate in frontier order, each node's actions in rank order
             by_node: dict[int, int] = {}
             for _, fi, _, _ in chosen:

@@ -416,6 +416,12 @@ class Search:
                       for c in self.untried(n)[:k]]
         self._planning = bool(self._plan)
 
+    def plan_one(self, node: Node, cand: Candidate) -> None:
+        """A plan of one evaluation (``cand`` of ``node``), chosen out of rank order: verifying
+        ahead takes it and guesses nothing after it."""
+        self._plan = [(node, cand)]
+        self._planning = True
+
     def _prefetch(self, node: Node, cand: Optional[Candidate] = None, exact: str = "") -> None:
         """Let an evaluator that can (``prefetch``) compile and verify ``cand`` (about to be
         verified) together with the next candidates of ``node`` in rank order, on all its
@@ -428,6 +434,8 @@ class Search:
         items = [(cand.text, exact)] if cand is not None else []
         if cand is None:  # after a timing: ``ahead_after_timing`` of them (default: a batch)
             depth = min(depth, getattr(self.evaluator, "ahead_after_timing", depth))
+        # never more than the budget can still time (the one about to be verified is counted)
+        depth = min(depth, self.budget.measurements - self.measurements - len(items))
         self._plan = [(n, c) for n, c in self._plan
                       if c.text not in self.seen and (cand is None or c.text != cand.text)]
         # the next ``depth`` the evaluator has not taken yet: a batch is full even when the
