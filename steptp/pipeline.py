@@ -130,7 +130,7 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
     cache = measurement_cache(max_age_s, clock_offset_s, not_before)
     ev = default_evaluator(num_threads=threads, cache=cache, jobs=verify_jobs, backend=backend)
     settle = None
-    if remeasure_rounds > 0 and hasattr(ev, "config"):
+    if remeasure_rounds > 0 and hasattr(ev, "config") and hasattr(ev, "time_fresh"):
         # the final program is chosen among the fastest states re-timed side by side
         settle = settler(ev, remeasure_rounds, remembered(interleaved, cache, ev.target.key,
                                                           ev.fingerprint, ev.config.hash))
