@@ -116,6 +116,21 @@ def test_settle_moves_only_for_a_finalist_significantly_faster_side_by_side(eval
         assert s.trajectory().final_leir == (other if moves else own).text
         assert s.trajectory().remeasured_speedup == pytest.approx(2.0 / (other_ms if moves else 0.5))
 
+    # no rewrite beat the unscheduled kernel by its own timing: the finalists are measured
+    # against it, and one significantly faster side by side becomes the final program
+    for other_ms, moves in ((1.95, False), (0.30, True)):
+        s = _search(_BusyCores(evaluator), settle=False)
+        s.best = s.root
+        other = s.finalists()[0]
+
+        def side_by_side(texts):
+            return [at({s.root.text: 2.0, other.text: other_ms}.get(t, 2.5)) for t in texts]
+
+        assert s.settle(side_by_side) is (other if moves else s.root)
+        traj = s.trajectory()
+        assert traj.final_leir == (other.text if moves else s.root.text)
+        assert traj.remeasured_speedup == (pytest.approx(2.0 / 0.30) if moves else None)
+
 
 def test_settle_with_real_timings_keeps_the_fastest_re_timed_finalist(evaluator):
     small = "kernel f32 matmul(A[128,128], B[128,128]) -> C[128,128]\n C[i,j] += A[i,k] * B[k,j]\n"

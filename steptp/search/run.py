@@ -487,8 +487,10 @@ class Search:
         ``remeasured_speedup`` from the same rounds) when it is significantly faster
         (``IMPROVE_RULE``) than the search's own pick, the fastest by its own timing; rows and
         their labels are unchanged.
-        Returns the new best, or None (nothing to choose among, or a re-timing failed)."""
-        if self.root is None or self.best is self.root:
+        When no rewrite beat the unscheduled kernel by its own timing, the finalists are
+        measured against it the same way. Returns the best, or None (nothing to choose among,
+        or a re-timing failed)."""
+        if self.root is None:
             return None
         group = self.finalists(k)
         if not group:
@@ -497,13 +499,16 @@ class Search:
         if len(ts) != len(group) + 1 or any(t is None for t in ts):
             return None
         base, rest = ts[0], ts[1:]
-        i = min(range(len(group)), key=lambda j: (rest[j].median_s, j))
-        if not IMPROVE_RULE.faster(rest[0], rest[i]):
-            i = 0   # within the noise of the search's own pick: no reason to move
         self.settled = [(n.text, n.seconds, t.median_s) for n, t in zip(group, rest)]
+        # the search's own pick: its fastest state, or the unscheduled kernel when no rewrite
+        # beat it (a parallel child timed on busy cores may have lost to it)
+        own = (self.root, base) if self.best is self.root else (group[0], rest[0])
+        i = min(range(len(group)), key=lambda j: (rest[j].median_s, j))
+        pick = (group[i], rest[i]) if IMPROVE_RULE.faster(own[1], rest[i]) else own
+        if pick[0] is self.root:
+            return self.root   # nothing moves; no final program to re-time against the root
         self._settled_root = base
-        self._settled_final = rest[i]
-        self.best = group[i]
+        self.best, self._settled_final = pick
         return self.best
 
     # ------------------------------------------------------------------ results
