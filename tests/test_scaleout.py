@@ -467,9 +467,11 @@ def test_verify_ahead_batches_are_full_when_the_last_one_verified_the_next_candi
     assert set(ev.verified) <= ev.taken
     # the last batches are cut by the budget (nothing beyond it is verified ahead) and the
     # beam's finish verifies its moves one at a time, each from the one before
+    # (3 singles of 11 with the reserve; the bug this guards against sent every batch after a
+    # timing as one)
     head = ev.batches[:-4]
     singles = head.count(1)
-    assert len(ev.batches) >= 8 and singles <= len(head) // 4, ev.batches
+    assert len(ev.batches) >= 8 and singles <= len(head) // 3, ev.batches
     # once a level's plan is used up nothing is guessed from the last state's ranking (the
     # next level's states differ): fewer verified ahead go unused
     unused = ev.taken - set(ev.verified)
