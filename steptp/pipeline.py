@@ -129,11 +129,13 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
         backend = RPCBackend.from_dict(devices)
     cache = measurement_cache(max_age_s, clock_offset_s, not_before)
     ev = default_evaluator(num_threads=threads, cache=cache, jobs=verify_jobs, backend=backend)
-    settle = None
-    if remeasure_rounds > 0 and hasattr(ev, "config") and hasattr(ev, "time_fresh"):
-        # the final program is chosen among the fastest states re-timed side by side
-        settle = settler(ev, remeasure_rounds, remembered(interleaved, cache, ev.target.key,
-                                                          ev.fingerprint, ev.config.hash))
+    settle = again = None
+    if remeasure_rounds > 0 and hasattr(ev, "config"):
+        # one remembered re-timing for the settling and the role-deciding pairs below
+        again = remembered(interleaved, cache, ev.target.key, ev.fingerprint, ev.config.hash)
+        if hasattr(ev, "time_fresh"):
+            # the final program is chosen among the fastest states re-timed side by side
+            settle = settler(ev, remeasure_rounds, again)
     try:
         res = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
                             seed, ev, max_actions=max_actions, on_progress=on_progress,
@@ -154,7 +156,6 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
         pairs = max(1, min(remeasure_pairs,
                            int(remeasure_seconds / (3 * remeasure_rounds * per))))
         timer = uncached_timer(ev.target, ev.config, backend)
-        again = remembered(interleaved, cache, ev.target.key, ev.fingerprint, ev.config.hash)
         try:
             # when the side-by-side re-timing chose another final program than the steps' own
             # timings did, that program's path goes first: its labels are the likeliest wrong
