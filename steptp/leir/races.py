@@ -7,7 +7,8 @@ tail guard under a parallel loop looks carried), which is right for offering mov
 judging a given program. Here each statement under a parallel loop is enumerated over its
 iteration domain (guards applied): a race is an element of a tensor that two different iterations
 of the parallel loop touch, for the same iteration of the loops outside it, at least one of them
-writing it. Domains above ``LIMIT`` points, and subscripts that read tensors (gathers), fall back
+writing it; a ``local`` buffer each iteration overwrites before reading is private to it
+(TVM allocates it inside the loop) and takes no part. Domains above ``LIMIT`` points, and subscripts that read tensors (gathers), fall back
 to the definite case only: a reduction whose reduction axis is the parallel loop.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from . import ast as A
 from .analysis import _eval_np, statements
+from .private import private_to
 
 LIMIT = 4_000_000
 
@@ -39,7 +41,7 @@ def parallel_races(program: A.Program) -> list[str]:
     out = []
     for path, loop in sorted(loop_paths.items()):
         under = [si for si in infos if path in si.loop_paths]
-        why = _race_under(loop, path, under, shapes)
+        why = _race_under(loop, path, under, shapes, private_to(program, path))
         if why:
             out.append(why)
     return out
@@ -62,7 +64,8 @@ def _groups(K: np.ndarray) -> tuple[np.ndarray, int]:
     return group, int(ids[-1]) + 1 if n else 0
 
 
-def _race_under(loop: A.Loop, path, under, shapes) -> str | None:
+def _race_under(loop: A.Loop, path, under, shapes, private: frozenset[str] = frozenset()
+                ) -> str | None:
     v = loop.var
     tid = {name: k for k, name in enumerate(sorted(shapes))}
     total = sum(math.prod(lp.extent for lp in si.loops) for si in under)
@@ -91,6 +94,8 @@ def _race_under(loop: A.Loop, path, under, shapes) -> str | None:
             if si.stmt.is_reduction:
                 accesses.append((si.stmt.tensor, si.stmt.index, False))
             for tensor, index, write in accesses:
+                if tensor in private:   # each iteration has its own copy (``leir.private``)
+                    continue
                 shape = shapes.get(tensor, ())
                 flat = np.zeros(n, dtype=np.int64)
                 for d, sub in zip(shape, index):

@@ -74,15 +74,27 @@ class _Stmt:
     stmt: A.Assign
     loops: tuple[A.Loop, ...]
     guards: int
+    #: a self-update (``_self_update``): the loops it shares with the statement that last
+    #: overwrote its tensor (a staged accumulator's fill), which are no reduction axes of it
+    scope: int = 0
 
 
 def _statements(program: A.Program) -> list[_Stmt]:
     out: list[_Stmt] = []
+    last_set: dict[str, tuple[A.Loop, ...]] = {}   # tensor -> loops of its last plain store
 
     def visit(body, loops, guards):
         for s in body:
             if isinstance(s, A.Assign):
-                out.append(_Stmt(s, loops, guards))
+                scope = 0
+                if _self_update(s):
+                    for a, b in zip(last_set.get(s.tensor, ()), loops):
+                        if a is not b:
+                            break
+                        scope += 1
+                elif s.op == "=":
+                    last_set[s.tensor] = loops
+                out.append(_Stmt(s, loops, guards, scope))
             elif isinstance(s, A.Loop):
                 visit(s.body, loops + (s,), guards)
             elif isinstance(s, A.If):
@@ -259,7 +271,8 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
     ops = max(1, _ops(s.value) + (1 if s.is_reduction else 0))
     flops = iters * ops
     lhs_vars = {v for e in s.index for v in A.free_vars(e)}
-    red_axes = {lp.var for lp in loops} - lhs_vars if s.is_reduction else set()
+    red_axes = ({lp.var for lp in loops[st.scope:]} - lhs_vars
+                if s.is_reduction or _self_update(s) else set())
 
     inner = loops[-1] if loops else None
     kinds = [lp.kind for lp in loops]
@@ -318,8 +331,9 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
     # -- memory: footprint model per cache level
     ext = [lp.extent for lp in loops]
 
-    reg_tile = _register_tile(s, loops, accs, red_axes, lanes, par)
-    in_regs = reg_tile is not None and reg_tile[1] <= REGISTERS - 4
+    reg_tile = _register_tile(s, loops, accs, red_axes, lanes, par, par_depth >= 0,
+                              getattr(tensors.get(s.tensor), "scope", "global") == "local")
+    in_regs = reg_tile is not None and reg_tile[2]
     red_depth = max((d for d, lp in enumerate(loops) if lp.var in red_axes), default=-1)
 
     fps: dict[tuple[int, frozenset], float] = {}   # the three levels share the footprints
@@ -364,7 +378,7 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
         strided = sum(1 for x in inner_strides if x not in (0, 1, -1))
         lsu += iters * strided * 2.0 / (FREQ * par)
     if reg_tile is not None:
-        lsu, tile_regs = reg_tile
+        lsu, tile_regs, _ = reg_tile
     else:
         tile_regs = 0.0
     overhead = regions * PARALLEL_OVERHEAD_S if par_depth >= 0 else 0.0
@@ -403,8 +417,24 @@ def _shuffled_loads(accs: list["_Access"], var: str) -> list["_Access"]:
     return out
 
 
+def _self_update(s: A.Assign) -> bool:
+    """``X[I] = X[I] + e`` (``*``, ``max``, ``min``): a reduction carried in ``X`` over the loops
+    ``I`` does not index, as ``cache_read_write`` writes a staged accumulator's updates."""
+    if s.op != "=":
+        return False
+    v = s.value
+    if isinstance(v, A.Binary) and v.op in ("+", "*"):
+        first = v.lhs
+    elif isinstance(v, A.Call) and v.func in ("max", "min") and v.args:
+        first = v.args[0]
+    else:
+        return False
+    return isinstance(first, A.Load) and first.tensor == s.tensor and first.index == s.index
+
+
 def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_axes: set[str],
-                   lanes: float, par: float) -> tuple[float, float] | None:
+                   lanes: float, par: float, parallel: bool = False, local: bool = False
+                   ) -> tuple[float, float, bool] | None:
     """Load/store-slot time of a reduction whose innermost loops are spatial "point" loops
     below its innermost reduction loop (a register tile, as in a CPU matmul micro-kernel), and
     the vector registers its accumulators need; None for any other statement.
@@ -414,6 +444,11 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
     an operand invariant in a point loop is reused from a register, e.g. A[i,k] broadcast over
     j). The accumulators stay in registers when they fit in REGISTERS - 4 (two operands and
     the address arithmetic need a few); beyond that every update spills (a load and a store).
+    Inside a parallel loop, accumulators in a global buffer also stay in memory unless every
+    row loop above the vector loop is unrolled: TVM's parallel closure reaches the buffers
+    through pointers LLVM cannot prove unaliased (conv1d's and a 512^3 matmul's 4x16 tiles timed
+    7.7 and 4.3-7.0 ms parallel against 3.2 and 4.0 serial); a ``local`` buffer is allocated in
+    the closure, and kept in registers (1.8 and 2.0-3.4 ms). The third value: they stay there.
     """
     if not red_axes or not loops:
         return None
@@ -438,9 +473,11 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
                 and 2 <= abs(x) <= SHUFFLE_STRIDE:
             n *= (1 + abs(x)) / vec   # |x| loads and a shuffle per vector (``_shuffled_loads``)
         loads += n
-    if regs > REGISTERS - 4:
+    spills = regs > REGISTERS - 4 or (parallel and not local and any(
+        lp.kind == "serial" and lp.extent > 1 for lp in point[:-1]))
+    if spills:
         loads += 2.0 * regs
-    return outer * loads / (FREQ * 2.0 * par), regs
+    return outer * loads / (FREQ * 2.0 * par), regs, not spills
 
 
 #: ``_stmt_estimate`` answers keyed on everything it reads: the statement, its loops' variables,
@@ -460,11 +497,11 @@ _STMT_BY_ID: "LRU[tuple[A.Assign, Estimate]]" = LRU(16384)
 def _stmt_estimate_memo(program: A.Program, tensors_key: tuple, st: _Stmt, cores: int,
                         optimistic: bool, warm: frozenset = frozenset()) -> Estimate:
     loops = tuple((lp.var, lp.extent, lp.kind) for lp in st.loops)
-    ikey = (id(st.stmt), loops, st.guards, tensors_key, cores, optimistic, warm)
+    ikey = (id(st.stmt), loops, st.guards, st.scope, tensors_key, cores, optimistic, warm)
     hit = _STMT_BY_ID.get(ikey)
     if hit is not None and hit[0] is st.stmt:
         return hit[1]
-    key = (st.stmt, loops, st.guards, tensors_key, cores, optimistic, warm)
+    key = (st.stmt, loops, st.guards, st.scope, tensors_key, cores, optimistic, warm)
     est = _STMT_MEMO.get(key)
     if est is None:
         est = _STMT_MEMO.put(key, _stmt_estimate(program, st, cores, optimistic, warm))

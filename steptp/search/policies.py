@@ -41,7 +41,7 @@ from typing import Optional
 from ..leir import ast as A
 from .run import Node, Search, has_loop_kind
 from .cost_model import score
-from .space import finished_tilings
+from .space import finished_tilings, stages_tile_accumulators
 
 
 class Policy:
@@ -121,26 +121,29 @@ def _best_open(s: Search, exclude: Optional[Node] = None) -> Optional[Node]:
 ENABLING = ("loop_collapse",)
 PROMOTE_MARGIN = 0.1   # log-score: the finished tiles after the move must be ~10% faster
 FOLLOW_THROUGH = ("loop_tiling", "loop_vectorization")   # measured after a promoted move
+#: a register tile's accumulators staged in a local buffer (``cache_read_write``, see
+#: ``space.stages_tile_accumulators``): inside a parallel loop, a global accumulator stays in
+#: memory (conv1d's 4x15 tile: 7.7 ms parallel, 3.2 serial, 1.8 parallel with the tile staged)
+STAGE = "stage_accumulators"
 #: measured right after a state's first register tile: a tile's accumulators only stay in
 #: registers once its column loop is a vector (alone, a stride-2 conv's 8x14 tile took 78 ms
-#: against 22 ms for smaller tiles, and the beam dropped it before vectorizing)
-FINISH_TILE = ("loop_vectorization", "loop_parallelization")
+#: against 22 ms for smaller tiles, and the beam dropped it before vectorizing), and, once the
+#: program is parallel, only in a local buffer
+FINISH_TILE = ("loop_vectorization", STAGE, "loop_parallelization")
 #: the beam's last measurements: the best state's missing finishing moves, in this order, each
-#: from the one before (a MetaSchedule trial is always vectorized and parallel; a beam that
-#: found its best state at its last measurement never tried to parallelize it)
-FINISH = (("loop_vectorization", "vectorized"), ("loop_parallelization", "parallel"),
-          ("loop_unrolling", "unrolled"))
+#: from the one before (a MetaSchedule trial is always vectorized and parallel, its tiles'
+#: accumulators in a local cache-write stage; a beam that found its best state at its last
+#: measurement never tried to parallelize it)
+FINISH = (("loop_vectorization", "vectorized"), (STAGE, None), ("loop_parallelization", "parallel"))
 
 
-def _unrolled_vector_rows(program) -> int:
-    """Unrolled loops whose whole body is one vector loop: a register tile's rows, each its own
-    accumulator. Inside a parallel loop, the row loop left rolled kept conv1d's accumulators in
-    memory (8.0 ms against 3.4 serial; unrolled, 1.8); the cost model scores every unrolling of
-    that nest alike, so the finish asks for this shape (serial, the same unrolling took conv1d
-    to 17 ms: only a parallel program is unrolled)."""
-    return sum(1 for n in A.walk(program) if isinstance(n, A.Loop) and n.kind == "unrolled"
-               and len(n.body) == 1 and isinstance(n.body[0], A.Loop)
-               and n.body[0].kind == "vectorized")
+def _moves(s: Search, n: Node, move: str) -> list:
+    """The untried actions of ``n`` that make ``move``: a strategy's name (register tiles only,
+    for ``loop_tiling``) or ``STAGE``."""
+    if move == STAGE:
+        return [c for c in s.untried(n) if stages_tile_accumulators(n.program, c)]
+    return [c for c in s.untried(n) if c.strategy == move
+            and (move != "loop_tiling" or c.params.get("point") == "inner")]
 
 
 def _finished_score(s: Search, program) -> float:
@@ -220,13 +223,16 @@ class Beam(Policy):
         for strategy in strategies:
             if s.done:
                 break
-            cands = [c for c in s.untried(n) if c.strategy == strategy
-                     and (strategy != "loop_tiling" or c.params.get("point") == "inner")]
+            cands = _moves(s, n, strategy)
             if not cands:
+                if strategy == STAGE:
+                    continue   # no reduction tile to stage: the next move is still due
                 break
             sc = s.ranker.scores([c.program for c in cands])
             k_best = min(range(len(cands)), key=lambda k: (sc[k], k))
             if beat is not None and sc[k_best] >= beat:
+                if strategy == STAGE:
+                    continue
                 break
             best = cands[k_best]
             ch = s.evaluate(n, best, may_stop=False)   # expanded next, or the move's payoff
@@ -245,21 +251,16 @@ class Beam(Policy):
                 and ch.parent is n and n.text not in self._tiles_finished)
 
     def _finish(self, s: Search) -> None:
-        """The best state's finishing moves it lacks (``FINISH``: no loop of that kind yet;
-        for unrolling, a parallel program with no unrolled vector row), the analytic cost
-        model's best of each, measured from the previous one whatever its time (on a busy
-        machine a parallel program may time slow here; ``Search.settle`` re-times it side by
-        side with the serial best)."""
+        """The best state's missing finishing moves (``FINISH``: no loop of that kind yet; a
+        register tile whose accumulators are not staged), the analytic cost model's best of
+        each, measured from the previous one whatever its time (on a busy machine a parallel
+        program may time slow here; ``Search.settle`` re-times it side by side with the
+        serial best)."""
         n = s.best
-        for strategy, kind in FINISH:
-            unroll = strategy == "loop_unrolling"
-            if s.done or (unroll and (_unrolled_vector_rows(n.program) > 0
-                                      or not has_loop_kind(n.program, "parallel"))) \
-                    or (not unroll and has_loop_kind(n.program, kind)):
+        for move, kind in FINISH:
+            if s.done or (kind is not None and has_loop_kind(n.program, kind)):
                 continue
-            cands = [c for c in s.untried(n) if c.strategy == strategy]
-            if unroll:   # only a vector row's loop (the model cannot tell the others apart)
-                cands = [c for c in cands if _unrolled_vector_rows(c.program) > 0]
+            cands = _moves(s, n, move)
             if not cands:
                 continue
             # the analytic model's pick: the learned one is fitted to this search's few timings,

@@ -23,7 +23,7 @@ from typing import Iterable
 
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE, affine
-from ..strategies._ir import band, enclosing_loops, iter_stmts, layout_forms, node_at
+from ..strategies._ir import band, enclosing_loops, iter_stmts, layout_forms, node_at, perfect_nest
 from .cost_model import REGISTERS, _cores
 from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
 
@@ -171,6 +171,28 @@ def finished_tilings(program: A.Program) -> list[A.Program]:
                 if vec.check(c.program, site, {}).ok:
                     out.append(vec.rewrite(c.program, site, {}))
     return out
+
+
+def stages_tile_accumulators(program: A.Program, c: Candidate) -> bool:
+    """Is ``c`` a register tile's accumulators moved into a ``local`` buffer small enough for
+    the vector registers: ``cache_read_write`` (mode write) of a reduction's tensor at the loop
+    right around its reduction loops? Inside a parallel loop, only a local buffer keeps them in
+    registers (``cost_model._register_tile``); outside one, it is what LLVM did already."""
+    if c.strategy != "cache_read_write" or c.site.get("mode") != "write" \
+            or c.params.get("scope") != "local":
+        return False
+    loop = node_at(program, tuple(c.site.path))
+    if not isinstance(loop, A.Loop) or len(loop.body) != 1:
+        return False
+    nest = perfect_nest(loop.body[0])
+    if nest is None or not nest[0]:
+        return False
+    loops, st = nest
+    if not st.is_reduction or st.tensor != c.site.get("tensor") \
+            or loops[0].var in {v for e in st.index for v in A.free_vars(e)}:
+        return False
+    new = [t for t in c.program.intermediates if t.name not in program.tensors]
+    return len(new) == 1 and new[0].size * ITEMSIZE[new[0].dtype] <= (REGISTERS - 4) * VECTOR_BYTES
 
 
 def column_tiles(extent: int, lanes: int) -> list[int]:

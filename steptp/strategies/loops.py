@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from ..leir import ast as A
 from ..leir.printer import format_stmt
+from ..leir.private import private_to
 from . import _deps as D
 from ._memo import IdentityMemo
 from ._ir import (Path, affine, affine_expr, all_names, band, chain, enclosing_loops, fresh_name,
@@ -56,9 +57,13 @@ def _dep_kind(a: D.Access, b: D.Access) -> str:
     return "read-after-write" if a.write else "write-after-read"
 
 
-def _carried_reason(program: A.Program, path: Path, loop: A.Loop, what: str) -> Verdict:
-    """Refuse ``what`` (e.g. "parallelize") when the loop carries a dependence."""
+def _carried_reason(program: A.Program, path: Path, loop: A.Loop, what: str,
+                    private: frozenset[str] = frozenset()) -> Verdict:
+    """Refuse ``what`` (e.g. "parallelize") when the loop carries a dependence (none through the
+    buffers in ``private``: each iteration has its own copy)."""
     accs = D.collect_under(program, tuple(path))
+    if private:
+        accs = [a for a in accs if a.tensor not in private]
     w = D.carried_by(accs, tuple(path))
     if w is None:
         return OK
@@ -681,7 +686,10 @@ class LoopParallelization(_KindChange):
         bad = [k for k in inner if k == "parallel" or k.startswith(("blockIdx", "threadIdx"))]
         if bad:
             return refuse(f"cannot parallelize {loop.var}: it contains a {bad[0]} loop")
-        return _carried_reason(program, site.path, loop, "parallelize")
+        # a local staging buffer each iteration overwrites before reading (a register tile's
+        # accumulators, cache_read_write) is allocated per iteration, so per thread
+        return _carried_reason(program, site.path, loop, "parallelize",
+                               private_to(program, tuple(site.path)))
 
 
 @register

@@ -142,7 +142,8 @@ class CacheReadWrite(Strategy):
         for p, s in iter_stmts(program.body):
             if not isinstance(s, A.Loop):
                 continue
-            if any(lp.kind not in SERIAL_KINDS for lp in enclosing_loops(program, p) + [s]):
+            if s.kind not in SERIAL_KINDS or any(lp.kind not in SERIAL_KINDS + ("parallel",)
+                                                 for lp in enclosing_loops(program, p)):
                 continue
             written = tensors_written(s)
             for t in tensors_read(s):
@@ -153,7 +154,7 @@ class CacheReadWrite(Strategy):
         return out
 
     def params(self, program, site, rng=None):
-        v, plan = self._plan(program, site, {"scope": "global"})
+        v, plan = self._plan(program, site, {"scope": "global"}, shape_only=True)
         if not v.ok:
             return [{"scope": "global"}]
         shape = plan[1]
@@ -163,23 +164,32 @@ class CacheReadWrite(Strategy):
             n *= x
         return [{"scope": "local" if n * ITEMSIZE[t.dtype] <= MAX_LOCAL_BYTES else "global"}]
 
-    def _plan(self, program, site, params) -> tuple[Verdict, Any]:
+    def _plan(self, program, site, params, shape_only: bool = False) -> tuple[Verdict, Any]:
         path = tuple(site.path)
         loop = node_at(program, path)
         if not isinstance(loop, A.Loop):
             return refuse(f"no loop at path {list(path)}"), None
         if site.loops and site.loops[0] != loop.var:
             return refuse(f"the loop at path {list(path)} is {loop.var}, not {site.loops[0]}"), None
-        bad = [lp for lp in enclosing_loops(program, path) + [loop] if lp.kind not in SERIAL_KINDS]
-        if bad:
-            return refuse(f"loop {bad[0].var} is {bad[0].kind}: one staging buffer would be shared "
-                          f"by its concurrent iterations"), None
+        scope = params.get("scope", "local")
+        around = enclosing_loops(program, path)
+        # a local buffer whose accesses all lie in one iteration of the cache loop is allocated
+        # there, per iteration (``leir.private``), so per thread of a parallel loop around it;
+        # a global one, or one around a GPU block's threads, would be shared
+        shared = [lp for lp in around + [loop] if lp.kind not in SERIAL_KINDS
+                  and not (lp.kind == "parallel" and lp is not loop
+                           and (scope == "local" or shape_only))]
+        if shared:
+            bad = shared[0]
+            why = (f"; a local staging buffer would be private to each of its iterations"
+                   if bad.kind == "parallel" and bad is not loop else "")
+            return refuse(f"loop {bad.var} is {bad.kind}: one {scope} staging buffer would be "
+                          f"shared by its concurrent iterations{why}"), None
         tensor, mode = site.get("tensor"), site.get("mode")
         if tensor not in program.tensors:
             return refuse(f"no tensor {tensor!r}"), None
         if mode not in ("read", "write"):
             return refuse("mode must be read or write"), None
-        scope = params.get("scope", "local")
         if scope not in ("local", "global"):
             return refuse("the staging buffer's scope must be local or global (use "
                           "set_storage_scope for shared)"), None
