@@ -331,8 +331,7 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
     # -- memory: footprint model per cache level
     ext = [lp.extent for lp in loops]
 
-    reg_tile = _register_tile(s, loops, accs, red_axes, lanes, par, par_depth >= 0,
-                              getattr(tensors.get(s.tensor), "scope", "global") == "local")
+    reg_tile = _register_tile(s, loops, accs, red_axes, lanes, par)
     in_regs = reg_tile is not None and reg_tile[2]
     red_depth = max((d for d, lp in enumerate(loops) if lp.var in red_axes), default=-1)
 
@@ -433,8 +432,7 @@ def _self_update(s: A.Assign) -> bool:
 
 
 def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_axes: set[str],
-                   lanes: float, par: float, parallel: bool = False, local: bool = False
-                   ) -> tuple[float, float, bool] | None:
+                   lanes: float, par: float) -> tuple[float, float, bool] | None:
     """Load/store-slot time of a reduction whose innermost loops are spatial "point" loops
     below its innermost reduction loop (a register tile, as in a CPU matmul micro-kernel), and
     the vector registers its accumulators need; None for any other statement.
@@ -444,11 +442,11 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
     an operand invariant in a point loop is reused from a register, e.g. A[i,k] broadcast over
     j). The accumulators stay in registers when they fit in REGISTERS - 4 (two operands and
     the address arithmetic need a few); beyond that every update spills (a load and a store).
-    Inside a parallel loop, accumulators in a global buffer also stay in memory unless every
-    row loop above the vector loop is unrolled: TVM's parallel closure reaches the buffers
-    through pointers LLVM cannot prove unaliased (conv1d's and a 512^3 matmul's 4x16 tiles timed
-    7.7 and 4.3-7.0 ms parallel against 3.2 and 4.0 serial); a ``local`` buffer is allocated in
-    the closure, and kept in registers (1.8 and 2.0-3.4 ms). The third value: they stay there.
+    The third value: they stay there. (Not modelled: inside a parallel loop, LLVM may keep a
+    global buffer's accumulators in memory when the row loop is rolled, as for conv1d's 4x15
+    tile, 7.5 ms parallel against 2.4 serial, though not for a 512^3 matmul's 4x16 tile, 2.0
+    against 4.5; staged in a local buffer, both were 1.8-2.4 ms. The search stages a tile
+    before parallelizing it, ``policies.FINISH_TILE``, rather than trusting the model here.)
     """
     if not red_axes or not loops:
         return None
@@ -473,8 +471,7 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
                 and 2 <= abs(x) <= SHUFFLE_STRIDE:
             n *= (1 + abs(x)) / vec   # |x| loads and a shuffle per vector (``_shuffled_loads``)
         loads += n
-    spills = regs > REGISTERS - 4 or (parallel and not local and any(
-        lp.kind == "serial" and lp.extent > 1 for lp in point[:-1]))
+    spills = regs > REGISTERS - 4
     if spills:
         loads += 2.0 * regs
     return outer * loads / (FREQ * 2.0 * par), regs, not spills
