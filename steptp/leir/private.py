@@ -4,12 +4,12 @@ A ``local`` intermediate whose every access lies inside one loop, and which that
 overwrites whole before anything reads it, holds nothing from one iteration to the next: each
 iteration may have its own copy. TVM allocates a buffer at the innermost scope enclosing all of
 its accesses, so inside a ``parallel`` loop each thread gets its own copy (on the stack, where
-LLVM keeps a small one in registers: a register tile's accumulators, which stay in memory when
-they live in a global buffer a parallel closure reaches through pointers it cannot prove
-unaliased). That makes such a buffer no dependence of the loop, and the only kind of
-buffer whose same elements a parallel loop's iterations may all write: ``loop_parallelization``
-leaves it out of the dependence test, and ``cache_read_write`` may stage into one under a
-parallel loop.
+LLVM keeps a small one in registers: a register tile's accumulators, which it may leave in
+memory when they live in a global buffer that the parallel closure reaches through pointers it
+cannot prove unaliased). That makes such a buffer no dependence of the loop, and the only kind
+of buffer whose same elements a parallel loop's iterations may all write:
+``loop_parallelization`` leaves it out of the dependence test, the verifier's race check
+(``leir.races``) too, and ``cache_read_write`` may stage into one under a parallel loop.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ judging a given program. Here each statement under a parallel loop is enumerated
 iteration domain (guards applied): a race is an element of a tensor that two different iterations
 of the parallel loop touch, for the same iteration of the loops outside it, at least one of them
 writing it; a ``local`` buffer each iteration overwrites before reading is private to it
-(TVM allocates it inside the loop) and takes no part. Domains above ``LIMIT`` points, and subscripts that read tensors (gathers), fall back
-to the definite case only: a reduction whose reduction axis is the parallel loop.
+(``leir.private``: TVM allocates it inside the loop) and takes no part. Domains above ``LIMIT``
+points, and subscripts that read tensors (gathers), fall back to the definite case only: a
+reduction whose reduction axis is the parallel loop.
 """
 
 from __future__ import annotations

@@ -122,8 +122,10 @@ ENABLING = ("loop_collapse",)
 PROMOTE_MARGIN = 0.1   # log-score: the finished tiles after the move must be ~10% faster
 FOLLOW_THROUGH = ("loop_tiling", "loop_vectorization")   # measured after a promoted move
 #: a register tile's accumulators staged in a local buffer (``cache_read_write``, see
-#: ``space.stages_tile_accumulators``): inside a parallel loop, a global accumulator stays in
-#: memory (conv1d's 4x15 tile: 7.7 ms parallel, 3.2 serial, 1.8 parallel with the tile staged)
+#: ``space.stages_tile_accumulators``): inside a parallel loop, LLVM may leave a global buffer's
+#: accumulators in memory (3 interleaved rounds on 2 cores: conv1d's 4x15 tile 7.4-7.7 ms
+#: parallel, 2.4-2.6 serial, 2.1-2.4 parallel and staged; a 512^3 matmul's 4x16 tile 1.9-2.1
+#: parallel, 1.8-1.9 parallel and staged), so the stage comes before the parallelization
 STAGE = "stage_accumulators"
 #: measured right after a state's first register tile: a tile's accumulators only stay in
 #: registers once its column loop is a vector (alone, a stride-2 conv's 8x14 tile took 78 ms

@@ -135,7 +135,8 @@ class CacheReadWrite(Strategy):
                    "cache_write: redirect every access of a tensor inside the loop to a staging "
                    "buffer (accumulating there) and copy it back at the end of the iteration "
                    "(copying in first unless one statement overwrites the whole region before any "
-                   "read). The buffer is `local` when it fits 64 KiB, else `global`.")
+                   "read). The buffer is `local` when it fits 64 KiB, else `global`; under a parallel loop "
+                   "only a local one (each iteration, so each thread, has its own).")
 
     def sites(self, program, analysis=None):
         out = []
