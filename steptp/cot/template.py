@@ -392,10 +392,16 @@ class TemplateWriter:
             mode = f.site.get("mode", "write")
             scope = prm.get("scope", "local")
             if mode == "write":
+                # why a local stage pays (leir.private): the buffer is the iteration's own, so
+                # LLVM keeps it in registers, also inside a parallel loop, where it may not keep
+                # a global buffer's accumulators there
+                why = (" The buffer is each iteration's own, so a small one can live in "
+                       "registers, also once a loop around it runs in parallel."
+                       if scope == "local" else "")
                 return pick(f"each iteration of {at} accumulates `{t}` in a {scope} staging buffer and "
-                            f"writes it back once, instead of updating `{t}` in place.",
+                            f"writes it back once, instead of updating `{t}` in place.{why}",
                             f"redirects the updates of `{t}` inside {at} to a {scope} buffer, copied "
-                            f"back at the end of each iteration.")
+                            f"back at the end of each iteration.{why}")
             return pick(f"copies the part of `{t}` each iteration of {at} reads into a {scope} buffer "
                         f"first.", f"stages the reads of `{t}` inside {at} in a {scope} buffer.")
         if s == "expression_reorder" and prm.get("expr"):
