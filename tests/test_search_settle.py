@@ -132,6 +132,36 @@ def test_settle_moves_only_for_a_finalist_significantly_faster_side_by_side(eval
         assert traj.remeasured_speedup == (pytest.approx(2.0 / 0.30) if moves else None)
 
 
+def test_settle_leaves_a_noisy_pick_and_never_ends_slower_than_the_unscheduled_kernel(evaluator):
+    from steptp.records import Timing
+
+    def at(ms, spread=0.01):
+        return Timing(median_s=ms * 1e-3, min_s=ms * 1e-3, spread=spread, repeats=5, number=1)
+
+    s = _search(_BusyCores(evaluator), settle=False)
+    own, other, third = s.finalists()[:3]
+
+    def settle(times):
+        s.best = own
+        return s.settle(lambda texts: [times.get(t, at(9.0)) for t in texts])
+
+    # the pick re-timed noisy (spread 0.5): nothing is decided against it, so the fastest steady
+    # finalist is taken when it is faster; not when the noisy pick is faster still
+    assert settle({s.root.text: at(2.0), own.text: at(1.2, 0.5), other.text: at(0.6),
+                   third.text: at(0.5, 0.6)}) is other
+    assert settle({s.root.text: at(2.0), own.text: at(0.4, 0.5), other.text: at(0.6)}) is own
+    # a pick significantly slower than the unscheduled kernel side by side gives way to the
+    # fastest finalist that is not ...
+    assert settle({s.root.text: at(1.0), own.text: at(2.0), other.text: at(0.97),
+                   third.text: at(1.5)}) is other
+    assert s.trajectory().remeasured_speedup == pytest.approx(1.0 / 0.97)
+    # ... and with none, the trajectory ends on the unscheduled kernel: nothing was found
+    assert settle({s.root.text: at(1.0), own.text: at(2.0), other.text: at(1.5),
+                   third.text: at(1.3)}) is s.root
+    traj = s.trajectory()
+    assert traj.n_steps == 0 and traj.final_leir == s.root.text and traj.remeasured_speedup is None
+
+
 def test_settle_with_real_timings_keeps_the_fastest_re_timed_finalist(evaluator):
     small = "kernel f32 matmul(A[128,128], B[128,128]) -> C[128,128]\n C[i,j] += A[i,k] * B[k,j]\n"
     res = search_kernel(parse(small), "mm128", "beam", Budget(10, 60), 0, evaluator,
