@@ -237,3 +237,23 @@ def test_cost_model_sees_a_staged_tiles_updates_as_a_register_tile():
         assert cm._estimate(prog, False, 2).feats["register_tile"] == 4.0
     for a, b in ((staged, CONV1D_TILE), (staged_par, par)):
         assert abs(math.log(cm.predict(a, 2) / cm.predict(b, 2))) < 0.05
+
+
+def test_the_reasonings_dependence_facts_agree_on_private_buffers():
+    """The chain of thought's facts (``leir.analysis``) call a staged tile's outer loop
+    independent, as the strategy and the race check do (else its reasoning fails validation:
+    the release lost 9 SFT answers that parallelize a staged tile), and a stale buffer's not."""
+    from steptp.leir.analysis import analyze
+
+    staged = _tile_accumulator(TILE).program
+    assert analyze(staged).is_parallelizable((0,))
+    stale = parse("""
+kernel f32 k(A[8,16]) -> B[8,16]
+ R[16] local
+ for i in 8:
+  for j in 16:
+   B[i,j] = R[j] * 2.0
+  for j in 16:
+   R[j] = A[i,j]
+""")
+    assert not analyze(stale).is_parallelizable((0,))

@@ -27,6 +27,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from . import ast as A
+from .private import private_to
 
 Path = tuple[int, ...]
 Interval = tuple[int, int]
@@ -510,13 +511,15 @@ class Analysis:
         than the spread of ``rest`` over the loops nested inside (variables of enclosing loops
         are fixed across the loop's iterations). Then distinct iterations touch distinct
         elements. Everything else (gathers, scalars, shifted accesses such as a scan's
-        ``C[i,j-1]``, a reduction's accumulator over its reduction axis) is carried.
+        ``C[i,j-1]``, a reduction's accumulator over its reduction axis) is carried, except
+        through a ``local`` buffer private to each iteration (``leir.private``).
         """
         li = self.loop(path)
         v = li.loop.var
         depth = li.depth
         stmts = self.statements_under(li.path)
-        acc = [(si, a) for si in stmts for a in self._accesses[si.path]]
+        private = private_to(self.program, tuple(li.path))
+        acc = [(si, a) for si in stmts for a in self._accesses[si.path] if a.tensor not in private]
         out: list[CarriedDependence] = []
         seen: set[tuple] = set()
         for si_w, w in acc:
