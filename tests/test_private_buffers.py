@@ -18,6 +18,7 @@ from steptp.leir.private import private_to
 from steptp.tir.build import build, run
 from steptp.tir.lower import lower
 from strategy_helpers import T, inputs_for, refusal, same_outputs
+from test_search_settle import CONV1D_TILED
 
 MBG = parse(examples.text("matmul_bias_gelu"))
 MBG_PAR_TEXT = """
@@ -26,6 +27,27 @@ kernel f32 k(A[16,64], B[64,32]) -> D[16,32]
  for i in 16 parallel, j in 32:
   T0[i,j] += A[i,k] * B[k,j]
  D[i,j] = T0[i,j] * 2.0
+"""
+
+#: read before each iteration overwrites it: the first read sees the previous iteration's row
+STALE = """
+kernel f32 k(A[8,16]) -> B[8,16]
+ R[16] local
+ for i in 8:
+  for j in 16:
+   B[i,j] = R[j] * 2.0
+  for j in 16:
+   R[j] = A[i,j]
+"""
+#: overwritten only in part before the reads
+PART = """
+kernel f32 k(A[8,16]) -> B[8,16]
+ R[16] local
+ for i in 8:
+  for j in 8:
+   R[j] = A[i,j]
+  for j in 16:
+   B[i,j] = R[j]
 """
 
 #: a 4x16 register tile of a matmul, rows rolled, columns a vector (as the beam finds them)
@@ -85,28 +107,12 @@ kernel f32 k(A[8,16]) -> B[8,16]
     assert "dependence on S" in refusal(running, "loop_parallelization",
                                          {"path": [1], "loops": ["i"]}, {})
     # read before the iteration overwrites it: the first read sees the previous iteration's row
-    stale = parse("""
-kernel f32 k(A[8,16]) -> B[8,16]
- R[16] local
- for i in 8:
-  for j in 16:
-   B[i,j] = R[j] * 2.0
-  for j in 16:
-   R[j] = A[i,j]
-""")
+    stale = parse(STALE)
     assert private_to(stale, (0,)) == frozenset()
     assert "dependence on R" in refusal(stale, "loop_parallelization",
                                          {"path": [0], "loops": ["i"]}, {})
     # overwritten only in part before the reads
-    part = parse("""
-kernel f32 k(A[8,16]) -> B[8,16]
- R[16] local
- for i in 8:
-  for j in 8:
-   R[j] = A[i,j]
-  for j in 16:
-   B[i,j] = R[j]
-""")
+    part = parse(PART)
     assert private_to(part, (0,)) == frozenset()
     # a global buffer is never private: it is allocated once for the whole kernel
     glob = parse("""
@@ -180,38 +186,14 @@ def test_the_verifiers_race_check_spares_private_buffers_only():
     assert parallel_races(staged) == []
     # written by hand (no strategy offers them): a local buffer the parallel loop's iterations
     # share, read before the iteration overwrites it, or overwritten only in part
-    stale = parse("""
-kernel f32 k(A[8,16]) -> B[8,16]
- R[16] local
- for i in 8 parallel:
-  for j in 16:
-   B[i,j] = R[j] * 2.0
-  for j in 16:
-   R[j] = A[i,j]
-""")
-    part = parse("""
-kernel f32 k(A[8,16]) -> B[8,16]
- R[16] local
- for i in 8 parallel:
-  for j in 8:
-   R[j] = A[i,j]
-  for j in 16:
-   B[i,j] = R[j]
-""")
+    stale = parse(STALE.replace(" for i in 8:", " for i in 8 parallel:"))
+    part = parse(PART.replace(" for i in 8:", " for i in 8 parallel:"))
     for prog in (stale, part):
         races = parallel_races(prog)
         assert len(races) == 1 and "R[" in races[0], races
 
 
-CONV1D_TILE = parse("""
-kernel f32 fused_conv1d_add(A[8,64,512], B[128,64,3], C[1,128,1]) -> D[8,128,510]
- E[8,64,512]
- F[8,128,510]
- E[i,j,k] = A[i,j,k]
- for i in 8, j in 32, k in 34, l in 64, m in 3, n in 4, o in 15 vectorized:
-  F[i,j*4+n,k*15+o] += E[i,l,k*15+o+m] * B[j*4+n,l,m]
- D[i,j,k] = F[i,j,k] + C[0,j,0]
-""")
+CONV1D_TILE = parse(CONV1D_TILED)   # the conv1d search's best state (session 9)
 
 
 def test_cost_model_sees_a_staged_tiles_updates_as_a_register_tile():
@@ -247,13 +229,5 @@ def test_the_reasonings_dependence_facts_agree_on_private_buffers():
 
     staged = _tile_accumulator(TILE).program
     assert analyze(staged).is_parallelizable((0,))
-    stale = parse("""
-kernel f32 k(A[8,16]) -> B[8,16]
- R[16] local
- for i in 8:
-  for j in 16:
-   B[i,j] = R[j] * 2.0
-  for j in 16:
-   R[j] = A[i,j]
-""")
+    stale = parse(STALE)
     assert not analyze(stale).is_parallelizable((0,))

@@ -247,6 +247,17 @@ def children(node: object) -> Iterator[object]:
     yield from _kids(node)
 
 
+def iter_stmts(body: tuple["Stmt", ...] | list, path: tuple[int, ...] = ()
+               ) -> Iterator[tuple[tuple[int, ...], "Stmt"]]:
+    """Pre-order (path, statement) pairs of a statement list; a path indexes the bodies from
+    the program's down (``(1, 0)``: the first statement inside the second top-level one)."""
+    for k, s in enumerate(body):
+        p = path + (k,)
+        yield p, s
+        if isinstance(s, (Loop, If)):
+            yield from iter_stmts(s.body, p)
+
+
 def walk(node: object) -> Iterator[object]:
     """Pre-order traversal of a node and everything under it."""
     stack = [node]

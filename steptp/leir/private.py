@@ -14,19 +14,11 @@ of buffer whose same elements a parallel loop's iterations may all write:
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from . import ast as A
 
 Path = tuple[int, ...]
-
-
-def _stmts(body: Sequence[A.Stmt], path: Path = ()) -> Iterator[tuple[Path, A.Stmt]]:
-    for k, s in enumerate(body):
-        p = path + (k,)
-        yield p, s
-        if isinstance(s, (A.Loop, A.If)):
-            yield from _stmts(s.body, p)
 
 
 def _touches(s: A.Stmt, name: str) -> bool:
@@ -62,7 +54,7 @@ def private_to(program: A.Program, path: Path) -> frozenset[str]:
     for t in program.intermediates:
         if t.scope != "local":
             continue
-        at = [p for p, s in _stmts(program.body) if not isinstance(s, (A.Loop, A.If))
+        at = [p for p, s in A.iter_stmts(program.body) if not isinstance(s, (A.Loop, A.If))
               and _touches(s, t.name)]
         if not at or any(p[:len(path)] != path for p in at):
             continue

@@ -8,7 +8,7 @@ new tree (the AST is made of frozen dataclasses anyway).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..leir import ast as A
 from ..leir.analysis import affine  # noqa: F401 - one home for affine forms; re-exported
@@ -65,13 +65,7 @@ def replace_at(program: A.Program, path: Sequence[int], new: Sequence[A.Stmt]) -
     return replace(program, body=go(program.body, path))
 
 
-def iter_stmts(body: Sequence[A.Stmt], path: Path = ()) -> Iterator[tuple[Path, A.Stmt]]:
-    """Pre-order (path, statement) pairs of a statement list."""
-    for k, s in enumerate(body):
-        p = path + (k,)
-        yield p, s
-        if isinstance(s, (A.Loop, A.If)):
-            yield from iter_stmts(s.body, p)
+iter_stmts = A.iter_stmts   # one home (leir.ast); re-exported for the strategies
 
 
 def band(program: A.Program, path: Sequence[int], kinds: tuple[str, ...] = ("serial",)) -> list[A.Loop]:
