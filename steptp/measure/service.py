@@ -183,13 +183,14 @@ class Measurer:
     cache). ``jobs``: parallel verification workers. ``backend``: ``None`` (this machine) or an
     ``RPCBackend`` (time on a remote device through a TVM RPC tracker; verification stays
     local). ``verify_timeout_s``: per verification (default ``config.timeout_s``).
+    ``prestart``: start the compile/verify workers at once, in the background (``prestart``).
     """
 
     def __init__(self, target: Target | dict | None = None, config: MeasureConfig | None = None,
                  cache: Any = True, jobs: int = 1, backend=None,
                  verify_timeout_s: float | None = None, fingerprint: Fingerprint | None = None,
                  memory_limit_mb: int | None = None, lock_directory: str | os.PathLike | None = None,
-                 speed_of_light: bool = True, peaks=None):
+                 speed_of_light: bool = True, peaks=None, prestart: bool = False):
         if isinstance(target, dict):
             target = Target.from_dict(target)
         if target is None:
@@ -220,6 +221,23 @@ class Measurer:
         self._held: dict[str, tuple[int, str]] = {}   # program hash -> (worker, text it built)
         self._stats_lock = threading.Lock()
         self._nested = threading.local()
+        if prestart and backend is None:
+            self.prestart()
+
+    def prestart(self) -> None:
+        """Start the compile/verify workers now, in the background (each imports TVM, about
+        3.5 s), so that their start-up overlaps what the caller does before its first request
+        (a search generates its first candidates); a request waits for a worker still starting.
+        A worker that cannot start is reported by the request that needs it."""
+        pool = self._pool("verify")
+
+        def start() -> None:
+            try:
+                pool.prestart_all()
+            except Exception:  # noqa: BLE001 - closed meanwhile, or cannot start: the request says
+                pass
+
+        threading.Thread(target=start, name="steptp-prestart", daemon=True).start()
 
     # ------------------------------------------------------------------ identity
     @property
@@ -252,8 +270,10 @@ class Measurer:
             return self._time_pool
 
     def _new_pool(self, size: int, timeout_s: float) -> WorkerPool:
+        # measurement tasks never import torch (``worker.STEPTP_WORKER_WITHOUT``)
         pool = WorkerPool(size, num_threads=self.config.num_threads, timeout_s=timeout_s,
-                          memory_limit_mb=self.memory_limit_mb)
+                          memory_limit_mb=self.memory_limit_mb,
+                          env={"STEPTP_WORKER_WITHOUT": "torch"})
         if self._shelf is not None:
             kept = self._shelf.take(pool.key)
             if kept is not None:

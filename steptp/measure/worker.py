@@ -85,7 +85,8 @@ class WorkerResult:
 # ---------------------------------------------------------------------------- worker side
 def ping_task(payload: dict) -> dict:
     return {"pid": os.getpid(), "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
-            "echo": payload.get("echo")}
+            "echo": payload.get("echo"),
+            "modules": sorted(m for m in payload.get("modules", ()) if sys.modules.get(m))}
 
 
 def selftest_task(payload: dict) -> Any:
@@ -158,6 +159,10 @@ def _worker_main(rfd: int, wfd: int) -> None:
     writer = os.fdopen(wfd, "wb")
     limit = os.environ.get("STEPTP_WORKER_MEMORY_MB")
     preload = os.environ.get("STEPTP_WORKER_PRELOAD", "steptp.tir.build")
+    for mod in filter(None, os.environ.get("STEPTP_WORKER_WITHOUT", "").split(",")):
+        # a module this worker's tasks never need, kept out: TVM's FFI imports torch when it
+        # is installed (about 1.5 s of a 4 s start-up); an import of it raises ImportError
+        sys.modules[mod] = None  # type: ignore[assignment]
     for mod in filter(None, preload.split(",")):
         importlib.import_module(mod)  # TVM once, before the first deadline starts
     if limit:

@@ -277,7 +277,7 @@ class MeasurerEvaluator:
         self.seeds = tuple(DEFAULT_SEEDS if seeds is None else seeds)
         self.jobs = max(1, int(jobs))
         self.measurer = Measurer(self.target, self.config, cache=cache, jobs=self.jobs,
-                                 backend=backend)
+                                 backend=backend, prestart=True)
         #: the search may ask a timing to stop once clearly slower than its parent's (local
         #: only). Off by default: a stopped timing is never cached, so a rebuild on the same
         #: cache would time those candidates again and could decide differently (the cache's
