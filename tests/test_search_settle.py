@@ -150,6 +150,12 @@ def test_settle_leaves_a_noisy_pick_and_never_ends_slower_than_the_unscheduled_k
     assert settle({s.root.text: at(2.0), own.text: at(1.2, 0.5), other.text: at(0.6),
                    third.text: at(0.5, 0.6)}) is other
     assert settle({s.root.text: at(2.0), own.text: at(0.4, 0.5), other.text: at(0.6)}) is own
+    # every re-timing noisy: the medians decide, and a noisy pick no faster than the kernel
+    # does not stand
+    assert settle({s.root.text: at(2.0, 0.5), own.text: at(1.2, 0.5), other.text: at(0.6, 0.5),
+                   third.text: at(0.9, 0.5)}) is other
+    assert settle({s.root.text: at(0.2, 0.5), own.text: at(0.34, 0.9), other.text: at(0.21, 0.5),
+                   third.text: at(0.25, 0.5)}) is s.root
     # a pick significantly slower than the unscheduled kernel side by side gives way to the
     # fastest finalist that is not ...
     assert settle({s.root.text: at(1.0), own.text: at(2.0), other.text: at(0.97),

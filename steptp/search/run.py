@@ -486,8 +486,9 @@ class Search:
         The fastest re-timed finalist becomes ``best`` (the trajectory's final program, with
         ``remeasured_speedup`` from the same rounds) when it is significantly faster
         (``IMPROVE_RULE``) than the search's own pick, the fastest by its own timing, or when
-        the pick's re-timing is noisy (decides nothing) and a steady finalist is faster; a pick
-        significantly slower than the unscheduled kernel gives way to the fastest finalist
+        the pick's re-timing is noisy (decides nothing) and a steady finalist (else any) has a
+        lower median; a pick significantly slower than the unscheduled kernel (or noisy and no
+        faster than it) gives way to the fastest finalist
         that is not, else to the unscheduled kernel itself. Rows and their labels are
         unchanged.
         When no rewrite beat the unscheduled kernel by its own timing, the finalists are
@@ -513,12 +514,16 @@ class Search:
         elif IMPROVE_RULE.noisy(own[1]):
             # the pick's own side-by-side timing decides nothing (fused_conv2d_add's parallel
             # pick re-timed 0.19 -> 0.46 ms beside a steady 0.21): the fastest steady one
+            # (max_pool2d's: 0.148 -> 0.344 ms, spread 0.9, beside 0.207), else by the medians
             steady = [j for j in order if not IMPROVE_RULE.noisy(rest[j])]
-            if steady and rest[steady[0]].median_s < own[1].median_s:
-                pick = (group[steady[0]], rest[steady[0]])
-        if pick[0] is not self.root and IMPROVE_RULE.faster(pick[1], base):
-            # significantly slower than the unscheduled kernel side by side: the fastest
-            # finalist that is not, else the unscheduled kernel (the trajectory found nothing)
+            j = steady[0] if steady else order[0]
+            if rest[j].median_s < own[1].median_s:
+                pick = (group[j], rest[j])
+        if pick[0] is not self.root and (IMPROVE_RULE.faster(pick[1], base) or (
+                IMPROVE_RULE.noisy(pick[1]) and pick[1].median_s >= base.median_s)):
+            # significantly slower than the unscheduled kernel side by side (or noisy and no
+            # faster): the fastest finalist that is not, else the unscheduled kernel (the
+            # trajectory found nothing)
             ok = [j for j in order if rest[j].median_s < base.median_s
                   and not IMPROVE_RULE.faster(rest[j], base)]
             pick = (group[ok[0]], rest[ok[0]]) if ok else (self.root, base)
