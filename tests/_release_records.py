@@ -124,12 +124,18 @@ def trajectory(kernel: KernelRecord, steps: int = 2, seed: int = 0, policy: str 
 
 
 def with_template_cot(step: StepRecord, seed: int = 0) -> StepRecord:
+    """The template's reasoning with, beside it as the CoT stage stores it, the hardware its facts
+    describe (the generic core, whatever machine runs the tests), so that a release's prompt
+    states the cache sizes the reasoning cites. No ``measured`` side: curation would then judge
+    the predictions against these few quick timings."""
+    from steptp.cot.facts import GENERIC
     from steptp.cot.schema import answer_json, cot_record, render
     from steptp.cot.template import TemplateWriter
 
-    cot = TemplateWriter(seed=seed).write(step)
+    cot = TemplateWriter(seed=seed, hardware=GENERIC).write(step)
     text = render(cot, answer_json(step.strategy, step.site, step.params, step.after_leir))
-    return step.model_copy(update={"cot": cot_record(cot), "cot_text": text, "cot_source": "template"})
+    return step.model_copy(update={"cot": cot_record(cot, hardware=GENERIC.to_dict()),
+                                   "cot_text": text, "cot_source": "template"})
 
 
 @functools.lru_cache(maxsize=None)

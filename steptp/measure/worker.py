@@ -436,6 +436,11 @@ class WorkerPool:
             self._busy[i] = False
             self._cond.notify_all()
 
+    def idle(self) -> list[int]:
+        """The workers no task holds now (a background start holds its worker)."""
+        with self._cond:
+            return [i for i, b in enumerate(self._busy) if not b]
+
     def prestart(self, worker: int | None = None) -> None:
         """Start worker ``worker`` (or a free one) now if it is idle and not running, so that a
         task sent under a lock does not wait for a start-up; a busy worker is left alone.
