@@ -166,3 +166,29 @@ def test_the_refusal_shown_is_the_remedys_else_varies_with_the_seed():
     f = facts(mm, GENERIC)
     assert f.diagnosis.kind == "locality" and f.refusals[0].strategy == "loop_collapse"
     assert {refused(mm, f, seed) for seed in range(8)} == {"loop_collapse", "loop_vectorization"}
+
+
+def test_every_step_on_a_staged_register_tile_gets_a_valid_cot():
+    """A register tile whose accumulators were staged in a local buffer (the beam's finish), serial
+    and parallel: the fill and copy-out nests rewrite the same buffer elements every iteration of
+    the tile loop, which is reuse; a release once lost the reasoning of such steps because the
+    template called it "no reuse" and the validator disagreed."""
+    import steptp.strategies as S
+    from steptp.cot.samples import make_step
+    from steptp.cot.schema import cot_record
+    from test_private_buffers import TILE, _parallel_i, _tile_accumulator
+
+    staged = _tile_accumulator(TILE).program
+    n = 0
+    for prog in (staged, _parallel_i(staged).program):
+        for c in S.candidates(prog, max_per_site=2):
+            step = make_step("mm", c.strategy, c.site.to_json(), dict(c.params), speedup=1.3,
+                             step_index=n, program=prog)
+            validate(cot_record(TemplateWriter(seed=n).write(step)), step)
+            n += 1
+    assert n >= 20
+    fill = next(c for c in S.candidates(staged, "loop_unrolling")
+                if c.site.to_json()["path"] == [0, 0, 0])
+    work = TemplateWriter().write(make_step("mm", fill.strategy, fill.site.to_json(),
+                                            dict(fill.params), program=staged)).observation.work
+    assert "`T0[c0,c1]`" in work and "every iteration of `j`" in work and "no reuse" not in work

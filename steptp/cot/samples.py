@@ -11,9 +11,10 @@ from ..records import StepRecord, Timing
 
 def make_step(kernel: str, strategy: str, site: dict, params: dict, speedup: float = 1.0,
               before_s: float = 2.4e-5, spread: float = 0.02, step_index: int = 0,
-              target: str = "llvm -mcpu=generic") -> StepRecord:
-    """Apply ``strategy`` to the bundled example ``kernel`` and wrap the result in a StepRecord."""
-    p = parse(examples.text(kernel))
+              target: str = "llvm -mcpu=generic", program=None) -> StepRecord:
+    """Apply ``strategy`` to the bundled example ``kernel`` (or to ``program``, a parsed LEIR
+    program then named ``kernel``) and wrap the result in a StepRecord."""
+    p = program if program is not None else parse(examples.text(kernel))
     new = S.apply(p, strategy, site, params)
     s = S.get(strategy)
     after_s = before_s / speedup

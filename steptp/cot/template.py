@@ -158,6 +158,26 @@ class TemplateWriter:
                 w.append(f"`{a.text}` does not move with the innermost loop `{a.reuse_loop}`: "
                          f"it stays in a register there.")
                 claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=0))
+        elif m.loops and (rewritten := [a for a in sf.accesses
+                                        if a.write and a.reuse_loop is not None]):
+            # a fill or copy-out of a staging buffer: each iteration of an outer loop rewrites
+            # the same elements, which is locality too (they stay in cache or in registers)
+            a = max(rewritten, key=lambda x: (x.reuse_bytes or 0))
+            if a.reuse_bytes:
+                w.append(pick(f"The written `{a.text}` comes back: every iteration of "
+                              f"`{a.reuse_loop}` rewrites the same elements, "
+                              f"{fmt_bytes(a.reuse_bytes)} apart ({hw.level(a.reuse_bytes)}).",
+                              f"Only the write `{a.text}` is reused: each iteration of "
+                              f"`{a.reuse_loop}` stores to the same elements again, after "
+                              f"{fmt_bytes(a.reuse_bytes)} of other data ({hw.level(a.reuse_bytes)})."))
+                claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop,
+                                    value=a.reuse_bytes, level=hw.level(a.reuse_bytes)))
+            else:
+                w.append(f"The written `{a.text}` does not move with the innermost loop "
+                         f"`{a.reuse_loop}`: it stays in a register there.")
+                claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=0))
+            claims.extend(Claim(kind="no_reuse", access=x.text) for x in sf.accesses
+                          if x.reuse_loop is None)
         elif m.loops and sf.touched_once:
             w.append(pick("Every access depends on every loop of the nest: no element is touched "
                           "twice, there is no reuse to exploit.",
@@ -171,7 +191,8 @@ class TemplateWriter:
                           f"Accesses overlap one another ({fmt_bytes(sf.working_sets[0].bytes)} "
                           f"distinct of {fmt_bytes(sf.accessed_bytes)} accessed), though none "
                           f"repeats its own elements."))
-            claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
+            claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses
+                          if a.reuse_loop is None)
         if sf.working_sets:
             ws = sf.working_sets[0]
             lvl = ws.level
