@@ -258,6 +258,19 @@ def iter_stmts(body: tuple["Stmt", ...] | list, path: tuple[int, ...] = ()
             yield from iter_stmts(s.body, p)
 
 
+def node_at(program: "Program", path) -> "Stmt | None":
+    """The statement at ``path`` (as ``iter_stmts`` numbers them), or None when the path does
+    not resolve."""
+    body: tuple = program.body
+    node = None
+    for k in path:
+        if not isinstance(k, int) or k < 0 or k >= len(body):
+            return None
+        node = body[k]
+        body = node.body if isinstance(node, (Loop, If)) else ()
+    return node
+
+
 def walk(node: object) -> Iterator[object]:
     """Pre-order traversal of a node and everything under it."""
     stack = [node]

@@ -14,8 +14,6 @@ of buffer whose same elements a parallel loop's iterations may all write:
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from . import ast as A
 
 Path = tuple[int, ...]
@@ -68,7 +66,7 @@ def private_to(program: A.Program, path: Path) -> frozenset[str]:
         # climb to a loop (an access itself or a guard is no scope of its own here)
         node = None
         while len(common) >= len(path):
-            node = _node(program, common)
+            node = A.node_at(program, common)
             if isinstance(node, A.Loop) and len(common) > 0:
                 break
             common = common[:-1]
@@ -78,15 +76,4 @@ def private_to(program: A.Program, path: Path) -> frozenset[str]:
         if first is not None and _overwrites(first, t):
             out.append(t.name)
     return frozenset(out)
-
-
-def _node(program: A.Program, path: Path) -> A.Stmt | None:
-    body: Sequence[A.Stmt] = program.body
-    node = None
-    for k in path:
-        if not 0 <= k < len(body):
-            return None
-        node = body[k]
-        body = node.body if isinstance(node, (A.Loop, A.If)) else ()
-    return node
 

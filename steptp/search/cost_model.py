@@ -332,7 +332,7 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
     ext = [lp.extent for lp in loops]
 
     reg_tile = _register_tile(s, loops, accs, red_axes, lanes, par)
-    in_regs = reg_tile is not None and reg_tile[2]
+    in_regs = reg_tile is not None and _fits_registers(reg_tile[1])
     red_depth = max((d for d, lp in enumerate(loops) if lp.var in red_axes), default=-1)
 
     fps: dict[tuple[int, frozenset], float] = {}   # the three levels share the footprints
@@ -377,7 +377,7 @@ def _stmt_estimate(program: A.Program, st: _Stmt, cores: int, optimistic: bool,
         strided = sum(1 for x in inner_strides if x not in (0, 1, -1))
         lsu += iters * strided * 2.0 / (FREQ * par)
     if reg_tile is not None:
-        lsu, tile_regs, _ = reg_tile
+        lsu, tile_regs = reg_tile
     else:
         tile_regs = 0.0
     overhead = regions * PARALLEL_OVERHEAD_S if par_depth >= 0 else 0.0
@@ -432,7 +432,7 @@ def _self_update(s: A.Assign) -> bool:
 
 
 def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_axes: set[str],
-                   lanes: float, par: float) -> tuple[float, float, bool] | None:
+                   lanes: float, par: float) -> tuple[float, float] | None:
     """Load/store-slot time of a reduction whose innermost loops are spatial "point" loops
     below its innermost reduction loop (a register tile, as in a CPU matmul micro-kernel), and
     the vector registers its accumulators need; None for any other statement.
@@ -441,8 +441,8 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
     point-loop iteration it depends on (a vector load covers ``lanes`` unit-stride elements;
     an operand invariant in a point loop is reused from a register, e.g. A[i,k] broadcast over
     j). The accumulators stay in registers when they fit in REGISTERS - 4 (two operands and
-    the address arithmetic need a few); beyond that every update spills (a load and a store).
-    The third value: they stay there. (Not modelled: inside a parallel loop, LLVM may keep a
+    the address arithmetic need a few, ``_fits_registers``); beyond that every update spills (a
+    load and a store). (Not modelled: inside a parallel loop, LLVM may keep a
     global buffer's accumulators in memory when the row loop is rolled, as for conv1d's 4x15
     tile, 7.5 ms parallel against 2.4 serial, though not for a 512^3 matmul's 4x16 tile, 2.0
     against 4.5; staged in a local buffer, both were 1.8-2.4 ms. The search stages a tile
@@ -471,10 +471,13 @@ def _register_tile(s: A.Assign, loops: list[A.Loop], accs: list["_Access"], red_
                 and 2 <= abs(x) <= SHUFFLE_STRIDE:
             n *= (1 + abs(x)) / vec   # |x| loads and a shuffle per vector (``_shuffled_loads``)
         loads += n
-    spills = regs > REGISTERS - 4
-    if spills:
+    if not _fits_registers(regs):
         loads += 2.0 * regs
-    return outer * loads / (FREQ * 2.0 * par), regs, not spills
+    return outer * loads / (FREQ * 2.0 * par), regs
+
+
+def _fits_registers(vector_regs: float) -> bool:
+    return vector_regs <= REGISTERS - 4
 
 
 #: ``_stmt_estimate`` answers keyed on everything it reads: the statement, its loops' variables,

@@ -17,18 +17,6 @@ Path = tuple[int, ...]
 
 
 # ----------------------------------------------------------------------------- navigation
-def node_at(program: A.Program, path: Sequence[int]) -> A.Stmt | None:
-    """The statement at ``path``, or None when the path does not resolve."""
-    body: tuple = program.body
-    node = None
-    for k in path:
-        if not isinstance(k, int) or k < 0 or k >= len(body):
-            return None
-        node = body[k]
-        body = node.body if isinstance(node, (A.Loop, A.If)) else ()
-    return node
-
-
 def chain(program: A.Program, path: Sequence[int]) -> list[A.Stmt] | None:
     """Every statement from the root down to ``path`` (inclusive), or None."""
     body: tuple = program.body
@@ -66,6 +54,7 @@ def replace_at(program: A.Program, path: Sequence[int], new: Sequence[A.Stmt]) -
 
 
 iter_stmts = A.iter_stmts   # one home (leir.ast); re-exported for the strategies
+node_at = A.node_at
 
 
 def band(program: A.Program, path: Sequence[int], kinds: tuple[str, ...] = ("serial",)) -> list[A.Loop]:

@@ -155,17 +155,12 @@ class CacheReadWrite(Strategy):
         return out
 
     def params(self, program, site, rng=None):
-        v, plan = self._plan(program, site, {"scope": "global"}, shape_only=True)
-        if not v.ok:
-            return [{"scope": "global"}]
-        shape = plan[1]
-        t = program.tensors[site.get("tensor")]
-        n = 1
-        for x in shape:
-            n *= x
-        return [{"scope": "local" if n * ITEMSIZE[t.dtype] <= MAX_LOCAL_BYTES else "global"}]
+        # local when a local buffer is legal here (it fits MAX_LOCAL_BYTES, and under a parallel
+        # loop only a local one is private to each iteration), else global
+        v, _ = self._plan(program, site, {"scope": "local"})
+        return [{"scope": "local" if v.ok else "global"}]
 
-    def _plan(self, program, site, params, shape_only: bool = False) -> tuple[Verdict, Any]:
+    def _plan(self, program, site, params) -> tuple[Verdict, Any]:
         path = tuple(site.path)
         loop = node_at(program, path)
         if not isinstance(loop, A.Loop):
@@ -178,8 +173,7 @@ class CacheReadWrite(Strategy):
         # there, per iteration (``leir.private``), so per thread of a parallel loop around it;
         # a global one, or one around a GPU block's threads, would be shared
         shared = [lp for lp in around + [loop] if lp.kind not in SERIAL_KINDS
-                  and not (lp.kind == "parallel" and lp is not loop
-                           and (scope == "local" or shape_only))]
+                  and not (lp.kind == "parallel" and lp is not loop and scope == "local")]
         if shared:
             bad = shared[0]
             why = (f"; a local staging buffer would be private to each of its iterations"
