@@ -499,10 +499,26 @@ class TemplateWriter:
                               f"action.")
             elif ahead:
                 claims.append(Claim(kind="ranks_below", strategy=f.strategy, other=a.strategy))
-                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}: the cost model ranks "
-                              f"it ahead of this step; a candidate for the next one.",
-                              f"predicted {_fmt_time(a.predicted_s)} at {where}, ranked higher by the "
-                              f"cost model; it stays open for a later step.")
+                # ranked by what it and its best follow-up reach, not by its own time: without
+                # those figures "predicted 32.8 ms, ranked ahead" of a 27.8 ms step reads as a
+                # contradiction
+                opens = bool(p.after_potential_s and a.potential_s
+                             and a.potential_s < p.after_potential_s)
+                if opens and a.potential_s < 0.99 * a.predicted_s:
+                    why = (f"with its best follow-up it reaches {_fmt_time(a.potential_s)}, "
+                           f"against {_fmt_time(p.after_potential_s)} after the chosen step")
+                elif p.after_s and a.predicted_s < p.after_s:
+                    why = (f"faster by itself than the chosen step's "
+                           f"{_fmt_time(p.after_s)}")
+                elif opens:
+                    why = (f"nothing after the chosen step is predicted below "
+                           f"{_fmt_time(p.after_potential_s)}")
+                else:   # no follow-up predicted for one of them: the blend decided
+                    why = "its own time and what it leaves open, together, come out better"
+                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}; {why}: the cost "
+                              f"model ranks it ahead of this step, a candidate for the next one.",
+                              f"predicted {_fmt_time(a.predicted_s)} at {where}; {why}, so the "
+                              f"cost model ranks it higher; it stays open for a later step.")
             elif p is not None and p.after_s and a.predicted_s < p.after_s \
                     and p.after_potential_s and a.potential_s > p.after_potential_s:
                 # faster by itself yet ranked below: the ranking weighs what each step leaves
