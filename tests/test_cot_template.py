@@ -215,3 +215,24 @@ def test_an_alternative_the_cost_model_ranks_ahead_says_by_what(steps):
             else:
                 assert "nothing after the chosen step" in r or "come out better" in r, r
     assert seen >= 1
+
+
+def test_a_nest_too_large_to_count_claims_no_overlap_figures():
+    """Beyond ``MAX_POINTS`` iterations the facts do not count touched elements exactly; the
+    reasoning said "48 MiB distinct of 0 bytes accessed" for the default release's gelu."""
+    import steptp.strategies as S
+    from steptp.cot.facts import MAX_POINTS
+    from steptp.cot.samples import make_step
+    from steptp.cot.schema import cot_record
+    from steptp.leir import parse
+
+    big = parse("kernel f32 k(A[2048,4096], F[2048,4096]) -> B[2048,4096]\n"
+                " B[i,j] = A[i,j] * F[i,j] + A[i,j]\n")
+    assert 2048 * 4096 > MAX_POINTS
+    c = next(c for c in S.candidates(big, "loop_split"))
+    step = make_step("big", c.strategy, c.site.to_json(), dict(c.params), program=big)
+    cot = TemplateWriter().write(step)
+    validate(cot_record(cot), step)
+    work = cot.observation.work
+    assert " 0 bytes" not in work and "share" not in work and "overlap" not in work, work
+    assert "none repeats its own elements" in work or "No access comes back to its own" in work

@@ -184,6 +184,15 @@ class TemplateWriter:
                           "Each element is touched once (no reuse): this nest is a pure stream."))
             claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses)
             claims.append(Claim(kind="no_reuse"))
+        elif m.loops and not sf.accessed_bytes:
+            # a nest too large to count its elements exactly: whether accesses share elements
+            # is unknown, only that none comes back to its own
+            w.append(pick("No access comes back to its own elements: each moves with every loop "
+                          "of its nest.",
+                          "Every access depends on every loop of the nest, so none repeats its "
+                          "own elements."))
+            claims.extend(Claim(kind="no_reuse", access=a.text) for a in sf.accesses
+                          if a.reuse_loop is None)
         elif m.loops:
             w.append(pick(f"No access comes back to its own elements, but different accesses share "
                           f"some: {fmt_bytes(sf.working_sets[0].bytes)} distinct for "
