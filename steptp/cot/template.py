@@ -144,40 +144,33 @@ class TemplateWriter:
                 w.append(pick(f"Along the innermost loop `{m.innermost}`: {sl}.",
                               f"Per iteration of `{m.innermost}` (innermost) the accesses move: {sl}."))
                 claims.extend(_stride_claims(list(sf.accesses)))
-        reused = [a for a in sf.accesses if a.reuse_loop is not None and not a.write]
+        # a read that comes back, else (the fill or copy-out of a staging buffer) a write: each
+        # iteration of an outer loop rewriting the same elements is locality too
+        reused = ([a for a in sf.accesses if a.reuse_loop is not None and not a.write]
+                  or [a for a in sf.accesses if a.reuse_loop is not None])
         if m.loops and reused:
             a = max(reused, key=lambda x: (x.reuse_bytes or 0))
-            if a.reuse_bytes:
+            if a.reuse_bytes and not a.write:
                 w.append(pick(f"`{a.text}` is reused across iterations of `{a.reuse_loop}`, "
                               f"{fmt_bytes(a.reuse_bytes)} apart ({hw.level(a.reuse_bytes)}).",
                               f"Reuse: `{a.text}` comes back every iteration of `{a.reuse_loop}`, after "
                               f"{fmt_bytes(a.reuse_bytes)} of other data ({hw.level(a.reuse_bytes)})."))
-                claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=a.reuse_bytes,
-                                    level=hw.level(a.reuse_bytes)))
-            else:
-                w.append(f"`{a.text}` does not move with the innermost loop `{a.reuse_loop}`: "
-                         f"it stays in a register there.")
-                claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=0))
-        elif m.loops and (rewritten := [a for a in sf.accesses
-                                        if a.write and a.reuse_loop is not None]):
-            # a fill or copy-out of a staging buffer: each iteration of an outer loop rewrites
-            # the same elements, which is locality too (they stay in cache or in registers)
-            a = max(rewritten, key=lambda x: (x.reuse_bytes or 0))
-            if a.reuse_bytes:
+            elif a.reuse_bytes:
                 w.append(pick(f"The written `{a.text}` comes back: every iteration of "
                               f"`{a.reuse_loop}` rewrites the same elements, "
                               f"{fmt_bytes(a.reuse_bytes)} apart ({hw.level(a.reuse_bytes)}).",
                               f"Only the write `{a.text}` is reused: each iteration of "
                               f"`{a.reuse_loop}` stores to the same elements again, after "
                               f"{fmt_bytes(a.reuse_bytes)} of other data ({hw.level(a.reuse_bytes)})."))
-                claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop,
-                                    value=a.reuse_bytes, level=hw.level(a.reuse_bytes)))
             else:
-                w.append(f"The written `{a.text}` does not move with the innermost loop "
-                         f"`{a.reuse_loop}`: it stays in a register there.")
-                claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop, value=0))
-            claims.extend(Claim(kind="no_reuse", access=x.text) for x in sf.accesses
-                          if x.reuse_loop is None)
+                w.append(f"{'The written ' if a.write else ''}`{a.text}` does not move with the "
+                         f"innermost loop `{a.reuse_loop}`: it stays in a register there.")
+            claims.append(Claim(kind="reuse", access=a.text, loop=a.reuse_loop,
+                                value=a.reuse_bytes or 0,
+                                level=hw.level(a.reuse_bytes) if a.reuse_bytes else None))
+            if a.write:
+                claims.extend(Claim(kind="no_reuse", access=x.text) for x in sf.accesses
+                              if x.reuse_loop is None)
         elif m.loops and sf.touched_once:
             w.append(pick("Every access depends on every loop of the nest: no element is touched "
                           "twice, there is no reuse to exploit.",

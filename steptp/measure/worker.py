@@ -423,7 +423,7 @@ class WorkerPool:
                     if not self._busy[worker]:
                         break
                 else:
-                    free = [i for i, b in enumerate(self._busy) if not b]
+                    free = self.idle()
                     if free:
                         worker = free[0]
                         break
@@ -437,7 +437,8 @@ class WorkerPool:
             self._cond.notify_all()
 
     def idle(self) -> list[int]:
-        """The workers no task holds now (a background start holds its worker)."""
+        """The workers no task holds now (a background start holds its worker). Callable with
+        ``_cond`` held (a re-entrant lock)."""
         with self._cond:
             return [i for i, b in enumerate(self._busy) if not b]
 
@@ -446,7 +447,7 @@ class WorkerPool:
         task sent under a lock does not wait for a start-up; a busy worker is left alone.
         Raises ``WorkerError`` when it cannot start."""
         with self._cond:
-            free = [i for i, b in enumerate(self._busy) if not b]
+            free = self.idle()
             if worker is not None:
                 free = [worker] if worker in free else []
             if not free:
