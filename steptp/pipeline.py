@@ -160,7 +160,7 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
             # when the side-by-side re-timing chose another final program than the steps' own
             # timings did, that program's path goes first: its labels are the likeliest wrong
             moved = bool(res.settled) and res.best is not None and res.best.text != res.settled[0][0]
-            path = [n.text for n in res.best.path()[1:]] if moved else []
+            path = [n.leir for n in res.best.path()[1:]] if moved else []
             steps, n = confirm_roles(steps, timer, SignificanceRule(**(rule or {})),
                                      remeasure_rounds, pairs, interleave=again, path=path)
             traj = confirm_trajectory(traj, timer, roots[0].before_leir, remeasure_rounds,

@@ -120,8 +120,8 @@ def test_a_wrong_early_stop_cannot_label_a_slower_child_faster():
     # without the full re-timing Y (0.75) would be "faster" than X's short 1.5, though it is
     # slower than X's real 0.5
     assert IMPROVE_RULE.faster(short, ny.timing)
-    row_x = next(r for r in s.steps if r.after_leir == x.text)
-    row_y = next(r for r in s.steps if r.after_leir == y.text)
+    row_x = next(r for r in s.steps if r.after_leir == nx.leir)
+    row_y = next(r for r in s.steps if r.after_leir == ny.leir)
     assert row_y.outcome == "not_improved" and row_y.before is row_x.after
     assert row_x.after.median_s == 0.5 and row_x.after.repeats == 5 and not nx.partial
     assert row_x.outcome == "improved" and s.retimed == 1
@@ -179,14 +179,14 @@ def test_the_search_stops_a_child_clearly_slower_than_its_parent_not_one_only_sl
     # every reference was the parent's timing, not the best's
     assert all(ev.refs[c.text] is s.root.timing for c in (b, x, z, w))
     # X is slower than the best by far, but its "improved" rests on all its repeats
-    row = {r.after_leir: r for r in s.steps}
-    assert not nx.partial and row[x.text].after.repeats == 5 and row[x.text].outcome == "improved"
+    row = {r.after_leir: r for r in s.steps}  # rows keep the written names (Node.leir)
+    assert not nx.partial and row[nx.leir].after.repeats == 5 and row[nx.leir].outcome == "improved"
     # Z stopped after 3 repeats, and its label is the one the rule decides for its parent
-    assert nz.partial and row[z.text].after.repeats == 3
-    assert row[z.text].outcome == "not_improved"
+    assert nz.partial and row[nz.leir].after.repeats == 3
+    assert row[nz.leir].outcome == "not_improved"
     assert RULE.compare(s.root.timing, nz.timing) == "slower"
     # W is close to its parent: timed in full
-    assert not nw.partial and row[w.text].after.repeats == 5
+    assert not nw.partial and row[nw.leir].after.repeats == 5
     # a child the policy will expand at once is timed in full whatever its time
     z2 = next(c for c in s.untried(s.root))
     ev.times[z2.text] = 3.0

@@ -488,3 +488,36 @@ def test_beam_vectorizes_a_states_first_register_tile_right_away(evaluator):
     assert par.strategy == "loop_parallelization" and par.before_leir == vec.after_leir
     assert " parallel" in par.after_leir and " vectorized" in par.after_leir
     assert steps[k + 3].strategy == "loop_tiling" and steps[k + 3].before_leir == tile.before_leir
+
+
+def test_rows_keep_the_names_their_site_and_reasoning_use(evaluator):
+    """A row's programs keep the strategies' names: after a reorder each loop keeps its name
+    (the canonical renaming would call the new innermost loop by the old innermost's name, and
+    the reasoning "`k` becomes the innermost loop" would contradict the answer's program); a
+    split's loops are ``i_o``/``i_i``; the child's row starts from its parent's written text."""
+    from steptp.cot import TemplateWriter, validate
+    from steptp.cot.schema import think_text
+    from steptp.cot.facts import program_facts
+    from steptp.leir.canon import canonical_text
+
+    s = Search(parse(MATMUL), "mm32", "greedy", Budget(4, 60), 0, evaluator, strategies=LOOPS)
+    assert s.root.leir == s.root.text        # the root is the canonically renamed kernel
+    re_ = next(c for c in s.ranked(s.root) if c.strategy == "loop_reorder"
+               and c.params["order"][-1] != "k")
+    child = s.evaluate(s.root, re_)
+    row = child.step
+    new = re_.params["order"][-1]
+    hot = program_facts(row.after_leir).hot_statement
+    assert hot.innermost == new               # the canonical text would name it `k`
+    assert program_facts(child.text).hot_statement.innermost == "k"
+    assert canonical_text(parse(row.after_leir)) == child.text   # the same state
+    cot = TemplateWriter(seed=0).write(row)
+    validate(cot, row)
+    text = think_text(cot)
+    assert f"`{new}` becomes the innermost loop" in text or f"makes `{new}` innermost" in text
+
+    sp = next(c for c in s.ranked(child) if c.strategy == "loop_split")
+    grand = s.evaluate(child, sp)
+    loop = sp.site.loops[0]
+    assert grand.step.before_leir == row.after_leir
+    assert f"for {loop}_o in " in grand.step.after_leir and f"{loop}_i" in grand.step.after_leir

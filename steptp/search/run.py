@@ -1,5 +1,5 @@
-"""The state of one kernel's search: states are canonical LEIR programs, actions are catalog
-rewrites. A policy (``steptp.search.policies``) drives a :class:`Search`;
+"""The state of one kernel's search: states are LEIR programs identified by their canonical
+text (a renaming is the same state), actions are catalog rewrites. A policy (``steptp.search.policies``) drives a :class:`Search`;
 ``steptp.search.kernel.search_kernel`` puts the two together (this module imports no policy).
 
 Every child a policy chooses is verified against the ORIGINAL kernel (with the loosest
@@ -10,7 +10,9 @@ whatever its outcome (``improved``, ``not_improved``, ``failed_verify``, ``faile
 Rows of one search share a ``trajectory_id`` (a hash of kernel id, policy and seed);
 ``step_index`` is the step's depth (0 = a rewrite of the unscheduled kernel). The rows form a
 tree: a row's ``before_leir`` is its parent row's ``after_leir`` (each state is evaluated once,
-so after texts of verified rows are unique within a search). ``before`` of a row is the
+so after texts of verified rows are unique within a search). The texts keep the names the
+strategies gave (the root is canonically renamed; a split adds ``i_o``/``i_i``, a reorder moves
+loops with their names), so a row's site and reasoning name the loops of its own programs. ``before`` of a row is the
 parent's measured timing (the same object), so ``step_speedup = before / after``,
 ``cumulative_speedup = baseline / after``, and along any path the product of step speedups
 equals the cumulative speedup.
@@ -44,6 +46,7 @@ from typing import Callable, Optional, Sequence
 
 from ..leir import ast as A
 from ..leir.canon import canonical_hash, canonical_text, canonicalize
+from ..leir.printer import format_program
 from ..records import StepRecord, Timing, TrajectoryRecord
 from ..strategies import Candidate, get
 from ..measure.significance import SignificanceRule
@@ -121,6 +124,15 @@ class Node:
     #: the timing stopped early (clearly slower than the best): re-timed in full before the
     #: state is expanded (``Search.evaluate``)
     partial: bool = False
+    #: the program as the trajectory writes it, with the strategies' own names (a split's
+    #: ``i_o``/``i_i``, a reorder keeps each loop's name): what the rows record and what their
+    #: sites and reasoning refer to. ``text`` (canonically renamed) is the state's identity for
+    #: dedup, verification and the caches, which a renaming never changes.
+    leir: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.leir:
+            self.leir = format_program(self.program)
 
     @property
     def seconds(self) -> float:
@@ -323,12 +335,15 @@ class Search:
         s = get(cand.strategy)
         path_exact = _worse(node.exactness, cand.exactness)
         self._prefetch(node, cand, path_exact)
-        child_prog, _ = canonicalize(cand.program)
+        # a child keeps its parent's names (the canonical renaming would give a reordered loop
+        # another loop's name, and the reasoning, which cites the site's names, would not match)
+        child_prog = cand.program
         after_text = cand.text
+        written = format_program(child_prog)
         self.verifications += 1
         v = self.evaluator.verify(self.original_text, after_text, path_exact)
         base = dict(trajectory_id=self.trajectory_id, step_index=node.depth,
-                    kernel_id=self.kernel_id, before_leir=node.text, after_leir=after_text,
+                    kernel_id=self.kernel_id, before_leir=node.leir, after_leir=written,
                     strategy=cand.strategy, family=s.family, exactness=cand.exactness,
                     site=cand.site.to_json(), params=dict(cand.params), before=node.timing,
                     target=getattr(self.evaluator.target, "key", str(self.evaluator.target)),
@@ -362,7 +377,7 @@ class Search:
         rec = StepRecord(**base, verified=True, **self._measured(node.timing, after))
         self.steps.append(rec)
         child = Node(child_prog, after_text, after, node, rec, node.depth + 1, path_exact,
-                     partial=tm.stopped_early)
+                     partial=tm.stopped_early, leir=written)
         node.children.append(child)
         self.seen[after_text] = child
         if after.median_s < self.best.seconds:
@@ -544,7 +559,7 @@ class Search:
             trajectory_id=self.trajectory_id, kernel_id=self.kernel_id, policy=self.policy,
             seed=self.seed, n_steps=len(path), strategies=[n.step.strategy for n in path],
             baseline_s=self.root.seconds, best_s=self.best.seconds,
-            speedup=self.root.seconds / self.best.seconds, final_leir=self.best.text,
+            speedup=self.root.seconds / self.best.seconds, final_leir=self.best.leir,
             target=getattr(self.evaluator.target, "key", str(self.evaluator.target)),
             fingerprint=self._fp, **self._remeasured())
 
