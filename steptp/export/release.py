@@ -270,6 +270,11 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "and the parameters, the chain of thought, and the program after. Every after-program was "
         "built with TVM, matched the reference numerically within its strategy's exactness class, "
         "and was timed on the hardware below.", "",
+        "Programs keep the names their rewrites gave them (splitting `i` gives `i_o` and `i_i`, a "
+        "new buffer is `T0`), so a step's site and reasoning name the loops of its own before- and "
+        "after-program; a step's `before_leir` is its parent step's `after_leir`. Programs that "
+        "differ only by names are one state: `data/kernels.parquet` holds each kernel's "
+        "canonically renamed text (`steptp parse --rename` prints it for any program).", "",
         "## Contents", "",
         "| | count |", "| --- | ---: |",
         f"| kernels | {c['kernels']} |", f"| workloads | {c['workloads']} |",
