@@ -236,3 +236,30 @@ def test_a_nest_too_large_to_count_claims_no_overlap_figures():
     work = cot.observation.work
     assert " 0 bytes" not in work and "share" not in work and "overlap" not in work, work
     assert "none repeats its own elements" in work or "No access comes back to its own" in work
+
+
+POOL = """kernel f32 max_pool2d(A[1,64,112,112]) -> B[1,64,56,56]
+ C[1,64,114,114]
+ C[i,j,k,l] = where(1 <= k and k < 113 and 1 <= l and l < 113, A[i,j,k-1,l-1], -3.4028234663852886e+38)
+ for i in 1, j in 64, k_o in 7, l_o in 7, m in 3, n in 3, k_i in 8, l_i in 8:
+  B[i,j,k_o*8+k_i,l_o*8+l_i] max= C[i,j,k_o*16+k_i*2+m,l_o*16+l_i*2+n]
+"""
+
+
+def test_a_bottleneck_of_another_statement_than_the_site_names_that_statement():
+    """The default release's max_pool2d: the diagnosis (the heaviest statement, the padding copy)
+    said "Scalar code: `l` is innermost, contiguous and 114 long" above a step that vectorizes
+    the pooling's `l_i` (8 long): read as the site's loop, a contradiction."""
+    from steptp.cot.samples import make_step
+    from steptp.leir import parse
+
+    step = make_step("max_pool2d", "loop_vectorization", {"loops": ["l_i"], "path": [1] + [0] * 7},
+                     {}, speedup=1.3, program=parse(POOL))
+    f = facts(step)
+    assert f.diagnosis.kind == "vectorization" and f.diagnosis.loop == "l"
+    assert tuple(f.at_hot.main.path) != tuple(f.at_site.main.path)
+    pad = f.at_hot.main.text
+    for seed in range(4):     # both wordings
+        cot = TemplateWriter(seed=seed).write(step)
+        validate(cot, step)
+        assert "`l`" in cot.bottleneck.text and f"`{pad}`" in cot.bottleneck.text

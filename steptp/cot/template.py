@@ -219,6 +219,10 @@ class TemplateWriter:
         m = hot.main
         path = list(m.path)
         det = d.detail
+        # the diagnosis is of the heaviest statement; when the site is another one, a text that
+        # names only a loop would read as the site's loop (max_pool2d's padding copy's `l` 114
+        # beside a step on the pooling's `l_i` 8)
+        of_m = f" of `{m.text}`" if tuple(m.path) != tuple(f.at_site.main.path) else ""
         if d.kind == "locality":
             a = next(x for x in hot.accesses if x.text == det["access"])
             line = (f" every iteration touches a new {hw.line_bytes}-byte line" if det["new_line"]
@@ -240,11 +244,12 @@ class TemplateWriter:
             claims.append(Claim(kind="parallel_safe", loop=d.loop, path=path))
             claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
         elif d.kind == "vectorization":
-            text = pick(f"The innermost loop `{d.loop}` ({det['extent']} iterations) is scalar with "
-                        f"unit or zero strides; {hw.vector_bits}-bit registers hold {det['lanes']} "
-                        f"lanes, and vector code is predicted {_fmt_time(det['predicted_s'])}.",
-                        f"Scalar code: `{d.loop}` is innermost, contiguous and {det['extent']} long, "
-                        f"while the CPU could do {det['lanes']} lanes per instruction.")
+            text = pick(f"The innermost loop `{d.loop}`{of_m} ({det['extent']} iterations) is scalar "
+                        f"with unit or zero strides; {hw.vector_bits}-bit registers hold "
+                        f"{det['lanes']} lanes, and vector code is predicted "
+                        f"{_fmt_time(det['predicted_s'])}.",
+                        f"Scalar code: `{d.loop}` is innermost{of_m}, contiguous and {det['extent']} "
+                        f"long, while the CPU could do {det['lanes']} lanes per instruction.")
             claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
             claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
         elif d.kind == "dependence" and det.get("scan"):
@@ -275,9 +280,10 @@ class TemplateWriter:
                         f"Memory-bound: {fmt_bytes(det['bytes'])} of data against an L2 of "
                         f"{fmt_bytes(hw.l2_bytes)}.")
         elif d.kind == "loop_overhead":
-            text = pick(f"The innermost loop `{d.loop}` is short ({det['extent']} iterations): its "
-                        f"increment and branch are a visible share of each iteration.",
-                        f"Loop control: `{d.loop}` runs only {det['extent']} iterations per entry.")
+            text = pick(f"The innermost loop `{d.loop}`{of_m} is short ({det['extent']} iterations): "
+                        f"its increment and branch are a visible share of each iteration.",
+                        f"Loop control: `{d.loop}`{of_m} runs only {det['extent']} iterations per "
+                        f"entry.")
             claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], short=True,
                                 path=path))
         else:
