@@ -9,6 +9,7 @@ import pytest
 from steptp.cot import (SCHEMA_VERSION, TemplateWriter, cot_from_record, facts, render, validate,
                         write_cot)
 from steptp.cot.samples import sample_steps
+from steptp.cot.schema import think_text
 from steptp.records import StepRecord, read_records, table, write_table
 
 
@@ -263,3 +264,30 @@ def test_a_bottleneck_of_another_statement_than_the_site_names_that_statement():
         cot = TemplateWriter(seed=seed).write(step)
         validate(cot, step)
         assert "`l`" in cot.bottleneck.text and f"`{pad}`" in cot.bottleneck.text
+
+
+SUM_TILED = """kernel f32 sum(A[16,256,256]) -> B[16,256]
+ for i_o in 4, j_o in 8, k in 256, i_i in 4, j_i in 32:
+  B[i_o*4+i_i,j_o*32+j_i] += A[i_o*4+i_i,k,j_o*32+j_i]
+"""
+
+
+def test_an_alternative_ranked_below_with_a_better_follow_up_than_the_chosen_time_says_both():
+    """"predicted 568 µs at `j_i` (potential 229 µs): ranked below the chosen action", beside a
+    chosen parallelization predicted 346 µs, read as a contradiction in the release's train
+    example 6: an alternative's best follow-up is compared with the chosen step's."""
+    from steptp.cot.samples import make_step
+    from steptp.leir import parse
+
+    step = make_step("sum", "loop_parallelization", {"loops": ["i_o"], "path": [0]}, {},
+                     speedup=1.3, program=parse(SUM_TILED))
+    f = facts(step)
+    vec = next(a for a in f.alternatives if a.strategy == "loop_vectorization")
+    # the case: its follow-up alone is below the chosen step's own predicted time
+    assert vec.potential_s < f.predicted.after_s < vec.predicted_s
+    for seed in range(4):
+        cot = TemplateWriter(seed=seed).write(step)
+        validate(cot, step)
+        c = next(c for c in cot.candidates if c.strategy == "loop_vectorization")
+        assert "after the chosen step" in c.reason or "than the chosen step's" in c.reason, c.reason
+        assert "(potential " not in think_text(cot)

@@ -540,10 +540,26 @@ class TemplateWriter:
                               f"the chosen step opens more (best follow-up predicted "
                               f"{_fmt_time(p.after_potential_s)}, against {_fmt_time(a.potential_s)} "
                               f"after this one), so the cost model ranks it below.")
+            elif p is not None and p.after_potential_s and a.potential_s \
+                    and a.potential_s < 0.99 * a.predicted_s:
+                # its best follow-up alone (below the chosen step's own time, often) reads as a
+                # reason to rank it ahead: the chosen step's follow-up is the comparison
+                claims.append(Claim(kind="ranks_below", strategy=a.strategy, other=f.strategy))
+                if a.potential_s >= p.after_potential_s:
+                    vs = (f"best follow-up {_fmt_time(a.potential_s)}, against "
+                          f"{_fmt_time(p.after_potential_s)} after the chosen step")
+                else:
+                    vs = (f"its best follow-up reaches {_fmt_time(a.potential_s)} against "
+                          f"{_fmt_time(p.after_potential_s)}, but by itself it is slower than "
+                          f"the chosen step's {_fmt_time(p.after_s)}")
+                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)} ({vs}): ranked "
+                              f"below the chosen action.",
+                              f"predicted {_fmt_time(a.predicted_s)} at {where}; {vs}, so the "
+                              f"cost model prefers the chosen step.")
             else:
                 claims.append(Claim(kind="ranks_below", strategy=a.strategy, other=f.strategy))
-                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)} (potential "
-                              f"{_fmt_time(a.potential_s)}): ranked below the chosen action.",
+                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}: ranked below the "
+                              f"chosen action.",
                               f"predicted {_fmt_time(a.predicted_s)} at {where}; the cost model "
                               f"prefers the chosen step.")
             out.append(Candidate(strategy=a.strategy, site=a.site, params=dict(a.params) or None,
