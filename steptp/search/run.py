@@ -1,6 +1,7 @@
 """The state of one kernel's search: states are LEIR programs identified by their canonical
-text (a renaming is the same state), actions are catalog rewrites. A policy (``steptp.search.policies``) drives a :class:`Search`;
-``steptp.search.kernel.search_kernel`` puts the two together (this module imports no policy).
+text (a renaming is the same state), actions are catalog rewrites. A policy
+(``steptp.search.policies``) drives a :class:`Search`; ``steptp.search.kernel.search_kernel``
+puts the two together (this module imports no policy).
 
 Every child a policy chooses is verified against the ORIGINAL kernel (with the loosest
 exactness class along its path), then timed. Each evaluation is one ``StepRecord`` row, kept
@@ -12,8 +13,8 @@ Rows of one search share a ``trajectory_id`` (a hash of kernel id, policy and se
 tree: a row's ``before_leir`` is its parent row's ``after_leir`` (each state is evaluated once,
 so after texts of verified rows are unique within a search). The texts keep the names the
 strategies gave (the root is canonically renamed; a split adds ``i_o``/``i_i``, a reorder moves
-loops with their names), so a row's site and reasoning name the loops of its own programs. ``before`` of a row is the
-parent's measured timing (the same object), so ``step_speedup = before / after``,
+loops with their names), so a row's site and reasoning name the loops of its own programs.
+``before`` of a row is the parent's measured timing (the same object), so ``step_speedup = before / after``,
 ``cumulative_speedup = baseline / after``, and along any path the product of step speedups
 equals the cumulative speedup.
 
