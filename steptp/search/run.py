@@ -14,9 +14,9 @@ tree: a row's ``before_leir`` is its parent row's ``after_leir`` (each state is 
 so after texts of verified rows are unique within a search). The texts keep the names the
 strategies gave (the root is canonically renamed; a split adds ``i_o``/``i_i``, a reorder moves
 loops with their names), so a row's site and reasoning name the loops of its own programs.
-``before`` of a row is the parent's measured timing (the same object), so ``step_speedup = before / after``,
-``cumulative_speedup = baseline / after``, and along any path the product of step speedups
-equals the cumulative speedup.
+``before`` of a row is the parent's measured timing (the same object), so
+``step_speedup = before / after``, ``cumulative_speedup = baseline / after``, and along any path
+the product of step speedups equals the cumulative speedup.
 
 Budget: ``measurements`` (timings of candidates; the baseline is not counted; a candidate that
 fails verification is not timed, so it costs wall time but no measurement) and ``seconds`` of
