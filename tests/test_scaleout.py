@@ -362,6 +362,10 @@ def test_a_batch_verifies_on_every_worker_and_one_batch_is_in_flight(tmp_path, m
                 MATMUL_SPLIT.replace("* B[k,j]", "* B[k,j] * 1.01")]
     ev = MeasurerEvaluator(config=None, cache=None, jobs=2, num_threads=1)
     try:
+        # both workers up first: a worker still importing TVM is busy, and a batch rightly runs
+        # on the one that is ready rather than wait for it
+        pool = ev.measurer._pool("verify")
+        assert [pool.run("ping", {}, worker=i).ok for i in range(2)] == [True, True]
         ev.prefetch(MATMUL, [(v, "exact") for v in variants])
         # the batch takes the first two; while it runs, nothing more is sent
         ev.prefetch(MATMUL, [(variants[2], "exact")])

@@ -324,12 +324,18 @@ class Measurer:
             pool = self._pool("verify")
             group = together and len(payloads) > 1 and pool.size > 1 and self.backend is None
             with self._group_hold(group):
-                run = (lambda p: self._build_verify(p, locked=True)) if group else self._build_verify
                 if len(payloads) <= 1 or pool.size == 1:
-                    results = [run(p) for p in payloads]
+                    results = [self._build_verify(p, locked=group) for p in payloads]
                 else:
+                    # each on its own idle worker: a free-worker pick per thread let a quick
+                    # first verification finish and take worker 0 again before the second
+                    # thread started (on a loaded machine the batch then ran on one worker)
+                    free = pool.idle()
+                    pins = [free[k] if k < len(free) else None for k in range(len(payloads))]
                     with ThreadPoolExecutor(max_workers=min(pool.size, len(payloads))) as ex:
-                        results = list(ex.map(run, payloads))
+                        results = list(ex.map(
+                            lambda pw: self._build_verify(pw[0], locked=group, worker=pw[1]),
+                            zip(payloads, pins)))
             for (key, idx), r in zip(groups, results):
                 job = jobs[idx[0]]
                 if r.ok:
@@ -359,18 +365,19 @@ class Measurer:
                 self.stats["lock_wait_s"] += time.monotonic() - t0
             yield
 
-    def _build_verify(self, payload: dict, locked: bool = False) -> WorkerResult:
+    def _build_verify(self, payload: dict, locked: bool = False,
+                      worker: int | None = None) -> WorkerResult:
         """One ``build_verify`` task, holding the device lock shared (no timing meanwhile);
         ``locked``: the caller holds it for a group (taking it again here could deadlock
-        behind a timing waiting at the turnstile)."""
+        behind a timing waiting at the turnstile); ``worker``: on that worker (else a free one)."""
         pool = self._pool("verify")
         t0 = time.monotonic()
         if self.backend is not None or locked:
-            r = pool.run("build_verify", payload)
+            r = pool.run("build_verify", payload, worker=worker)
         else:
             with device_lock(device_name(self.target), self.lock_directory, shared=True):
                 waited = time.monotonic() - t0
-                r = pool.run("build_verify", payload)
+                r = pool.run("build_verify", payload, worker=worker)
             with self._stats_lock:
                 self.stats["lock_wait_s"] += waited
         with self._stats_lock:
