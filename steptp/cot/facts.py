@@ -585,7 +585,7 @@ class SiteFacts:
     @property
     def innermost_after(self) -> Optional[str]:
         """The innermost loop of the main statement after the step, in the *before*-program's
-        names (canonical printing renames loops, so ``main_after.innermost`` may reuse a name)."""
+        names (a split's new ``j_i`` walks the before-program's ``j``)."""
         return self.innermost_origin
 
 
