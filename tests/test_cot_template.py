@@ -291,3 +291,34 @@ def test_an_alternative_ranked_below_with_a_better_follow_up_than_the_chosen_tim
         c = next(c for c in cot.candidates if c.strategy == "loop_vectorization")
         assert "after the chosen step" in c.reason or "than the chosen step's" in c.reason, c.reason
         assert "(potential " not in think_text(cot)
+
+
+def test_a_window_unrolled_whole_names_the_loops_inside_it_and_validates():
+    """``loop_unrolling`` with ``inner`` unrolls the loops inside the site's loop too: the
+    reasoning names each of them with its extent (claims the validator checks), not only the
+    site's loop, on a fused max pooling's padding copy and its taps."""
+    import steptp.strategies as S
+    from steptp.cot.samples import make_step
+    from steptp.cot.schema import cot_record
+    from steptp.leir import parse
+
+    fused = parse("""kernel f32 mp(A[1,4,8,8]) -> B[1,4,4,4]
+ C[1,4,10,10]
+ for i in 1, j in 4, k in 4, l in 4:
+  for k_1 in 3, l_1 in 3:
+   C[i,j,k*2+k_1,l*2+l_1] = where(1 <= k * 2 + k_1 and k * 2 + k_1 < 9 and 1 <= l * 2 + l_1 and l * 2 + l_1 < 9, A[i,j,k*2+k_1-1,l*2+l_1-1], -3.4e+38)
+  for m in 3, n in 3:
+   B[i,j,k,l] max= C[i,j,k*2+m,l*2+n]
+""")
+    windows = [c for c in S.candidates(fused, "loop_unrolling") if c.params.get("inner")]
+    assert [c.site.loops[0] for c in windows] == ["k_1", "m"]
+    for seed, c in enumerate(windows):
+        step = make_step("mp", c.strategy, c.site.to_json(), dict(c.params), speedup=1.5,
+                         program=fused)
+        cot = TemplateWriter(seed=seed).write(step)
+        validate(cot_record(cot), step)
+        inner = "l_1" if c.site.loops[0] == "k_1" else "n"
+        (chosen,) = [x for x in cot.candidates if x.verdict == "chosen"]
+        assert f"`{inner}` (3)" in chosen.reason, chosen.reason
+        assert {(x.loop, x.value) for x in cot.claims if x.kind == "loop_extent"} >= {
+            (c.site.loops[0], 3), (inner, 3)}

@@ -276,3 +276,86 @@ def test_the_finish_parallelizes_the_heavy_nest_by_the_analytic_model(evaluator)
     lines = par.after_leir.splitlines()
     assert "for i in 8 parallel, j in 32, k in 34:" in lines[5]   # the conv nest's outer loop
     assert " parallel" not in lines[4]                            # not the copy
+
+
+AVGPOOL = """kernel f32 ap(A[1,8,16,16]) -> B[1,8,8,8]
+ C[1,8,8,8]
+ for i in 1, j in 8, k in 8, l in 8, m in 2, n in 2:
+  C[i,j,k,l] += A[i,j,k*2+m,l*2+n]
+ B[i,j,k,l] = C[i,j,k,l] * 0.25
+"""
+
+
+def test_a_window_is_a_poolings_taps_or_a_copy_at_each_output_not_a_tile():
+    """``space.unrolls_window``: what the finish unrolls whole. A pooling's taps and a padding
+    copy computed at each output are windows; the point loops of an elementwise tile (their
+    innermost loop is for vectorizing) and the fill of a staged register tile are not."""
+    from steptp.search.space import actions, unrolls_window
+
+    def windows(text):
+        p = parse(text)
+        return sorted((c.site.loops[0], tuple(sorted(c.params))) for c in
+                      actions(p, "cpu", 0, ("loop_unrolling",)) if unrolls_window(p, c))
+
+    assert windows(AVGPOOL) == [("m", ("inner",))]
+    fused_maxpool = """kernel f32 mp(A[1,4,8,8]) -> B[1,4,4,4]
+ C[1,4,10,10]
+ for i in 1, j in 4, k in 4, l in 4:
+  for k_1 in 3, l_1 in 3:
+   C[i,j,k*2+k_1,l*2+l_1] = where(1 <= k * 2 + k_1 and k * 2 + k_1 < 9 and 1 <= l * 2 + l_1 and l * 2 + l_1 < 9, A[i,j,k*2+k_1-1,l*2+l_1-1], -3.4e+38)
+  for m in 3, n in 3:
+   B[i,j,k,l] max= C[i,j,k*2+m,l*2+n]
+"""
+    assert windows(fused_maxpool) == [("k_1", ("inner",)), ("m", ("inner",))]
+    tiled_add = """kernel f32 add(A[256,256]) -> B[256,256]
+ for i_o in 128, j_o in 16, i_i in 2, j_i in 16:
+  B[i_o*2+i_i,j_o*16+j_i] = A[i_o*2+i_i,j_o*16+j_i] + 1.0
+"""
+    assert windows(tiled_add) == []
+    staged = """kernel f32 c1(A[8,64,512], B[128,64,3]) -> F[8,128,510]
+ E[8,64,512]
+ T0[4,15] local
+ E[i,j,k] = A[i,j,k]
+ for i in 8, j in 32, k in 34:
+  for c0 in 4, c1 in 15:
+   T0[c0,c1] = 0.0
+  for l in 64, m in 3, n in 4, o in 15 vectorized:
+   T0[n,o] = T0[n,o] + E[i,l,k*15+o+m] * B[j*4+n,l,m]
+  for c0 in 4, c1 in 15:
+   F[i,j*4+c0,k*15+c1] = T0[c0,c1]
+"""
+    assert windows(staged) == []
+
+
+def test_the_finish_unrolls_a_poolings_window_then_fuses_its_epilogue(evaluator):
+    """A pooling's finish, as MetaSchedule's trials end: the window's taps unrolled, the
+    division moved into the window's nest (one parallel region, not two), then parallel."""
+    s = Search(parse(AVGPOOL), "ap", "beam", Budget(8, 120), 0, _BusyCores(evaluator, load=1.0),
+               strategies=LOOPS + ("reverse_compute_at", "compute_at"), ranker=Ranker(learned=False))
+    Beam()._finish(s)
+    assert [(st.strategy, st.params) for st in s.steps] == [
+        ("loop_unrolling", {"inner": True}), ("reverse_compute_at", {"at": "l"}),
+        ("loop_parallelization", {})]
+    assert all(st.verified for st in s.steps)
+    assert s.steps[1].after_leir.splitlines()[2:] == [
+        " for i in 1, j in 8, k in 8, l in 8:",
+        "  for m in 2 unrolled, n in 2 unrolled:",
+        "   C[i,j,k,l] += A[i,j,k*2+m,l*2+n]",
+        "  B[i,j,k,l] = C[i,j,k,l] * 0.25"]
+
+
+def test_the_finish_completes_each_nest_not_only_the_first(evaluator):
+    """A kind is missing per top-level nest: a program whose first nest is vectorized and
+    parallel still has its second nest vectorized and parallelized."""
+    two = """kernel f32 two(A[64,64]) -> D[64,64]
+ B[64,64]
+ for i in 64 parallel, j in 64 vectorized:
+  B[i,j] = A[i,j] + 1.0
+ for i in 64, j in 64:
+  D[i,j] = B[i,j] * 2.0
+"""
+    s = Search(parse(two), "two", "beam", Budget(8, 120), 0, _BusyCores(evaluator, load=1.0),
+               strategies=LOOPS, ranker=Ranker(learned=False))
+    Beam()._finish(s)
+    assert [st.strategy for st in s.steps] == ["loop_vectorization", "loop_parallelization"]
+    assert s.steps[-1].after_leir.splitlines()[-2] == " for i in 64 parallel, j in 64 vectorized:"

@@ -527,6 +527,61 @@ def test_unrolling():
     assert "extent 128" in refusal(p, "loop_unrolling", {"path": [0], "loops": ["i"]}, {})
 
 
+MAXPOOL = P("""
+    kernel f32 mp(A[1,4,8,8]) -> B[1,4,4,4]
+     C[1,4,10,10]
+     C[i,j,k,l] = where(1 <= k and k < 9 and 1 <= l and l < 9, A[i,j,k-1,l-1], -3.4e+38)
+     for i in 1, j in 4, k in 4, l in 4, m in 3, n in 3:
+      B[i,j,k,l] max= C[i,j,k*2+m,l*2+n]
+""")
+WINDOW = {"path": [1, 0, 0, 0, 0], "loops": ["m"]}   # the pooling's 3x3 taps
+
+
+def test_unrolling_a_window_unrolls_the_loops_inside_it():
+    got = applied(MAXPOOL, "loop_unrolling", WINDOW, {"inner": True})
+    assert "for i in 1, j in 4, k in 4, l in 4, m in 3 unrolled, n in 3 unrolled:" in got
+    # without ``inner`` only the loop itself
+    assert "m in 3 unrolled, n in 3:" in applied(MAXPOOL, "loop_unrolling", WINDOW, {})
+    # offered where a serial loop is inside, as a second choice beside the plain unroll
+    offered = [(c.site.path, c.params) for c in S.candidates(MAXPOOL, "loop_unrolling")]
+    assert ((1, 0, 0, 0, 0), {"inner": True}) in offered
+    assert ((1, 0, 0, 0, 0, 0), {"inner": True}) not in offered   # n: nothing inside
+    assert ((1, 0, 0, 0, 0, 0), {}) in offered
+
+
+def test_unrolling_a_window_refuses_too_many_copies_and_other_kinds_inside():
+    k = {"path": [1, 0, 0], "loops": ["k"]}
+    assert "144 statement instances" in refusal(MAXPOOL, "loop_unrolling", k, {"inner": True})
+    n = {"path": [1, 0, 0, 0, 0, 0], "loops": ["n"]}
+    assert "no serial loop" in refusal(MAXPOOL, "loop_unrolling", n, {"inner": True})
+    ew3 = P("""
+        kernel f32 ew3(A[2,4,8]) -> B[2,4,8]
+         for i in 2, j in 4, k in 8:
+          B[i,j,k] = A[i,j,k] + 1.0
+    """)
+    vec = S.apply(ew3, "loop_vectorization", {"path": [0, 0, 0], "loops": ["k"]}, {})
+    assert "one is vectorized" in refusal(vec, "loop_unrolling", {"path": [0], "loops": ["i"]},
+                                          {"inner": True})
+
+
+def test_unrolled_windows_of_a_fused_pooling_verify_in_tvm():
+    """The padding copy computed at each output and both 3x3 windows unrolled: built and run
+    with TVM against the original, and a window unrolled with a wrong tap fails."""
+    from steptp.measure.verify import verify
+
+    fused = S.apply(MAXPOOL, "compute_at", {"path": [0], "loops": ["i", "j", "k", "l"],
+                                            "consumer": [1], "tensor": "C"}, {"at": "l"})
+    p = S.apply(fused, "loop_unrolling", {"path": [0, 0, 0, 0, 0], "loops": ["k_1"]},
+                {"inner": True})
+    p = S.apply(p, "loop_unrolling", {"path": [0, 0, 0, 0, 1], "loops": ["m"]}, {"inner": True})
+    text = format_program(p)
+    assert "k_1 in 3 unrolled, l_1 in 3 unrolled:" in text and "m in 3 unrolled, n in 3 unrolled:" in text
+    r = verify(p, MAXPOOL, exactness="exact", seeds=(0,))
+    assert r.passed, r.reason
+    wrong = parse(text.replace("l*2+n]", "l*2+n-n//2]"))   # the window's last tap reads the middle one
+    assert not verify(wrong, MAXPOOL, exactness="exact", seeds=(0,)).passed
+
+
 def test_parallelization():
     got = applied(ROWSUM, "loop_parallelization", {"path": [0], "loops": ["i"]}, {})
     assert got == T("""

@@ -348,6 +348,18 @@ class TemplateWriter:
             return pick(f"`{v}` has {lp.extent} iterations; {hw.vector_bits}-bit registers hold "
                         f"{lanes} lanes of them.",
                         f"SIMD over `{v}` ({lp.extent} iterations, {lanes} lanes per register).")
+        if s == "loop_unrolling" and lp is not None and prm.get("inner"):
+            inner = [x for x in f.before.loops
+                     if len(x.path) > len(lp.path) and x.path[:len(lp.path)] == lp.path]
+            claims.append(Claim(kind="loop_extent", loop=v, value=lp.extent))
+            for x in inner:
+                claims.append(Claim(kind="loop_extent", loop=x.var, value=x.extent))
+            names = ", ".join(f"`{x.var}` ({x.extent})" for x in inner)
+            return pick(f"`{v}` ({lp.extent}) and the loops inside it, {names}, are a small "
+                        f"window; unrolled whole it becomes straight-line code with no loop "
+                        f"control left in it.",
+                        f"the window `{v}` ({lp.extent}) with {names} inside it is written out "
+                        f"as straight-line code.")
         if s == "loop_unrolling" and lp is not None:
             from .claims import SHORT_LOOP
             short = lp.extent <= SHORT_LOOP

@@ -39,9 +39,9 @@ import zlib
 from typing import Optional
 
 from ..leir import ast as A
-from .run import Node, Search, has_loop_kind
+from .run import Node, Search
 from .cost_model import score
-from .space import finished_tilings, stages_tile_accumulators
+from .space import finished_tilings, stages_tile_accumulators, unrolls_window
 
 
 class Policy:
@@ -121,6 +121,10 @@ def _best_open(s: Search, exclude: Optional[Node] = None) -> Optional[Node]:
 ENABLING = ("loop_collapse",)
 PROMOTE_MARGIN = 0.1   # log-score: the finished tiles after the move must be ~10% faster
 FOLLOW_THROUGH = ("loop_tiling", "loop_vectorization")   # measured after a promoted move
+#: moves that bring a producer and its consumer into one nest: measured, each is followed by
+#: the unrolling of the small windows it leaves (``UNROLL_WINDOW``), which is what makes the
+#: fusion pay (max_pool2d's padding computed at each output, 160-190 us rolled, 45 unrolled)
+FUSING = ("compute_at", "reverse_compute_at")
 #: a register tile's accumulators staged in a local buffer (``cache_read_write``, see
 #: ``space.stages_tile_accumulators``): inside a parallel loop, LLVM may leave a global buffer's
 #: accumulators in memory (3 interleaved rounds on 2 cores: conv1d's 4x15 tile 7.4-7.7 ms
@@ -132,20 +136,47 @@ STAGE = "stage_accumulators"
 #: against 22 ms for smaller tiles, and the beam dropped it before vectorizing), and, once the
 #: program is parallel, only in a local buffer
 FINISH_TILE = ("loop_vectorization", STAGE, "loop_parallelization")
+#: A small inner window (a pooling's reduction over its 2x2 or 3x3 taps, the padding copy
+#: computed at each output) unrolled with every loop inside it (``loop_unrolling`` with
+#: ``inner``), as MetaSchedule's auto-unroll does to every trial: a rolled 3x3 window with its
+#: guard is several times slower (max_pool2d's fused nest 160-190 us rolled, 45 unrolled,
+#: MetaSchedule's 40; avg_pool2d's 38 against 27), and the cost model does not see it.
+UNROLL_WINDOW = "unroll_window"
+#: an elementwise epilogue moved into its producer's nest (``reverse_compute_at`` at the
+#: deepest loop it allows): one parallel region instead of two (avg_pool2d's division as a
+#: second parallel nest timed 77-116 us and varied 2x between runs, fused 23-27)
+FUSE_EPILOGUE = "fuse_epilogue"
 #: the beam's last measurements: the best state's missing finishing moves, in this order, each
 #: from the one before (a MetaSchedule trial is always vectorized and parallel, its tiles'
-#: accumulators in a local cache-write stage; a beam that found its best state at its last
-#: measurement never tried to parallelize it)
-FINISH = (("loop_vectorization", "vectorized"), (STAGE, None), ("loop_parallelization", "parallel"))
+#: accumulators in a local cache-write stage, its small inner loops unrolled; a beam that found
+#: its best state at its last measurement never tried to parallelize it). A kind is missing per
+#: top-level nest: a program whose first nest is parallel still has its second parallelized.
+FINISH = ((UNROLL_WINDOW, None), (FUSE_EPILOGUE, None), ("loop_vectorization", "vectorized"),
+          (STAGE, None), ("loop_parallelization", "parallel"), (UNROLL_WINDOW, None))
 
 
 def _moves(s: Search, n: Node, move: str) -> list:
     """The untried actions of ``n`` that make ``move``: a strategy's name (register tiles only,
-    for ``loop_tiling``) or ``STAGE``."""
+    for ``loop_tiling``), ``STAGE``, ``UNROLL_WINDOW`` or ``FUSE_EPILOGUE`` (the deepest
+    ``at`` of each epilogue)."""
     if move == STAGE:
         return [c for c in s.untried(n) if stages_tile_accumulators(n.program, c)]
+    if move == UNROLL_WINDOW:
+        return [c for c in s.untried(n) if unrolls_window(n.program, c)]
+    if move == FUSE_EPILOGUE:
+        deepest: dict[tuple, object] = {}
+        for c in s.untried(n):
+            if c.strategy == "reverse_compute_at":
+                deepest[tuple(c.site.path)] = c   # ``at`` is offered outermost first
+        return list(deepest.values())
     return [c for c in s.untried(n) if c.strategy == move
             and (move != "loop_tiling" or c.params.get("point") == "inner")]
+
+
+def _nest_has(program: A.Program, path, kind: str) -> bool:
+    """Does the top-level statement holding ``path`` have a loop of ``kind``?"""
+    top = program.body[path[0]] if path else None
+    return top is not None and any(isinstance(x, A.Loop) and x.kind == kind for x in A.walk(top))
 
 
 def _finished_score(s: Search, program) -> float:
@@ -260,9 +291,11 @@ class Beam(Policy):
         serial best)."""
         n = s.best
         for move, kind in FINISH:
-            if s.done or (kind is not None and has_loop_kind(n.program, kind)):
+            if s.done:
                 continue
             cands = _moves(s, n, move)
+            if kind is not None:
+                cands = [c for c in cands if not _nest_has(n.program, c.site.path, kind)]
             if not cands:
                 continue
             # the analytic model's pick: the learned one is fitted to this search's few timings,
@@ -345,6 +378,8 @@ class Beam(Policy):
                         new.append(ch)
                         if c.text in self._enablers:
                             new.extend(self._follow_through(s, ch))
+                        elif c.strategy in FUSING:
+                            new.extend(self._follow_through(s, ch, (UNROLL_WINDOW,) * 2))
                         elif self._unfinished_tile(n, c, ch):
                             # once per state: its best-ranked tile
                             self._tiles_finished.add(n.text)

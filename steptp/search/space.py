@@ -23,7 +23,9 @@ from typing import Iterable
 
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE, affine
-from ..strategies._ir import band, enclosing_loops, iter_stmts, layout_forms, node_at, perfect_nest
+from ..strategies._ir import (band, enclosing_loops, iter_stmts, layout_forms, node_at, perfect_nest,
+                             statement_instances, tensors_read, tensors_written)
+from ..strategies.loops import MAX_UNROLL
 from .cost_model import REGISTERS, _cores
 from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
 
@@ -195,6 +197,36 @@ def stages_tile_accumulators(program: A.Program, c: Candidate) -> bool:
     return len(new) == 1 and new[0].size * ITEMSIZE[new[0].dtype] <= (REGISTERS - 4) * VECTOR_BYTES
 
 
+def unrolls_window(program: A.Program, c: Candidate) -> bool:
+    """Is ``c`` a small window unrolled whole: ``loop_unrolling`` that leaves a loop inside
+    another and every loop inside it unrolled, at most ``MAX_UNROLL`` statement instances,
+    where the loop is a window: its variable is a reduction axis of an update inside it (a
+    pooling's taps), or it produces what a later statement beside it only reads (a padding
+    copy computed at each output)? A tile of an elementwise nest is no window: its innermost
+    loop is vectorized instead (unrolling it first left an elementwise add without a vector
+    loop); nor is the fill or copy-out of a staged register tile (the later statements update
+    the accumulators the fill writes)."""
+    if c.strategy != "loop_unrolling" or len(c.site.path) < 2:
+        return False
+    loop = node_at(c.program, tuple(c.site.path))
+    if not isinstance(loop, A.Loop):
+        return False
+    inner = [x for x in A.walk(loop) if isinstance(x, A.Loop)]
+    if len(inner) < 2 or any(x.kind != "unrolled" for x in inner) \
+            or statement_instances(loop) > MAX_UNROLL:
+        return False
+    parent = node_at(program, tuple(c.site.path[:-1]))
+    if isinstance(parent, A.Loop):
+        later = parent.body[c.site.path[-1] + 1:]
+        read = {t for st in later for t in tensors_read(st)}
+        updated = {t for st in later for t in tensors_written(st)}
+        if any(t in read and t not in updated for t in tensors_written(loop)):
+            return True
+    return any(isinstance(st, A.Assign) and st.is_reduction
+               and loop.var not in {v for e in st.index for v in A.free_vars(e)}
+               for st in A.walk(loop))
+
+
 def column_tiles(extent: int, lanes: int) -> list[int]:
     """Column factors of a register tile over a loop of ``extent``: one to four whole vector
     registers, and the divisors that fill one register partly (half to all of its lanes; e.g.
@@ -296,13 +328,14 @@ def _vector_collapse(program, stmts, a, b, na, nb, unit_ext) -> bool:
 
 
 def _finished_nest(program: A.Program, site: Site) -> bool:
-    """Is the nest at ``site`` in its final shape (its innermost loop vectorized)? The search
-    moves an epilogue into a producer (``reverse_compute_at``) only then: the move breaks the
-    perfect nest that tiling and reordering need, so it is a finishing move."""
+    """Is the nest at ``site`` in its final shape (its innermost loop vectorized, or unrolled:
+    a pooling window's taps)? The search moves an epilogue into a producer
+    (``reverse_compute_at``) only then: the move breaks the perfect nest that tiling and
+    reordering need, so it is a finishing move."""
     node = node_at(program, site.path)
     while isinstance(node, A.Loop) and len(node.body) == 1 and isinstance(node.body[0], A.Loop):
         node = node.body[0]
-    return isinstance(node, A.Loop) and node.kind == "vectorized"
+    return isinstance(node, A.Loop) and node.kind in ("vectorized", "unrolled")
 
 
 def actions(program: A.Program, target: str = "cpu", seed: int = 0,
@@ -333,4 +366,4 @@ def _compiles_quickly(program: A.Program) -> bool:
     return copies <= MAX_UNROLLED and over_loops <= MAX_UNROLLED_OVER_LOOPS
 
 
-__all__ = ["actions", "Site"]
+__all__ = ["actions", "Site", "unrolls_window"]

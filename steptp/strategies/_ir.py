@@ -212,6 +212,15 @@ def tensors_written(node: object) -> list[str]:
     return list(seen)
 
 
+def statement_instances(node: A.Stmt) -> int:
+    """Statement instances ``node`` runs: the copies unrolling all of it writes out."""
+    if isinstance(node, A.Loop):
+        return node.extent * sum(statement_instances(b) for b in node.body)
+    if isinstance(node, A.If):
+        return sum(statement_instances(b) for b in node.body)
+    return 1
+
+
 def reduction_axes(stmt: A.Assign, loops: Sequence[A.Loop]) -> list[str]:
     """The enclosing loop variables a reduction statement reduces over (absent from its LHS)."""
     if not stmt.is_reduction:

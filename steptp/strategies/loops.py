@@ -21,6 +21,7 @@ from . import _deps as D
 from ._memo import IdentityMemo
 from ._ir import (Path, affine, affine_expr, all_names, band, chain, enclosing_loops, fresh_name,
                   fresh_tensor, iter_stmts, node_at, perfect_nest, reduction_axes, replace_at,
+                  statement_instances,
                   subst_expr, subst_stmt, tensors_read, tensors_written)
 from .base import OK, Site, Strategy, Verdict, refuse
 from .registry import register
@@ -636,11 +637,22 @@ class LoopUnrolling(_KindChange):
     exactness = "exact"
     targets = frozenset({"cpu", "gpu"})
     kind = "unrolled"
-    description = f"Mark a serial loop of extent 2..{MAX_UNROLL} `unrolled`."
+    description = (f"Mark a serial loop of extent 2..{MAX_UNROLL} `unrolled`; with `inner`, "
+                   f"also every serial loop inside it, when the loop's body then runs at most "
+                   f"{MAX_UNROLL} statement instances: a small window (a pooling or stencil "
+                   f"iteration's reduction, its padding copy) becomes straight-line code, as "
+                   f"MetaSchedule's auto-unroll makes it.")
 
     def sites(self, program, analysis=None):
         return [Site.make(p, [s.var]) for p, s in iter_stmts(program.body)
                 if isinstance(s, A.Loop) and s.kind == "serial" and 2 <= s.extent <= MAX_UNROLL]
+
+    def params(self, program, site, rng=None):
+        loop = node_at(program, site.path)
+        if isinstance(loop, A.Loop) and any(isinstance(s, A.Loop) and s.kind == "serial"
+                                            for _, s in iter_stmts(loop.body)):
+            return [{}, {"inner": True}]
+        return [{}]
 
     def check(self, program, site, params):
         loop, v = _loop_site(program, site)
@@ -649,10 +661,36 @@ class LoopUnrolling(_KindChange):
         if not 2 <= loop.extent <= MAX_UNROLL:
             return refuse(f"cannot unroll {loop.var}: extent {loop.extent} is outside "
                           f"[2, {MAX_UNROLL}]")
-        outer, _ = _kinds_around(program, site.path)
+        outer, inner = _kinds_around(program, site.path)
         if "vectorized" in outer:
             return refuse(f"cannot unroll {loop.var}: it is inside a vectorized loop")
+        if params.get("inner"):
+            if "serial" not in inner:
+                return refuse(f"loop {loop.var} holds no serial loop to unroll with it")
+            bad = [k for k in inner if k not in ("serial", "unrolled")]
+            if bad:
+                return refuse(f"cannot unroll the loops inside {loop.var}: one is {bad[0]}")
+            n = statement_instances(loop)
+            if n > MAX_UNROLL:
+                return refuse(f"unrolling {loop.var} and the loops inside it would write out "
+                              f"{n} statement instances, more than {MAX_UNROLL}")
         return OK
+
+    def rewrite(self, program, site, params):
+        loop = node_at(program, site.path)
+        if params.get("inner"):
+            return replace_at(program, site.path, [_unroll_all(loop)])
+        return super().rewrite(program, site, params)
+
+
+def _unroll_all(node):
+    """``node`` with every serial loop in it (itself included) marked unrolled."""
+    if isinstance(node, A.Loop):
+        return replace(node, kind="unrolled" if node.kind == "serial" else node.kind,
+                       body=tuple(_unroll_all(b) for b in node.body))
+    if isinstance(node, A.If):
+        return replace(node, body=tuple(_unroll_all(b) for b in node.body))
+    return node
 
 
 @register
