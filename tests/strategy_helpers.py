@@ -15,6 +15,18 @@ from steptp.strategies.base import IllegalRewrite, Site
 from leir_gen import inputs_for  # noqa: F401 - re-exported for the strategy tests
 
 
+#: a small max pooling with its padding copy computed at each output (``compute_at`` at ``l``):
+#: two 3x3 windows, the copy's and the taps', for the window-unrolling tests
+FUSED_MAXPOOL = """kernel f32 mp(A[1,4,8,8]) -> B[1,4,4,4]
+ C[1,4,10,10]
+ for i in 1, j in 4, k in 4, l in 4:
+  for k_1 in 3, l_1 in 3:
+   C[i,j,k*2+k_1,l*2+l_1] = where(1 <= k * 2 + k_1 and k * 2 + k_1 < 9 and 1 <= l * 2 + l_1 and l * 2 + l_1 < 9, A[i,j,k*2+k_1-1,l*2+l_1-1], -3.4e+38)
+  for m in 3, n in 3:
+   B[i,j,k,l] max= C[i,j,k*2+m,l*2+n]
+"""
+
+
 def P(text: str):
     """A program from dedented LEIR text."""
     return parse(textwrap.dedent(text).strip() + "\n")

@@ -301,15 +301,9 @@ def test_a_window_unrolled_whole_names_the_loops_inside_it_and_validates():
     from steptp.cot.samples import make_step
     from steptp.cot.schema import cot_record
     from steptp.leir import parse
+    from strategy_helpers import FUSED_MAXPOOL
 
-    fused = parse("""kernel f32 mp(A[1,4,8,8]) -> B[1,4,4,4]
- C[1,4,10,10]
- for i in 1, j in 4, k in 4, l in 4:
-  for k_1 in 3, l_1 in 3:
-   C[i,j,k*2+k_1,l*2+l_1] = where(1 <= k * 2 + k_1 and k * 2 + k_1 < 9 and 1 <= l * 2 + l_1 and l * 2 + l_1 < 9, A[i,j,k*2+k_1-1,l*2+l_1-1], -3.4e+38)
-  for m in 3, n in 3:
-   B[i,j,k,l] max= C[i,j,k*2+m,l*2+n]
-""")
+    fused = parse(FUSED_MAXPOOL)
     windows = [c for c in S.candidates(fused, "loop_unrolling") if c.params.get("inner")]
     assert [c.site.loops[0] for c in windows] == ["k_1", "m"]
     for seed, c in enumerate(windows):

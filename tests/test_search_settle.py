@@ -291,6 +291,7 @@ def test_a_window_is_a_poolings_taps_or_a_copy_at_each_output_not_a_tile():
     copy computed at each output are windows; the point loops of an elementwise tile (their
     innermost loop is for vectorizing) and the fill of a staged register tile are not."""
     from steptp.search.space import actions, unrolls_window
+    from strategy_helpers import FUSED_MAXPOOL
 
     def windows(text):
         p = parse(text)
@@ -298,15 +299,7 @@ def test_a_window_is_a_poolings_taps_or_a_copy_at_each_output_not_a_tile():
                       actions(p, "cpu", 0, ("loop_unrolling",)) if unrolls_window(p, c))
 
     assert windows(AVGPOOL) == [("m", ("inner",))]
-    fused_maxpool = """kernel f32 mp(A[1,4,8,8]) -> B[1,4,4,4]
- C[1,4,10,10]
- for i in 1, j in 4, k in 4, l in 4:
-  for k_1 in 3, l_1 in 3:
-   C[i,j,k*2+k_1,l*2+l_1] = where(1 <= k * 2 + k_1 and k * 2 + k_1 < 9 and 1 <= l * 2 + l_1 and l * 2 + l_1 < 9, A[i,j,k*2+k_1-1,l*2+l_1-1], -3.4e+38)
-  for m in 3, n in 3:
-   B[i,j,k,l] max= C[i,j,k*2+m,l*2+n]
-"""
-    assert windows(fused_maxpool) == [("k_1", ("inner",)), ("m", ("inner",))]
+    assert windows(FUSED_MAXPOOL) == [("k_1", ("inner",)), ("m", ("inner",))]
     tiled_add = """kernel f32 add(A[256,256]) -> B[256,256]
  for i_o in 128, j_o in 16, i_i in 2, j_i in 16:
   B[i_o*2+i_i,j_o*16+j_i] = A[i_o*2+i_i,j_o*16+j_i] + 1.0

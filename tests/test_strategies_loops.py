@@ -14,7 +14,7 @@ from steptp import examples
 from steptp.leir import format_program, parse
 from steptp.strategies import registry
 from steptp.strategies.base import IllegalRewrite, Site, Strategy  # noqa: F401
-from strategy_helpers import P, T, applied, inputs_for, refusal, same_outputs  # noqa: F401
+from strategy_helpers import FUSED_MAXPOOL, P, T, applied, inputs_for, refusal, same_outputs  # noqa: F401
 
 
 ELEMENTWISE = P("""
@@ -571,6 +571,7 @@ def test_unrolled_windows_of_a_fused_pooling_verify_in_tvm():
 
     fused = S.apply(MAXPOOL, "compute_at", {"path": [0], "loops": ["i", "j", "k", "l"],
                                             "consumer": [1], "tensor": "C"}, {"at": "l"})
+    assert format_program(fused) == T(FUSED_MAXPOOL)   # the other window tests' program
     p = S.apply(fused, "loop_unrolling", {"path": [0, 0, 0, 0, 0], "loops": ["k_1"]},
                 {"inner": True})
     p = S.apply(p, "loop_unrolling", {"path": [0, 0, 0, 0, 1], "loops": ["m"]}, {"inner": True})
