@@ -352,3 +352,25 @@ def test_the_finish_completes_each_nest_not_only_the_first(evaluator):
     Beam()._finish(s)
     assert [st.strategy for st in s.steps] == ["loop_vectorization", "loop_parallelization"]
     assert s.steps[-1].after_leir.splitlines()[-2] == " for i in 64 parallel, j in 64 vectorized:"
+
+
+def test_the_finish_merges_an_epilogue_already_collapsed_and_parallel_into_one_region(evaluator):
+    """An epilogue the search collapsed and parallelized no longer matches its producer's loops
+    below the parallel one, so ``reverse_compute_at`` is not offered; the finish merges the two
+    parallel nests over the loops they share (``operator_fusion``): one parallel region."""
+    state = """kernel f32 ap(A[1,8,16,16]) -> B[1,8,8,8]
+ C[1,8,8,8]
+ for i in 1:
+  for j in 8 parallel, k in 8, l in 8, m in 2 unrolled, n in 2 unrolled:
+   C[i,j,k,l] += A[i,j,k*2+m,l*2+n]
+  for j in 8 parallel, k_l in 64:
+   B[i,j,k_l//8,k_l%8] = C[i,j,k_l//8,k_l%8] * 0.25
+"""
+    s = Search(parse(state), "ap", "beam", Budget(4, 120), 0, _BusyCores(evaluator, load=1.0),
+               strategies=LOOPS + ("reverse_compute_at", "operator_fusion"),
+               ranker=Ranker(learned=False))
+    Beam()._finish(s)
+    fuse = s.steps[0]
+    assert fuse.strategy == "operator_fusion" and fuse.verified
+    assert fuse.after_leir.count(" parallel") == 1
+    assert " for i in 1, j in 8 parallel:" in fuse.after_leir.splitlines()

@@ -92,6 +92,42 @@ def test_operator_fusion_refusals():
     assert "read-after-write" in refusal(p3, "operator_fusion", {"path": [0], "loops": ["i", "i"]}, {})
 
 
+def test_operator_fusion_under_a_parallel_loop_needs_each_iteration_to_read_its_own():
+    """Two parallel nests fuse into one parallel region (one fork instead of two) only when each
+    consumer iteration reads what the same producer iteration writes: fused, another
+    iteration's write is unordered (the verifier's race check rejected such a candidate, but
+    the catalog offered it)."""
+    from steptp.measure.verify import verify
+
+    shifted = P("""
+        kernel f32 sh(A[64]) -> C[63]
+         B[64]
+         B[0] = 0.0
+         for i in 63 parallel:
+          B[i+1] = A[i+1] * 2.0
+         for i in 63 parallel:
+          C[i] = B[i] + 1.0
+    """)
+    site = {"path": [1], "loops": ["i", "i"]}
+    reason = refusal(shifted, "operator_fusion", site, {})
+    assert "parallel loop i would race" in reason and "`C[i] = B[i] + 1.0`" in reason
+    # serially the same fusion is legal: the producer's iteration i-1 runs before i
+    serial = parse(format_program(shifted).replace(" parallel", ""))
+    assert S.check(serial, "operator_fusion", site, {}).ok
+    own = P("""
+        kernel f32 own(A[64,16]) -> C[64,16]
+         B[64,16]
+         for i in 64 parallel, j in 16:
+          B[i,j] = A[i,j] * 2.0
+         for i in 64 parallel, j in 16:
+          C[i,j] = B[i,j] + 1.0
+    """)
+    fused = S.apply(own, "operator_fusion", {"path": [0], "loops": ["i", "i"]}, {})
+    assert format_program(fused).count(" parallel") == 1
+    r = verify(fused, own, exactness="exact", seeds=(0,))
+    assert r.passed, r.reason
+
+
 def test_operator_fission():
     got = applied(MBG, "operator_fission", {"path": [0], "loops": ["i", "j"]}, {"at": 1})
     assert got == T("""

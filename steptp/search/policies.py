@@ -143,8 +143,11 @@ FINISH_TILE = ("loop_vectorization", STAGE, "loop_parallelization")
 #: MetaSchedule's 40; avg_pool2d's 38 against 27), and the cost model does not see it.
 UNROLL_WINDOW = "unroll_window"
 #: an elementwise epilogue moved into its producer's nest (``reverse_compute_at`` at the
-#: deepest loop it allows): one parallel region instead of two (avg_pool2d's division as a
-#: second parallel nest timed 77-116 us and varied 2x between runs, fused 23-27)
+#: deepest loop it allows), or the two nests merged over the loops they share
+#: (``operator_fusion``, also of two parallel loops: an epilogue the search had already
+#: collapsed and parallelized no longer matches the producer's loops below them): one
+#: parallel region instead of two (avg_pool2d's division as a second parallel nest timed
+#: 77-116 us and varied 2x between runs, fused 23-27)
 FUSE_EPILOGUE = "fuse_epilogue"
 #: the beam's last measurements: the best state's missing finishing moves, in this order, each
 #: from the one before (a MetaSchedule trial is always vectorized and parallel, its tiles'
@@ -158,17 +161,20 @@ FINISH = ((UNROLL_WINDOW, None), (FUSE_EPILOGUE, None), ("loop_vectorization", "
 def _moves(s: Search, n: Node, move: str) -> list:
     """The untried actions of ``n`` that make ``move``: a strategy's name (register tiles only,
     for ``loop_tiling``), ``STAGE``, ``UNROLL_WINDOW`` or ``FUSE_EPILOGUE`` (the deepest
-    ``at`` of each epilogue)."""
+    ``at`` of each epilogue, and every operator fusion)."""
     if move == STAGE:
         return [c for c in s.untried(n) if stages_tile_accumulators(n.program, c)]
     if move == UNROLL_WINDOW:
         return [c for c in s.untried(n) if unrolls_window(n.program, c)]
     if move == FUSE_EPILOGUE:
         deepest: dict[tuple, object] = {}
+        fused = []
         for c in s.untried(n):
             if c.strategy == "reverse_compute_at":
                 deepest[tuple(c.site.path)] = c   # ``at`` is offered outermost first
-        return list(deepest.values())
+            elif c.strategy == "operator_fusion":
+                fused.append(c)
+        return list(deepest.values()) + fused
     return [c for c in s.untried(n) if c.strategy == move
             and (move != "loop_tiling" or c.params.get("point") == "inner")]
 

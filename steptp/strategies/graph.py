@@ -163,6 +163,20 @@ def _reversed_dependence(program: A.Program, acc1: Sequence[D.Access], acc2: Seq
     """A pair (a in acc1, b in acc2) conflicting with a's iteration of the ``d`` loops after b's
     (while the ``o`` outer loops are equal): running all of acc1 before acc2 (per outer
     iteration) or interleaving them per iteration would reverse it."""
+    return _conflict(acc1, acc2, o, d, _lex_negative_vectors(o, d))
+
+
+def _crossing_parallel(acc1: Sequence[D.Access], acc2: Sequence[D.Access], o: int,
+                       levels: Sequence[int], d: int) -> tuple[D.Access, D.Access] | None:
+    """A pair (a in acc1, b in acc2) conflicting between different iterations of one of the
+    fused parallel ``levels`` (of the ``d`` fused loops), a's earlier: once fused, the two run in
+    different threads with nothing ordering them."""
+    vecs = [["="] * o + ["="] * l + ["<"] + ["*"] * (d - l - 1) for l in levels]
+    return _conflict(acc1, acc2, o, d, vecs)
+
+
+def _conflict(acc1: Sequence[D.Access], acc2: Sequence[D.Access], o: int, d: int,
+              vectors: Sequence[Sequence[str]]) -> tuple[D.Access, D.Access] | None:
     for a, b in D.conflicting_pairs(acc1, acc2):
         common = D.common_loops(a, b)
         if len(common) < o + d:
@@ -171,7 +185,7 @@ def _reversed_dependence(program: A.Program, acc1: Sequence[D.Access], acc2: Seq
                                    for l in range(d)]
         else:
             common = common[:o + d]
-        for vec in _lex_negative_vectors(o, d):
+        for vec in vectors:
             if D.feasible(a, b, common, vec):
                 return a, b
     return None
@@ -260,6 +274,13 @@ def _fusion_plan(program: A.Program, p1: Path) -> tuple[Verdict, Any]:
     w = _reversed_dependence(program, acc1, acc2, o, d)
     if w is not None:
         return refuse(_reason_reversed(program, w[0], w[1], "fusing the operators")), None
+    par = [l for l in range(d) if b1[l].kind == "parallel"]
+    w = _crossing_parallel(acc1, acc2, o, par, d) if par else None
+    if w is not None:
+        a, b = w
+        return refuse(f"fusing the operators under parallel loop {b1[par[0]].var} would race: "
+                      f"`{b.text}` in one iteration touches {a.tensor} that `{a.text}` writes in "
+                      f"another, and parallel iterations are not ordered"), None
     return OK, (b1, b2, d, p2)
 
 
