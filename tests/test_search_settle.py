@@ -318,6 +318,24 @@ def test_a_window_is_a_poolings_taps_or_a_copy_at_each_output_not_a_tile():
    F[i,j*4+c0,k*15+c1] = T0[c0,c1]
 """
     assert windows(staged) == []
+    # a reduction loop around a spatial point loop: the point loop is for vectorizing
+    conv_row = """kernel f32 cr(A[18,8], W[3]) -> C[16,8]
+ for i in 16 parallel:
+  for r in 3:
+   for j in 8:
+    C[i,j] += A[i+r,j] * W[r]
+"""
+    assert windows(conv_row) == []
+    # a producer computed at each output whose innermost loop fills half a register or more
+    wide_copy = """kernel f32 wc(A[4,8,8]) -> B[4,8,8]
+ T[4,8,8]
+ for i in 4:
+  for j in 8, k in 8:
+   T[i,j,k] = A[i,j,k] * 2.0
+  for j in 8, k in 8:
+   B[i,j,k] = T[i,j,k] + 1.0
+"""
+    assert windows(wide_copy) == []
 
 
 def test_the_finish_unrolls_a_poolings_window_then_fuses_its_epilogue(evaluator):

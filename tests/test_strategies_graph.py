@@ -111,6 +111,10 @@ def test_operator_fusion_under_a_parallel_loop_needs_each_iteration_to_read_its_
     site = {"path": [1], "loops": ["i", "i"]}
     reason = refusal(shifted, "operator_fusion", site, {})
     assert "parallel loop i would race" in reason and "`C[i] = B[i] + 1.0`" in reason
+    # GPU-bound loops run their iterations at once too
+    for kind in ("blockIdx.x", "threadIdx.x"):
+        bound = parse(format_program(shifted).replace(" parallel", f" {kind}"))
+        assert f"{kind} loop i would race" in refusal(bound, "operator_fusion", site, {})
     # serially the same fusion is legal: the producer's iteration i-1 runs before i
     serial = parse(format_program(shifted).replace(" parallel", ""))
     assert S.check(serial, "operator_fusion", site, {}).ok

@@ -40,6 +40,8 @@ THREAD_KINDS = (
     "threadIdx.x", "threadIdx.y", "threadIdx.z",
 )
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled") + THREAD_KINDS
+#: loop kinds whose iterations run at once, with nothing ordering one before another
+CONCURRENT_KINDS = ("parallel",) + THREAD_KINDS
 
 # Assignment operators: "=" is a store; the others are reductions over the enclosing loop
 # variables absent from the left-hand side, initialised with the identity below.

@@ -200,12 +200,13 @@ def stages_tile_accumulators(program: A.Program, c: Candidate) -> bool:
 def unrolls_window(program: A.Program, c: Candidate) -> bool:
     """Is ``c`` a small window unrolled whole: ``loop_unrolling`` that leaves a loop inside
     another and every loop inside it unrolled, at most ``MAX_UNROLL`` statement instances,
-    where the loop is a window: its variable is a reduction axis of an update inside it (a
-    pooling's taps), or it produces what a later statement beside it only reads (a padding
-    copy computed at each output)? A tile of an elementwise nest is no window: its innermost
-    loop is vectorized instead (unrolling it first left an elementwise add without a vector
-    loop); nor is the fill or copy-out of a staged register tile (the later statements update
-    the accumulators the fill writes)."""
+    where the loops are a window: reduction axes of every statement inside (a pooling's taps),
+    or a producer of what a later statement beside it only reads (a padding copy computed at
+    each output) whose innermost loops would fill less than half a vector register? A tile of
+    an elementwise nest is no window, nor a reduction tile whose spatial point loop is inside
+    its reduction loop: their innermost loop is for vectorizing (unrolling it first left an
+    elementwise add without a vector loop); nor is the fill or copy-out of a staged register
+    tile (the later statements update the accumulators the fill writes)."""
     if c.strategy != "loop_unrolling" or len(c.site.path) < 2:
         return False
     loop = node_at(c.program, tuple(c.site.path))
@@ -215,16 +216,22 @@ def unrolls_window(program: A.Program, c: Candidate) -> bool:
     if len(inner) < 2 or any(x.kind != "unrolled" for x in inner) \
             or statement_instances(loop) > MAX_UNROLL:
         return False
+    stmts = [st for st in A.walk(loop) if isinstance(st, A.Assign)]
+    window_vars = {x.var for x in inner}
+    if stmts and all(st.is_reduction and not window_vars & {v for e in st.index for v in A.free_vars(e)}
+                     for st in stmts):
+        return True
     parent = node_at(program, tuple(c.site.path[:-1]))
-    if isinstance(parent, A.Loop):
-        later = parent.body[c.site.path[-1] + 1:]
-        read = {t for st in later for t in tensors_read(st)}
-        updated = {t for st in later for t in tensors_written(st)}
-        if any(t in read and t not in updated for t in tensors_written(loop)):
-            return True
-    return any(isinstance(st, A.Assign) and st.is_reduction
-               and loop.var not in {v for e in st.index for v in A.free_vars(e)}
-               for st in A.walk(loop))
+    if not isinstance(parent, A.Loop):
+        return False
+    later = parent.body[c.site.path[-1] + 1:]
+    read = {t for st in later for t in tensors_read(st)}
+    updated = {t for st in later for t in tensors_written(st)}
+    produced = [t for t in tensors_written(loop) if t in read and t not in updated]
+    if not produced:
+        return False
+    lanes = min(VECTOR_BYTES // ITEMSIZE.get(program.tensors[t].dtype, 4) for t in produced)
+    return all(x.extent < lanes // 2 for x in inner if not any(isinstance(b, A.Loop) for b in x.body))
 
 
 def column_tiles(extent: int, lanes: int) -> list[int]:

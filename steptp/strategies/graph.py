@@ -166,13 +166,14 @@ def _reversed_dependence(program: A.Program, acc1: Sequence[D.Access], acc2: Seq
     return _conflict(acc1, acc2, o, d, _lex_negative_vectors(o, d))
 
 
-def _crossing_parallel(acc1: Sequence[D.Access], acc2: Sequence[D.Access], o: int,
-                       levels: Sequence[int], d: int) -> tuple[D.Access, D.Access] | None:
-    """A pair (a in acc1, b in acc2) conflicting between different iterations of one of the
-    fused parallel ``levels`` (of the ``d`` fused loops), a's earlier: once fused, the two run in
-    different threads with nothing ordering them."""
-    vecs = [["="] * o + ["="] * l + ["<"] + ["*"] * (d - l - 1) for l in levels]
-    return _conflict(acc1, acc2, o, d, vecs)
+def _crossing_concurrent(acc1: Sequence[D.Access], acc2: Sequence[D.Access], o: int,
+                         level: int, d: int) -> tuple[D.Access, D.Access] | None:
+    """A pair (a in acc1, b in acc2) conflicting between different iterations of fused loop
+    ``level`` (of the ``d`` fused loops; the loops above it equal), a's earlier: once fused
+    under a parallel or GPU-bound loop, the two run in different threads with nothing ordering
+    them (a's later iteration is ``_reversed_dependence``)."""
+    vec = ["="] * o + ["="] * level + ["<"] + ["*"] * (d - level - 1)
+    return _conflict(acc1, acc2, o, d, [vec])
 
 
 def _conflict(acc1: Sequence[D.Access], acc2: Sequence[D.Access], o: int, d: int,
@@ -274,13 +275,14 @@ def _fusion_plan(program: A.Program, p1: Path) -> tuple[Verdict, Any]:
     w = _reversed_dependence(program, acc1, acc2, o, d)
     if w is not None:
         return refuse(_reason_reversed(program, w[0], w[1], "fusing the operators")), None
-    par = [l for l in range(d) if b1[l].kind == "parallel"]
-    w = _crossing_parallel(acc1, acc2, o, par, d) if par else None
-    if w is not None:
-        a, b = w
-        return refuse(f"fusing the operators under parallel loop {b1[par[0]].var} would race: "
-                      f"`{b.text}` in one iteration touches {a.tensor} that `{a.text}` writes in "
-                      f"another, and parallel iterations are not ordered"), None
+    for lvl in (l for l in range(d) if b1[l].kind in A.CONCURRENT_KINDS):
+        w = _crossing_concurrent(acc1, acc2, o, lvl, d)
+        if w is not None:
+            a, b = w
+            return refuse(f"fusing the operators under {b1[lvl].kind} loop {b1[lvl].var} would "
+                          f"race: `{b.text}` in one iteration touches {a.tensor} that "
+                          f"`{a.text}` writes in another, and {b1[lvl].kind} iterations are not "
+                          f"ordered"), None
     return OK, (b1, b2, d, p2)
 
 

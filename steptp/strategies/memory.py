@@ -27,7 +27,7 @@ from .registry import register
 MAX_LOCAL_BYTES = 64 * 1024     # a `local` buffer must fit the stack / registers
 MAX_SHARED_BYTES = 48 * 1024    # static shared memory per block on every CUDA GPU
 SERIAL_KINDS = ("serial", "unrolled")
-CONCURRENT_KINDS = ("parallel",) + A.THREAD_KINDS
+CONCURRENT_KINDS = A.CONCURRENT_KINDS
 
 
 def _bytes(t: A.Tensor) -> int:
