@@ -339,17 +339,18 @@ def test_a_window_is_a_poolings_taps_or_a_copy_at_each_output_not_a_tile():
 
 
 def test_the_finish_unrolls_a_poolings_window_then_fuses_its_epilogue(evaluator):
-    """A pooling's finish, as MetaSchedule's trials end: the window's taps unrolled, the
-    division moved into the window's nest (one parallel region, not two), then parallel."""
+    """A pooling's finish, as MetaSchedule's trials end: vector code where there is any (the
+    epilogue), parallel, the window's taps unrolled, then the epilogue moved into the window's
+    nest (one parallel region, not two)."""
     s = Search(parse(AVGPOOL), "ap", "beam", Budget(8, 120), 0, _BusyCores(evaluator, load=1.0),
                strategies=LOOPS + ("reverse_compute_at", "compute_at"), ranker=Ranker(learned=False))
     Beam()._finish(s)
     assert [(st.strategy, st.params) for st in s.steps] == [
-        ("loop_unrolling", {"inner": True}), ("reverse_compute_at", {"at": "l"}),
-        ("loop_parallelization", {})]
+        ("loop_vectorization", {}), ("loop_parallelization", {}),
+        ("loop_unrolling", {"inner": True}), ("reverse_compute_at", {"at": "l"})]
     assert all(st.verified for st in s.steps)
-    assert s.steps[1].after_leir.splitlines()[2:] == [
-        " for i in 1, j in 8, k in 8, l in 8:",
+    assert s.steps[-1].after_leir.splitlines()[2:] == [
+        " for i in 1, j in 8 parallel, k in 8, l in 8:",
         "  for m in 2 unrolled, n in 2 unrolled:",
         "   C[i,j,k,l] += A[i,j,k*2+m,l*2+n]",
         "  B[i,j,k,l] = C[i,j,k,l] * 0.25"]
@@ -388,7 +389,8 @@ def test_the_finish_merges_an_epilogue_already_collapsed_and_parallel_into_one_r
                strategies=LOOPS + ("reverse_compute_at", "operator_fusion"),
                ranker=Ranker(learned=False))
     Beam()._finish(s)
-    fuse = s.steps[0]
-    assert fuse.strategy == "operator_fusion" and fuse.verified
+    fuse = s.steps[-1]   # after the epilogue's vectorization
+    assert [st.strategy for st in s.steps] == ["loop_vectorization", "operator_fusion"]
+    assert fuse.verified
     assert fuse.after_leir.count(" parallel") == 1
     assert " for i in 1, j in 8 parallel:" in fuse.after_leir.splitlines()
