@@ -316,3 +316,31 @@ def test_a_window_unrolled_whole_names_the_loops_inside_it_and_validates():
         assert f"`{inner}` (3)" in chosen.reason, chosen.reason
         assert {(x.loop, x.value) for x in cot.claims if x.kind == "loop_extent"} >= {
             (c.site.loops[0], 3), (inner, 3)}
+
+
+def test_an_operator_fusion_of_two_parallel_nests_says_it_makes_one_parallel_region():
+    """The beam's finish merges an epilogue that is already parallel into its producer's
+    parallel loop; the reasoning says what that buys (one fork and join of the threads), and
+    validates."""
+    import steptp.strategies as S
+    from steptp.cot.samples import make_step
+    from steptp.cot.schema import cot_record
+    from steptp.leir import parse
+
+    two = parse("""kernel f32 own(A[64,16]) -> C[64,16]
+ B[64,16]
+ for i in 64 parallel, j in 16:
+  B[i,j] = A[i,j] * 2.0
+ for i in 64 parallel, j in 16:
+  C[i,j] = B[i,j] + 1.0
+""")
+    (c,) = S.candidates(two, "operator_fusion")
+    reasons = set()
+    for seed in range(4):
+        step = make_step("own", c.strategy, c.site.to_json(), dict(c.params), speedup=1.2,
+                         program=two)
+        cot = TemplateWriter(seed=seed).write(step)
+        validate(cot_record(cot), step)
+        (chosen,) = [x for x in cot.candidates if x.verdict == "chosen"]
+        reasons.add(chosen.reason)
+    assert all("parallel region" in r and "`i`" in r for r in reasons), reasons

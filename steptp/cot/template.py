@@ -467,6 +467,13 @@ class TemplateWriter:
             return pick(f"substitutes the producer of `{t}` into its reads and removes `{t}`.",
                         f"inlines `{t}`: recomputed at each read instead of stored.")
         if s == "operator_fusion":
+            sp = tuple((f.site or {}).get("path") or ())
+            par = [x for x in f.before.loops if x.kind == "parallel" and x.path[:len(sp)] == sp]
+            if sp and par:
+                return pick(f"merges the producer nest and its consumer under their parallel loop "
+                            f"`{par[0].var}`: one parallel region (one fork and join of the "
+                            f"threads) instead of two.",
+                            f"one parallel region over `{par[0].var}` instead of two.")
             return pick("merges the producer nest and its consumer into one nest.",
                         "one nest instead of two over the common iteration space.")
         desc = self._description(f, s)
