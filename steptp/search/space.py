@@ -24,7 +24,7 @@ from typing import Iterable
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE, affine
 from ..strategies._ir import (band, enclosing_loops, iter_stmts, layout_forms, node_at, perfect_nest,
-                             statement_instances, tensors_read, tensors_written)
+                             reduction_axes, statement_instances, tensors_read, tensors_written)
 from ..strategies.loops import MAX_UNROLL
 from .cost_model import REGISTERS, _cores
 from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
@@ -127,7 +127,7 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
         if stmt is None or stmt.op == "=":
             continue
         lhs_vars = _vars_of(stmt.index)
-        lanes = max(1, VECTOR_BYTES // ITEMSIZE.get(program.tensors[stmt.tensor].dtype, 4))
+        lanes = _lanes(program, stmt.tensor)
         # the column loop: the one the output is unit-stride in (it becomes the vector loop)
         shape = program.tensors[stmt.tensor].shape
         unit = [lp for lp in loops if lp.var in lhs_vars and _unit_stride(stmt, lp.var, shape)]
@@ -197,6 +197,11 @@ def stages_tile_accumulators(program: A.Program, c: Candidate) -> bool:
     return len(new) == 1 and new[0].size * ITEMSIZE[new[0].dtype] <= (REGISTERS - 4) * VECTOR_BYTES
 
 
+def _lanes(program: A.Program, tensor: str) -> int:
+    """Elements of ``tensor`` one vector register holds."""
+    return max(1, VECTOR_BYTES // ITEMSIZE.get(program.tensors[tensor].dtype, 4))
+
+
 def unrolls_window(program: A.Program, c: Candidate) -> bool:
     """Is ``c`` a small window unrolled whole: ``loop_unrolling`` that leaves a loop inside
     another and every loop inside it unrolled, at most ``MAX_UNROLL`` statement instances,
@@ -217,9 +222,7 @@ def unrolls_window(program: A.Program, c: Candidate) -> bool:
             or statement_instances(loop) > MAX_UNROLL:
         return False
     stmts = [st for st in A.walk(loop) if isinstance(st, A.Assign)]
-    window_vars = {x.var for x in inner}
-    if stmts and all(st.is_reduction and not window_vars & {v for e in st.index for v in A.free_vars(e)}
-                     for st in stmts):
+    if stmts and all(len(reduction_axes(st, inner)) == len(inner) for st in stmts):
         return True
     parent = node_at(program, tuple(c.site.path[:-1]))
     if not isinstance(parent, A.Loop):
@@ -230,7 +233,7 @@ def unrolls_window(program: A.Program, c: Candidate) -> bool:
     produced = [t for t in tensors_written(loop) if t in read and t not in updated]
     if not produced:
         return False
-    lanes = min(VECTOR_BYTES // ITEMSIZE.get(program.tensors[t].dtype, 4) for t in produced)
+    lanes = min(_lanes(program, t) for t in produced)
     return all(x.extent < lanes // 2 for x in inner if not any(isinstance(b, A.Loop) for b in x.body))
 
 
@@ -329,7 +332,7 @@ def _vector_collapse(program, stmts, a, b, na, nb, unit_ext) -> bool:
                 return False
             if any(f is None or a in f[0] or b in f[0] for f in forms[:-2]):
                 return False
-        n = max(1, VECTOR_BYTES // ITEMSIZE.get(program.tensors[st.tensor].dtype, 4))
+        n = _lanes(program, st.tensor)
         lanes = n if lanes is None else max(lanes, n)
     return lanes is not None and nb % lanes != 0 and (na * nb) % lanes == 0
 
