@@ -274,3 +274,35 @@ def test_the_bottleneck_is_the_one_whose_remedy_is_predicted_faster(rows, cols):
     assert par != vec
     assert f.diagnosis.kind == ("vectorization" if vec < par else "parallelism")
     assert f.diagnosis.detail["predicted_s"] == min(par, vec)
+
+
+def test_a_batch_of_one_above_the_nest_does_not_hide_its_parallelism():
+    """max_pool2d's nest starts with `i` 1 (the batch): the parallelism rule looks past it to
+    `j`, so a 3-tap window's max chain is not named the bottleneck of a serial kernel (the
+    session-13 release called it "a scan" above a step that parallelized `j`)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from cot_steps import step
+
+    from steptp.cot.facts import GENERIC, facts
+    from steptp.cot.template import TemplateWriter
+    from steptp.cot.validate import validate
+
+    pool = """kernel f32 pool(A[1,16,34,34]) -> B[1,16,16,16]
+ T0[] local
+ for i in 1, j in 16, k in 16, l in 16:
+  T0 = -inf
+  for m in 3 unrolled, n in 3 unrolled:
+   T0 = max(T0, A[i,j,k*2+m,l*2+n])
+  B[i,j,k,l] = T0
+"""
+    st = step("pool", "loop_parallelization", {"path": [0, 0], "loops": ["j"]}, {}, speedup=1.9,
+              before=pool)
+    f = facts(st, GENERIC)
+    assert f.diagnosis.kind == "parallelism" and f.diagnosis.loop == "j"
+    assert f.diagnosis.detail["extent"] == 16
+    out = TemplateWriter(seed=0, hardware=GENERIC).write(st)
+    validate(out, st, f)
+    assert "scan" not in out.bottleneck.text.lower()

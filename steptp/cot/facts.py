@@ -843,9 +843,9 @@ def diagnose(pf: ProgramFacts, text: str, hw: Hardware, alts: tuple = (),
 
     1. an access with a non-unit stride along the innermost loop (a new cache line per
        iteration when the stride is at least a line) — locality;
-    2. no parallel loop although the statement's outermost loop carries no dependence and has
-       at least as many iterations as cores, and the cost model predicts a parallel loop faster
-       — parallelism;
+    2. no parallel loop although the statement's outermost loop of more than one iteration
+       carries no dependence and has at least as many iterations as cores, and the cost model
+       predicts a parallel loop faster — parallelism;
     3. a scalar innermost loop with unit/zero strides, not a reduction axis, at least one vector
        wide, and the cost model predicts vector code faster — vectorization (when 2 and 3 both
        hold, the one whose remedy is predicted faster);
@@ -873,8 +873,12 @@ def diagnose(pf: ProgramFacts, text: str, hw: Hardware, alts: tuple = (),
     any_parallel = any(lp.kind in ("parallel",) or lp.kind.startswith(("blockIdx", "threadIdx"))
                        for lp in pf.loops)
     if si.loops and not any_parallel and hw.cores > 1:
-        outer_path = si.loop_paths[0]
-        lp0 = si.loops[0]
+        # a leading loop of one iteration (a batch of 1) is no place for threads: the outer loop
+        # that matters is the first one with more (max_pool2d's `i` 1 above `j` 64 read as "no
+        # parallel loop fits", and the 3-tap window's chain became the bottleneck)
+        first = next((n for n, lp in enumerate(si.loops) if lp.extent > 1), 0)
+        outer_path = si.loop_paths[first]
+        lp0 = si.loops[first]
         best = _best(alts, "loop_parallelization", before_s) if before_s else None
         if lp0.kind == "serial" and lp0.extent >= hw.cores and not an.carries_dependence(outer_path) \
                 and best is not None:
