@@ -346,3 +346,25 @@ def test_an_operator_fusion_of_two_parallel_nests_says_it_makes_one_parallel_reg
         (chosen,) = [x for x in cot.candidates if x.verdict == "chosen"]
         reasons.add(chosen.reason)
     assert all("parallel region" in r and "`i`" in r for r in reasons), reasons
+
+
+def test_a_register_tiles_rows_unrolled_say_what_the_unroll_buys_and_validate():
+    """The finish's ``UNROLL_TILE``: a staged tile's row loop written out. The reasoning says
+    the rows' accumulators keep their registers and shared loads are made once, names the row
+    loop and the vector loop with their extents (checked claims), for both wordings."""
+    from steptp.cot.samples import make_step
+    from steptp.cot.schema import cot_record
+    from steptp.leir import parse
+    from test_search_settle import GROUPED_TILE
+
+    path = [0, 0, 0, 1, 0, 0, 0]   # j_i, under m, n, o
+    for seed in range(4):
+        step = make_step("gc", "loop_unrolling", {"path": path, "loops": ["j_i"]}, {},
+                         speedup=1.4, program=parse(GROUPED_TILE))
+        cot = TemplateWriter(seed=seed).write(step)
+        validate(cot_record(cot), step)
+        (chosen,) = [x for x in cot.candidates if x.verdict == "chosen"]
+        assert "`j_i` (8)" in chosen.reason or "8 rows `j_i`" in chosen.reason, chosen.reason
+        assert "`l_i`" in chosen.reason and "register" in chosen.reason
+        assert {(x.loop, x.value) for x in cot.claims if x.kind == "loop_extent"} >= {
+            ("j_i", 8), ("l_i", 8)}

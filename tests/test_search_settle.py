@@ -263,7 +263,7 @@ def test_the_finish_parallelizes_the_heavy_nest_by_the_analytic_model(evaluator)
     s = Search(state, "conv1d", "beam", Budget(3, 120), 0, _BusyCores(evaluator, load=3.0),
                strategies=LOOPS + ("cache_read_write",), ranker=rk)
     Beam()._finish(s)
-    stage, par = s.steps
+    stage, par, rows = s.steps
     # first the tile's 4x15 accumulators move to a local buffer: inside a parallel loop, those
     # of a global one stay in memory (7.7 ms parallel, 3.2 serial, 1.8 parallel and staged, on
     # this machine's 2 cores)
@@ -276,6 +276,9 @@ def test_the_finish_parallelizes_the_heavy_nest_by_the_analytic_model(evaluator)
     lines = par.after_leir.splitlines()
     assert "for i in 8 parallel, j in 32, k in 34:" in lines[5]   # the conv nest's outer loop
     assert " parallel" not in lines[4]                            # not the copy
+    # then the tile's 4 rows are written out (``UNROLL_TILE``)
+    assert rows.strategy == "loop_unrolling" and rows.params == {} and rows.verified
+    assert "  for l in 64, m in 3, n in 4 unrolled, o in 15 vectorized:" in rows.after_leir.splitlines()
 
 
 AVGPOOL = """kernel f32 ap(A[1,8,16,16]) -> B[1,8,8,8]
@@ -394,3 +397,54 @@ def test_the_finish_merges_an_epilogue_already_collapsed_and_parallel_into_one_r
     assert fuse.verified
     assert fuse.after_leir.count(" parallel") == 1
     assert " for i in 1, j in 8 parallel:" in fuse.after_leir.splitlines()
+
+
+GROUPED_TILE = """kernel f32 gc(A[1,16,10,10], B[16,4,3,3]) -> F[1,16,8,8]
+ T0[8,8] local
+ for i in 1, j_o in 2 parallel, k in 8:
+  for c0 in 8, c1 in 8 vectorized:
+   T0[c0,c1] = 0.0
+  for m in 4, n in 3, o in 3, j_i in 8, l_i in 8 vectorized:
+   T0[j_i,l_i] = T0[j_i,l_i] + A[i,(j_o*8+j_i)//4*4+m,k+n,l_i+o] * B[j_o*8+j_i,m,n,o]
+  for c0 in 8, c1 in 8 vectorized:
+   F[i,j_o*8+c0,k,c1] = T0[c0,c1]
+"""
+
+
+def test_a_tile_row_is_a_staged_accumulator_update_around_its_vector_loop():
+    """``space.unrolls_tile_rows``: the row loop of a staged register tile (its body one vector
+    loop updating the local accumulators it indexes), not the fill or copy-out around the same
+    buffer, not a reduction loop, not a tile whose rows would spill the vector registers."""
+    from steptp.search.space import actions, unrolls_tile_rows
+
+    def rows(text):
+        p = parse(text)
+        return [c.site.loops[0] for c in actions(p, "cpu", 0, ("loop_unrolling",))
+                if unrolls_tile_rows(p, c)]
+
+    assert rows(GROUPED_TILE) == ["j_i"]
+    # the same update into a global buffer: LLVM owns those accumulators, no staged tile
+    assert rows(GROUPED_TILE.replace(" T0[8,8] local\n", " T0[8,8]\n")) == []
+    # 32 rows of 4 registers each: more accumulators than the registers hold
+    wide = GROUPED_TILE.replace("l_i in 8 vectorized", "l_i in 64 vectorized") \
+        .replace("T0[8,8]", "T0[8,64]").replace("c1 in 8", "c1 in 64") \
+        .replace("A[1,16,10,10]", "A[1,16,10,66]").replace("F[1,16,8,8]", "F[1,16,8,64]")
+    assert rows(wide) == []
+    # the reduction loop `o` directly around the vector loop is no row of the tile
+    red = GROUPED_TILE.replace("for m in 4, n in 3, o in 3, j_i in 8, l_i",
+                               "for m in 4, n in 3, j_i in 8, o in 3, l_i")
+    assert "o" not in rows(red) and rows(red) == []
+
+
+def test_the_finish_unrolls_a_staged_tiles_rows_and_it_verifies(evaluator):
+    """The finish of a vectorized, staged, parallel register tile: its row loop unrolled
+    (``UNROLL_TILE``), a step TVM builds and verifies, the accumulators of each row written
+    out as straight-line code."""
+    s = Search(parse(GROUPED_TILE), "gc", "beam", Budget(4, 120), 0,
+               _BusyCores(evaluator, load=1.0), strategies=LOOPS, ranker=Ranker(learned=False))
+    Beam()._finish(s)
+    # (the search writes its programs with canonical loop names: `j_i` is `o` there)
+    assert [(st.strategy, st.params) for st in s.steps] == [("loop_unrolling", {})]
+    assert s.steps[0].verified
+    nest = [ln for ln in s.steps[0].after_leir.splitlines() if " unrolled" in ln]
+    assert nest == ["  for l in 4, m in 3, n in 3, o in 8 unrolled, p in 8 vectorized:"]

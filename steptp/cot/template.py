@@ -97,6 +97,19 @@ def _stride_claims(accs: list[SiteAccess], after: bool = False,
     return out
 
 
+def _tile_row(f: Facts, lp) -> bool:
+    """Is the step's loop the row loop of a staged register tile (``search.space.tile_row``)?"""
+    from ..leir import parse
+    from ..search.space import tile_row
+    from ..strategies._ir import node_at
+
+    try:
+        program = parse(f.before_text)
+        return tile_row(program, node_at(program, tuple(lp.path)))
+    except Exception:  # noqa: BLE001 - a path the program does not hold: no tile row
+        return False
+
+
 class TemplateWriter:
     """``write(step) -> Cot``. Deterministic given (step, seed, hardware)."""
 
@@ -360,6 +373,17 @@ class TemplateWriter:
                         f"control left in it.",
                         f"the window `{v}` ({lp.extent}) with {names} inside it is written out "
                         f"as straight-line code.")
+        if s == "loop_unrolling" and lp is not None and _tile_row(f, lp):
+            inner = next(x for x in f.before.loops if x.path[:-1] == lp.path)
+            claims.append(Claim(kind="loop_extent", loop=v, value=lp.extent))
+            claims.append(Claim(kind="loop_extent", loop=inner.var, value=inner.extent))
+            return pick(f"`{v}` ({lp.extent}) runs the rows of a register tile around the vector "
+                        f"loop `{inner.var}` ({inner.extent}); written out, each row's accumulators "
+                        f"stay in their own vector registers across the updates, and a load the "
+                        f"rows share is made once instead of once per row.",
+                        f"the {lp.extent} rows `{v}` of the register tile over `{inner.var}` become "
+                        f"straight-line code: one set of vector registers per row, shared loads "
+                        f"made once.")
         if s == "loop_unrolling" and lp is not None:
             from .claims import SHORT_LOOP
             short = lp.extent <= SHORT_LOOP

@@ -41,7 +41,7 @@ from typing import Optional
 from ..leir import ast as A
 from .run import Node, Search
 from .cost_model import score
-from .space import finished_tilings, stages_tile_accumulators, unrolls_window
+from .space import finished_tilings, stages_tile_accumulators, unrolls_tile_rows, unrolls_window
 
 
 class Policy:
@@ -142,6 +142,10 @@ FINISH_TILE = ("loop_vectorization", STAGE, "loop_parallelization")
 #: guard is several times slower (max_pool2d's fused nest 160-190 us rolled, 45 unrolled,
 #: MetaSchedule's 40; avg_pool2d's 38 against 27), and the cost model does not see it.
 UNROLL_WINDOW = "unroll_window"
+#: a staged register tile's row loop unrolled (``space.unrolls_tile_rows``): MetaSchedule's
+#: auto-unroll writes a tile's rows out on every trial, and LLVM leaves a 16-row loop rolled
+#: (conv2d_grouped's 16x14 tile 347 us rolled, 239 unrolled; elsewhere within 3%)
+UNROLL_TILE = "unroll_tile"
 #: an elementwise epilogue moved into its producer's nest (``reverse_compute_at`` at the
 #: deepest loop it allows), or the two nests merged over the loops they share
 #: (``operator_fusion``, also of two parallel loops: an epilogue the search had already
@@ -158,17 +162,19 @@ FUSE_EPILOGUE = "fuse_epilogue"
 #: measurements for the finish (2 of a release's 16), and the window and the epilogue fusion
 #: (a move is skipped where it has no candidate) apply to fewer kernels.
 FINISH = (("loop_vectorization", "vectorized"), (STAGE, None), ("loop_parallelization", "parallel"),
-          (UNROLL_WINDOW, None), (FUSE_EPILOGUE, None), (UNROLL_WINDOW, None))
+          (UNROLL_TILE, None), (UNROLL_WINDOW, None), (FUSE_EPILOGUE, None), (UNROLL_WINDOW, None))
 
 
 def _moves(s: Search, n: Node, move: str) -> list:
     """The untried actions of ``n`` that make ``move``: a strategy's name (register tiles only,
-    for ``loop_tiling``), ``STAGE``, ``UNROLL_WINDOW`` or ``FUSE_EPILOGUE`` (the deepest
+    for ``loop_tiling``), ``STAGE``, ``UNROLL_TILE``, ``UNROLL_WINDOW`` or ``FUSE_EPILOGUE`` (the deepest
     ``at`` of each epilogue, and every operator fusion)."""
     if move == STAGE:
         return [c for c in s.untried(n) if stages_tile_accumulators(n.program, c)]
     if move == UNROLL_WINDOW:
         return [c for c in s.untried(n) if unrolls_window(n.program, c)]
+    if move == UNROLL_TILE:
+        return [c for c in s.untried(n) if unrolls_tile_rows(n.program, c)]
     if move == FUSE_EPILOGUE:
         deepest: dict[tuple, object] = {}
         fused = []
