@@ -368,3 +368,30 @@ def test_a_register_tiles_rows_unrolled_say_what_the_unroll_buys_and_validate():
         assert "`l_i`" in chosen.reason and "register" in chosen.reason
         assert {(x.loop, x.value) for x in cot.claims if x.kind == "loop_extent"} >= {
             ("j_i", 8), ("l_i", 8)}
+
+
+def test_a_cache_tile_names_the_shared_block_it_keeps_and_validates():
+    """``loop_tiling`` with ``above`` over a register tile (the search's cache tile): the
+    reasoning names the operand the row tiles share (not the one they differ in), the block
+    and the number of row tiles that use it (loop extents: checked claims), both wordings. The
+    nearest-reuse sentence said "the reuse of C across k does not get closer", a non-reason."""
+    from steptp.cot.samples import make_step
+    from steptp.cot.schema import cot_record
+    from steptp.leir import parse
+
+    tile = parse("kernel f32 mm(A[64,256], B[256,128]) -> C[64,128]\n"
+                 " for i_o in 16, j_o in 2, k in 256, i_i in 4, j_i in 64 vectorized:\n"
+                 "  C[i_o*4+i_i,j_o*64+j_i] += A[i_o*4+i_i,k] * B[k,j_o*64+j_i]\n")
+    site = {"path": [0], "loops": ["i_o", "j_o", "k", "i_i"]}
+    prm = {"loops": ["i_o", "k"], "factors": [8, 64], "point": "inner", "above": "i_i"}
+    for seed in range(4):
+        step = make_step("mm", "loop_tiling", site, prm, speedup=1.4, program=tile)
+        cot = TemplateWriter(seed=seed).write(step)
+        validate(cot_record(cot), step)
+        (chosen,) = [x for x in cot.candidates if x.verdict == "chosen"]
+        # the shared operand is B (A depends on i_o), its block of 64 of k used by 8 row tiles
+        assert "`B[k,j_o*64+j_i]`" in chosen.reason and "`A[" not in chosen.reason
+        assert "64" in chosen.reason and "8" in chosen.reason
+        assert "L1" in chosen.reason or "L2" in chosen.reason
+        assert {(x.loop, x.value) for x in cot.claims if x.kind == "loop_extent"} >= {
+            ("i_o", 16), ("k", 256)}

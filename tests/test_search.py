@@ -183,6 +183,36 @@ def test_action_space_offers_register_tilings_of_a_reduction():
     assert not [c for c in actions(ew) if c.params.get("point") == "inner"]
 
 
+def test_action_space_offers_cache_tiles_over_a_register_tile():
+    """Over a register tile (rows `i_i`, a vector of columns `j_i`) the space offers cache
+    tiles: an outer row loop and the reduction loop tiled with the point loops right above
+    the tile's rows, the reduction block by the tile's columns within half of L1, the factors
+    dividing. Not over an elementwise nest, and not when the tile's columns alone fill L1."""
+    from steptp.search.cost_model import L1_BYTES
+    from steptp.search.space import actions
+
+    def cache_tiles(text):
+        return sorted((tuple(c.params["loops"]), tuple(c.params["factors"])) for c in actions(parse(text))
+                      if c.strategy == "loop_tiling" and c.params.get("above"))
+
+    tile = ("kernel f32 mm(A[256,1024], B[1024,512]) -> C[256,512]\n"
+            " for i_o in 64, j_o in 8, k in 1024, i_i in 4, j_i in 64 vectorized:\n"
+            "  C[i_o*4+i_i,j_o*64+j_i] += A[i_o*4+i_i,k] * B[k,j_o*64+j_i]\n")
+    got = cache_tiles(tile)
+    # blocks of 32 and 64 of k by 64 columns: 8 and 16 KiB; 128 would be 32 KiB, over half of L1
+    assert 64 * 64 * 4 <= L1_BYTES // 2 < 128 * 64 * 4
+    assert got == sorted((("i_o", "k"), (r, b)) for b in (32, 64) for r in (2, 4, 8, 16))
+    # B is the operand the rows share: `j_o` (which B depends on) is never the outer loop
+    assert all(loops[0] == "i_o" for loops, _ in got)
+    wide = tile.replace("512]", "4096]").replace("j_o in 8", "j_o in 8").replace(
+        "j_i in 64", "j_i in 512").replace("*64+j_i", "*512+j_i")
+    assert cache_tiles(wide) == []
+    ew = ("kernel f32 ew(A[256,512]) -> B[256,512]\n"
+          " for i_o in 64, j_o in 8, i_i in 4, j_i in 64 vectorized:\n"
+          "  B[i_o*4+i_i,j_o*64+j_i] = A[i_o*4+i_i,j_o*64+j_i] + 1.0\n")
+    assert cache_tiles(ew) == []
+
+
 def test_register_tiles_of_a_row_no_vector_divides_use_a_partial_register():
     from steptp.search.space import actions, column_tiles
 

@@ -319,6 +319,43 @@ def test_tiling_point_inner_tiles_two_loops_apart():
                                     {"loops": ["x", "f"], "factors": [4, 4], "point": "inner"})
 
 
+def test_tiling_above_a_register_tile_makes_a_cache_tile_that_tvm_verifies():
+    """``above``: the point loops of a tile go right above a loop of the band, not below all
+    of it. Over a register tile (rows `i_i`, columns `j_i`) that is a cache tile: a block of
+    B (`k_i` by the tile's columns) is reused by `i_o_i`'s row tiles. Each element still sums
+    over k in the same order (exact); TVM builds it and it matches the reference; a tile with
+    a wrong block offset fails verification."""
+    from steptp.measure.verify import verify
+
+    tile = P("""
+        kernel mm(A: f32[32,64], B: f32[64,32]) -> C: f32[32,32]
+          for i_o in 8, j_o in 2, k in 64, i_i in 4, j_i in 16:
+            C[i_o*4+i_i,j_o*16+j_i] += A[i_o*4+i_i,k] * B[k,j_o*16+j_i]
+    """)
+    site = {"path": [0], "loops": ["i_o", "j_o", "k", "i_i", "j_i"]}
+    prm = {"loops": ["i_o", "k"], "factors": [4, 16], "point": "inner", "above": "i_i"}
+    got = applied(tile, "loop_tiling", site, prm)
+    assert got == T("""
+        kernel mm(A: f32[32,64], B: f32[64,32]) -> C: f32[32,32]
+          for i_o_o in 2, j_o in 2, k_o in 4, i_o_i in 4, k_i in 16, i_i in 4, j_i in 16:
+            C[i_o_o*16+i_o_i*4+i_i,j_o*16+j_i] += A[i_o_o*16+i_o_i*4+i_i,k_o*16+k_i] * B[k_o*16+k_i,j_o*16+j_i]
+    """)
+    assert S.get("loop_tiling").exactness_for(tile, S.Site.from_json(site), prm) == "exact"
+    assert verify(P(got), tile, exactness="exact", seeds=(0, 1)).passed
+    wrong = got.replace("B[k_o*16+k_i,", "B[k_o*8+k_i,")
+    assert not verify(P(wrong), tile, exactness="exact", seeds=(0,)).passed
+    # without `above` the point loops go below j_i: another program
+    inner = applied(tile, "loop_tiling", site, {**prm, "above": None})
+    assert inner != got and inner.splitlines()[1].endswith("i_o_i in 4, k_i in 16:")
+    assert "must name a loop of the band below k" in refusal(
+        tile, "loop_tiling", site, {**prm, "above": "j_o"})
+    assert "with point 'inner'" in refusal(
+        tile, "loop_tiling", site, {"loops": ["k", "i_i"], "factors": [16, 2], "above": "j_i"})
+    assert "that is the 'adjacent' tiling" in refusal(
+        tile, "loop_tiling", site, {"loops": ["k", "i_i"], "factors": [16, 2], "point": "inner",
+                                    "above": "j_i"})
+
+
 # ============================================================================ loop_fusion
 PRODUCER_CONSUMER = P("""
     kernel pc(A: f32[8]) -> B: f32[8]

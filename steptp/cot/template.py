@@ -399,6 +399,26 @@ class TemplateWriter:
             return pick(f"splits `{v}` ({lp.extent} iterations) to expose an inner loop of "
                         f"{prm.get('factor')} iterations.",
                         f"an inner loop of {prm.get('factor')} iterations inside `{v}` ({lp.extent}).")
+        if s == "loop_tiling" and prm.get("above") and len(prm.get("loops") or []) == 2:
+            # a cache tile over a register tile (``search.space._cache_tilings``): what it buys
+            # is the second-nearest reuse, a block of the shared operand kept in L1 for several
+            # row tiles, which the nearest-reuse facts do not show
+            (sv, rv), (fs_, fr_) = prm["loops"], prm["factors"]
+            shared = [a for a in sf.accesses if not a.write
+                      and sv not in re.findall(r"[A-Za-z_]\w*", a.text.split("[", 1)[-1])
+                      and rv in re.findall(r"[A-Za-z_]\w*", a.text.split("[", 1)[-1])]
+            for lv, val in ((sv, None), (rv, None)):
+                lps = [x for x in f.before.loops if x.var == lv]
+                if lps:
+                    claims.append(Claim(kind="loop_extent", loop=lv, value=lps[0].extent))
+            what = f"`{shared[0].text}`" if shared else "the operand the rows share"
+            return pick(f"`{sv}` and `{rv}` are tiled by {fs_} and {fr_} above the register tile's "
+                        f"rows `{prm['above']}`: each block of {fr_} iterations of `{rv}` is then "
+                        f"used by {fs_} row tiles in turn, so the part of {what} it reads is "
+                        f"brought into L1 once for {fs_} row tiles instead of once for each.",
+                        f"a cache tile over the register tile: blocks of {fr_} of `{rv}`, each "
+                        f"shared by {fs_} consecutive row tiles of `{sv}`, so {what} is read from "
+                        f"L2 once per {fs_} row tiles.")
         if s == "loop_tiling":
             fs = " and ".join(str(x) for x in prm.get("factors", []))
             reused = [a for a in sf.accesses if a.reuse_loop is not None and a.reuse_bytes and not a.write]

@@ -372,7 +372,10 @@ class LoopTiling(Strategy):
                    "(`for i_o, j_o, k, i_i, j_i`: a register tile of a reduction, the multi-level "
                    "tiling of CPU matmul schedules); then the two loops need not be adjacent "
                    "(`for f, y, x, c` tiled on f, x: `for f_o, y, x_o, c, f_i, x_i`), and one "
-                   "factor may be its loop's whole extent (that loop moves inside unsplit).")
+                   "factor may be its loop's whole extent (that loop moves inside unsplit). "
+                   "`\"above\": v` (with point inner) puts the point loops right above loop `v` "
+                   "of the band instead: a cache tile over a register tile (`for i_o, j_o, k_o, "
+                   "i_m, k_i, i_i, j_i`: a block of B reused by several rows of tiles).")
 
     def sites(self, program, analysis=None):
         return _band_sites(program)
@@ -433,16 +436,31 @@ class LoopTiling(Strategy):
         if point == "inner" and not rest:
             return refuse(f"no loop of the band lies below {names[1]}: 'inner' would equal "
                           f"'adjacent'"), None
+        # ``above``: the point loops go right above that loop of the band, not below all of
+        # it (a cache tile over a register tile: for i_o, j_o, k_o, i_m, k_i, i_i, j_i)
+        above = params.get("above")
+        cut = len(rest)
+        if above is not None:
+            if point != "inner":
+                return refuse("'above' places the point loops of a tile with point 'inner'"), None
+            if above not in rest:
+                return refuse(f"'above' must name a loop of the band below {names[1]} "
+                              f"({', '.join(rest) or 'none'}), not {above!r}"), None
+            cut = rest.index(above)
+            if cut == 0 and not between:
+                return refuse(f"the point loops right above {above}, the loop after "
+                              f"{names[1]}: that is the 'adjacent' tiling"), None
+        ra, rb = rest[:cut], rest[cut:]
         pa = tuple(site.path) + (0,) * k
         if point == "inner" and (whole_a or whole_b):
             if whole_a:
                 p2, bo, bi = _split(program, pa + (0,) * (1 + len(between)), factors[1])
                 names2 = [la.var, *between, bo, bi, *rest]
-                order = [*between, bo, *rest, la.var, bi]
+                order = [*between, bo, *ra, la.var, bi, *rb]
             else:
                 p2, ao, ai = _split(program, pa, factors[0])
                 names2 = [ao, ai, *between, lb.var, *rest]
-                order = [ao, *between, *rest, ai, lb.var]
+                order = [ao, *between, *ra, ai, lb.var, *rb]
             v, reassoc = _reorder_analysis(p2, pa, names2, order)
             if not v.ok:
                 return refuse(f"tiling {names[0]},{names[1]} is illegal: {v.reason}"), None
@@ -452,7 +470,7 @@ class LoopTiling(Strategy):
         p2, bo, bi = _split(p1, pa + (0,) * (2 + len(between)), factors[1])
         if point == "inner":
             names2 = [ao, ai, *between, bo, bi, *rest]
-            order = [ao, *between, bo, *rest, ai, bi]
+            order = [ao, *between, bo, *ra, ai, bi, *rb]
         else:
             names2, order = [ao, ai, bo, bi], [ao, bo, ai, bi]
         v, reassoc = _reorder_analysis(p2, pa, names2, order)
