@@ -207,6 +207,9 @@ def test_action_space_offers_cache_tiles_over_a_register_tile():
     wide = tile.replace("512]", "4096]").replace("j_o in 8", "j_o in 8").replace(
         "j_i in 64", "j_i in 512").replace("*64+j_i", "*512+j_i")
     assert cache_tiles(wide) == []
+    # a strip of B that fits in L1 by itself (64 of k by 64 columns: 16 KiB) needs no block
+    small = tile.replace("1024", "64")
+    assert "B[64,512]" in small and cache_tiles(small) == []
     ew = ("kernel f32 ew(A[256,512]) -> B[256,512]\n"
           " for i_o in 64, j_o in 8, i_i in 4, j_i in 64 vectorized:\n"
           "  B[i_o*4+i_i,j_o*64+j_i] = A[i_o*4+i_i,j_o*64+j_i] + 1.0\n")
@@ -518,6 +521,30 @@ def test_beam_vectorizes_a_states_first_register_tile_right_away(evaluator):
     assert par.strategy == "loop_parallelization" and par.before_leir == vec.after_leir
     assert " parallel" in par.after_leir and " vectorized" in par.after_leir
     assert steps[k + 3].strategy == "loop_tiling" and steps[k + 3].before_leir == tile.before_leir
+
+
+def test_a_first_register_tile_is_cache_tiled_before_its_stage_when_the_model_expects_it(evaluator):
+    """The follow-through of a state's first register tile: vectorize, then the cost model's
+    best cache tile over it (``CACHE_TILE``) when it expects one to pay (a 4-row tile of this
+    matmul walks all of B, 2 MiB, per 4 rows), then the stage (none: the cache tile keeps the
+    accumulators in C across k's blocks) and the parallel loop, each step from the one
+    before; the rows verify with TVM."""
+    from steptp.search.policies import FINISH_TILE, Beam, CACHE_TILE
+
+    assert FINISH_TILE.index(CACHE_TILE) == 1
+    mm = "kernel f32 matmul(A[128,1024], B[1024,512]) -> C[128,512]\n C[i,j] += A[i,k] * B[k,j]\n"
+    s = Search(parse(mm), "mm", "beam", Budget(6, 300), 0, _TileTimes(evaluator),
+               strategies=LOOPS, ranker=Ranker(learned=False))
+    Beam(finish=0).run(s)
+    steps = [r for r in s.steps if r.after is not None]
+    k = next(i for i, r in enumerate(steps) if r.strategy == "loop_tiling")
+    vec, cache, par = steps[k + 1:k + 4]
+    assert vec.strategy == "loop_vectorization"
+    assert cache.strategy == "loop_tiling" and cache.params.get("above") \
+        and cache.before_leir == vec.after_leir
+    assert par.strategy == "loop_parallelization" and par.before_leir == cache.after_leir
+    assert all(r.verified for r in (vec, cache, par))
+    assert cache.after.median_s < vec.after.median_s
 
 
 def test_rows_keep_the_names_their_site_and_reasoning_use(evaluator):

@@ -448,3 +448,29 @@ def test_the_finish_unrolls_a_staged_tiles_rows_and_it_verifies(evaluator):
     assert s.steps[0].verified
     nest = [ln for ln in s.steps[0].after_leir.splitlines() if " unrolled" in ln]
     assert nest == ["  for l in 4, m in 3, n in 3, o in 8 unrolled, p in 8 vectorized:"]
+
+
+def test_the_finish_stages_a_windows_accumulator_again_after_unrolling_the_window(evaluator):
+    """A pooling whose max into a local scalar the search measured before the taps were
+    unrolled (it did not pay then) gets it again from the unrolled state: the finish stages
+    after the window's unroll, each move from the one before, and every step verifies."""
+    from steptp.search.space import stages_tile_accumulators
+
+    pool = """kernel f32 mp(A[1,8,18,18]) -> B[1,8,8,8]
+ for i in 1, j in 8 parallel, k in 8, l in 8, m in 3, n in 3:
+  B[i,j,k,l] max= A[i,j,k*2+m,l*2+n]
+"""
+    s = Search(parse(pool), "mp", "beam", Budget(8, 120), 0, _BusyCores(evaluator, load=1.0),
+               strategies=LOOPS + ("cache_read_write",), ranker=Ranker(learned=False))
+    root = s.root
+    stage = next(c for c in s.untried(root) if stages_tile_accumulators(root.program, c))
+    s.evaluate(root, stage, may_stop=False)    # measured during the search: tried at the root
+    s.best = root
+    Beam()._finish(s)
+    moves = [(st.strategy, st.params) for st in s.steps[1:]]
+    assert ("loop_unrolling", {"inner": True}) in moves
+    k = moves.index(("loop_unrolling", {"inner": True}))
+    assert moves[k + 1] == ("cache_read_write", {"scope": "local"})
+    st = s.steps[1 + k + 1]
+    assert st.verified and st.before_leir == s.steps[1 + k].after_leir
+    assert " T0[] local" in st.after_leir.splitlines()

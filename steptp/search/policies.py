@@ -131,11 +131,19 @@ FUSING = ("compute_at", "reverse_compute_at")
 #: parallel, 2.4-2.6 serial, 2.1-2.4 parallel and staged; a 512^3 matmul's 4x16 tile 1.9-2.1
 #: parallel, 1.8-1.9 parallel and staged), so the stage comes before the parallelization
 STAGE = "stage_accumulators"
+#: a cache tile over the register tile (``space._cache_tilings``), between the tile's
+#: vectorization and its stage: staged or parallel, the band it tiles is gone. Measured when the
+#: cost model expects it to pay (a 4x64 matmul tile streaming B from L2 per 4 rows: 1.67 ms, with
+#: blocks of 64 of k shared by 8 row tiles 1.14)
+CACHE_TILE = "cache_tile"
 #: measured right after a state's first register tile: a tile's accumulators only stay in
 #: registers once its column loop is a vector (alone, a stride-2 conv's 8x14 tile took 78 ms
 #: against 22 ms for smaller tiles, and the beam dropped it before vectorizing), and, once the
 #: program is parallel, only in a local buffer
-FINISH_TILE = ("loop_vectorization", STAGE, "loop_parallelization")
+FINISH_TILE = ("loop_vectorization", CACHE_TILE, STAGE, "loop_parallelization")
+#: follow-through moves skipped, not ending the follow-through, when they have no candidate
+#: or the model does not expect them to pay
+OPTIONAL = (STAGE, CACHE_TILE)
 #: A small inner window (a pooling's reduction over its 2x2 or 3x3 taps, the padding copy
 #: computed at each output) unrolled with every loop inside it (``loop_unrolling`` with
 #: ``inner``), as MetaSchedule's auto-unroll does to every trial: a rolled 3x3 window with its
@@ -158,16 +166,21 @@ FUSE_EPILOGUE = "fuse_epilogue"
 #: accumulators in a local cache-write stage, its small inner loops unrolled; a beam that found
 #: its best state at its last measurement never tried to parallelize it). A kind is missing per
 #: top-level nest: a program whose first nest is parallel still has its second parallelized.
-#: The moves that pay most widely come first: a small budget keeps one in 8 of its
+#: A window's accumulator is staged again after the window's unroll (a pooling's max into
+#: a local scalar pays only with its taps unrolled: the held-out maxpool2d ended at 96 us when
+#: the search had measured the stage before the unroll and the finish could not take it again,
+#: 55 us when the search happened to take both). The moves that pay most widely come first: a small budget keeps one in 8 of its
 #: measurements for the finish (2 of a release's 16), and the window and the epilogue fusion
 #: (a move is skipped where it has no candidate) apply to fewer kernels.
 FINISH = (("loop_vectorization", "vectorized"), (STAGE, None), ("loop_parallelization", "parallel"),
-          (UNROLL_TILE, None), (UNROLL_WINDOW, None), (FUSE_EPILOGUE, None), (UNROLL_WINDOW, None))
+          (UNROLL_TILE, None), (UNROLL_WINDOW, None), (STAGE, None), (FUSE_EPILOGUE, None),
+          (UNROLL_WINDOW, None))
 
 
 def _moves(s: Search, n: Node, move: str) -> list:
     """The untried actions of ``n`` that make ``move``: a strategy's name (register tiles only,
-    for ``loop_tiling``), ``STAGE``, ``UNROLL_TILE``, ``UNROLL_WINDOW`` or ``FUSE_EPILOGUE`` (the deepest
+    for ``loop_tiling``), ``STAGE``, ``CACHE_TILE``, ``UNROLL_TILE``, ``UNROLL_WINDOW`` or
+    ``FUSE_EPILOGUE`` (the deepest
     ``at`` of each epilogue, and every operator fusion)."""
     if move == STAGE:
         return [c for c in s.untried(n) if stages_tile_accumulators(n.program, c)]
@@ -175,6 +188,8 @@ def _moves(s: Search, n: Node, move: str) -> list:
         return [c for c in s.untried(n) if unrolls_window(n.program, c)]
     if move == UNROLL_TILE:
         return [c for c in s.untried(n) if unrolls_tile_rows(n.program, c)]
+    if move == CACHE_TILE:
+        return [c for c in s.untried(n) if c.strategy == "loop_tiling" and c.params.get("above")]
     if move == FUSE_EPILOGUE:
         deepest: dict[tuple, object] = {}
         fused = []
@@ -185,7 +200,12 @@ def _moves(s: Search, n: Node, move: str) -> list:
                 fused.append(c)
         return list(deepest.values()) + fused
     return [c for c in s.untried(n) if c.strategy == move
-            and (move != "loop_tiling" or c.params.get("point") == "inner")]
+            and (move != "loop_tiling" or (c.params.get("point") == "inner"
+                                           and not c.params.get("above")))]
+
+
+def _has_kind(program: A.Program, kind: str) -> bool:
+    return any(isinstance(x, A.Loop) and x.kind == kind for st in program.body for x in A.walk(st))
 
 
 def _nest_has(program: A.Program, path, kind: str) -> bool:
@@ -273,13 +293,16 @@ class Beam(Policy):
                 break
             cands = _moves(s, n, strategy)
             if not cands:
-                if strategy == STAGE:
-                    continue   # no reduction tile to stage: the next move is still due
+                # no reduction tile to stage, no band to cache-tile, a tile (a cache tile)
+                # already vectorized: the next move is still due
+                if strategy in OPTIONAL or (strategy == "loop_vectorization"
+                                            and _has_kind(n.program, "vectorized")):
+                    continue
                 break
             sc = s.ranker.scores([c.program for c in cands])
             k_best = min(range(len(cands)), key=lambda k: (sc[k], k))
             if beat is not None and sc[k_best] >= beat:
-                if strategy == STAGE:
+                if strategy in OPTIONAL:
                     continue
                 break
             best = cands[k_best]

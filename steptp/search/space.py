@@ -11,7 +11,9 @@ spatial loop above it (the rows, a factor in ``ROW_TILES``; a tile whose accumul
 than ``REGISTERS - 4`` vector registers spills every update and is not offered unless it
 spans the whole row loop), over a
 reduction (the registry
-samples a few of the many divisor pairs and may miss these). Results that unroll one
+samples a few of the many divisor pairs and may miss these), and the cache tiles over such a
+register tile (``_cache_tilings``: an outer row loop and the reduction tiled with their point
+loops right above the tile's rows, a block of the operand the rows share kept in L1). Results that unroll one
 statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
 their legality and applies them); only the choice of ``order`` is the search's.
 """
@@ -167,7 +169,8 @@ def _cache_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
     row loop) of an outer spatial loop ``s`` and the reduction loop ``r`` above a register
     tile, so a block of the operand that does not depend on ``s`` (B of ``C[i,j] += A[i,k] *
     B[k,j]``: ``r``'s block by the tile's columns) stays in L1 while several row tiles use it
-    (MetaSchedule's multi-level SSRSRS tiling). The block must fit in half of L1; without it,
+    (MetaSchedule's multi-level SSRSRS tiling). The block must fit in half of L1, and the
+    strip a row tile walks must not (else it stays in L1 anyway); without the cache tile,
     a 4x64 tile of a 256x1024x512 matmul streams the whole 2 MiB of B from L2 for every 4 rows
     (1.67 ms; tiled 8 row tiles by 64 of k, 1.14 ms; MetaSchedule 1.33)."""
     s_ = get("loop_tiling")
@@ -194,9 +197,12 @@ def _cache_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
             continue
         item = ITEMSIZE.get(program.tensors[stmt.tensor].dtype, 4)
         above = loops.index(row)
+        # the strip a row tile walks (the reduction by the tile's columns) must overflow half
+        # of L1 for a block of it to be worth keeping: a 64^3 matmul's B is 16 KiB, L1-resident
+        # whatever the order
         loads = A.loads(stmt.value)
         for ri, r in enumerate(loops[:above]):
-            if r.var in lhs:
+            if r.var in lhs or r.extent * col.extent * item <= L1_BYTES // 2:
                 continue
             for s in loops[:ri]:
                 if s.var not in lhs or s.extent < 4:
