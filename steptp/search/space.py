@@ -117,14 +117,19 @@ ROW_TILES = (2, 4, 8, 16)   # rows of a register tile
 VECTOR_BYTES = 64           # one AVX-512 register; the column tile is half of one to four of them
 
 
+def _tiling_bands(program: A.Program, min_loops: int):
+    """``(site, its band's loops)`` of every ``loop_tiling`` site of ``min_loops`` or more."""
+    for site in get("loop_tiling").sites(program):
+        loops = _band(program, site)
+        if len(loops) >= min_loops:
+            yield site, loops
+
+
 def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
     s = get("loop_tiling")
     out: list[Candidate] = []
     base = canonical(program)
-    for site in s.sites(program):
-        loops = _band(program, site)
-        if len(loops) < 3:
-            continue
+    for site, loops in _tiling_bands(program, 3):
         stmt = _single_assign(loops[-1])
         if stmt is None or stmt.op == "=":
             continue
@@ -176,10 +181,7 @@ def _cache_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
     s_ = get("loop_tiling")
     out: list[Candidate] = []
     base = canonical(program)
-    for site in s_.sites(program):
-        loops = _band(program, site)
-        if len(loops) < 4:
-            continue
+    for site, loops in _tiling_bands(program, 4):
         nest = perfect_nest(loops[0])
         if nest is None or not nest[1].is_reduction:
             continue
