@@ -547,6 +547,37 @@ def test_a_first_register_tile_is_cache_tiled_before_its_stage_when_the_model_ex
     assert cache.after.median_s < vec.after.median_s
 
 
+class _SlowCacheTiles(_TileTimes):
+    """``_TileTimes``, with every cache-tiled program (its 7-loop nest) 10x slower."""
+
+    def time(self, program, **kw):
+        from steptp.records import Timing
+        from steptp.search.evaluator import TimeOutcome
+
+        t = super().time(program, **kw).timing
+        nests = [ln for ln in program.splitlines() if ln.lstrip().startswith("for ")]
+        if any(ln.count(" in ") >= 7 for ln in nests):   # a cache tile's 7 loops
+            m = t.median_s * 10
+            t = Timing(median_s=m, min_s=m, spread=0.0, repeats=5, number=1)
+        return TimeOutcome(t)
+
+
+def test_a_cache_tile_that_measures_slower_is_skipped_not_built_on(evaluator):
+    """The follow-through measures the cache tile; measured slower than the vectorized tile,
+    the stage and the parallel loop come from the vectorized tile, not from the cache tile."""
+    from steptp.search.policies import Beam
+
+    mm = "kernel f32 matmul(A[128,1024], B[1024,512]) -> C[128,512]\n C[i,j] += A[i,k] * B[k,j]\n"
+    s = Search(parse(mm), "mm", "beam", Budget(6, 300), 0, _SlowCacheTiles(evaluator),
+               strategies=LOOPS, ranker=Ranker(learned=False))
+    Beam(finish=0).run(s)
+    steps = [r for r in s.steps if r.after is not None]
+    k = next(i for i, r in enumerate(steps) if r.strategy == "loop_tiling")
+    vec, cache, par = steps[k + 1:k + 4]
+    assert cache.params.get("above") and cache.after.median_s > vec.after.median_s
+    assert par.strategy == "loop_parallelization" and par.before_leir == vec.after_leir
+
+
 def test_rows_keep_the_names_their_site_and_reasoning_use(evaluator):
     """A row's programs keep the strategies' names: after a reorder each loop keeps its name
     (the canonical renaming would call the new innermost loop by the old innermost's name, and

@@ -308,8 +308,15 @@ class Beam(Policy):
             best = cands[k_best]
             ch = s.evaluate(n, best, may_stop=False)   # expanded next, or the move's payoff
             if ch is None:
+                if strategy in OPTIONAL:
+                    continue
                 break
             out.append(ch)
+            if strategy in OPTIONAL and ch.seconds > n.seconds:
+                # an optional move that measured slower is skipped, not built on (a cache tile
+                # of a 512^3 matmul's 4x16 tile timed 3x slower, and the stage and parallel
+                # loop after it went to a state the beam then dropped)
+                continue
             n = ch
         return out
 
