@@ -312,10 +312,11 @@ class Beam(Policy):
                     continue
                 break
             out.append(ch)
-            if strategy in OPTIONAL and ch.seconds > n.seconds:
-                # an optional move that measured slower is skipped, not built on (a cache tile
-                # of a 512^3 matmul's 4x16 tile timed 3x slower, and the stage and parallel
-                # loop after it went to a state the beam then dropped)
+            if strategy == CACHE_TILE and ch.seconds > n.seconds:
+                # a cache tile that measured slower is skipped, not built on (a 512^3 matmul's
+                # 4x16 tile timed 3x slower cache-tiled, and the stage and parallel loop after
+                # it went to a state the beam then dropped). Not the stage: it pays only once
+                # the loop around it is parallel, and serially it may time the same or slower
                 continue
             n = ch
         return out
