@@ -171,10 +171,13 @@ FUSE_EPILOGUE = "fuse_epilogue"
 #: the search had measured the stage before the unroll and the finish could not take it again,
 #: 55 us when the search happened to take both). The moves that pay most widely come first: a small budget keeps one in 8 of its
 #: measurements for the finish (2 of a release's 16), and the window and the epilogue fusion
-#: (a move is skipped where it has no candidate) apply to fewer kernels.
+#: (a move is skipped where it has no candidate) apply to fewer kernels. The tile's rows come
+#: last: unrolled, 1 of 10 held-out tiles ran 1.45x faster and the rest within 3%, while in a
+#: release build placed before the epilogue fusion it took the depthwise conv's last
+#: measurement (1.53x against 2.22x with the fusion).
 FINISH = (("loop_vectorization", "vectorized"), (STAGE, None), ("loop_parallelization", "parallel"),
-          (UNROLL_TILE, None), (UNROLL_WINDOW, None), (STAGE, None), (FUSE_EPILOGUE, None),
-          (UNROLL_WINDOW, None))
+          (UNROLL_WINDOW, None), (STAGE, None), (FUSE_EPILOGUE, None), (UNROLL_WINDOW, None),
+          (UNROLL_TILE, None))
 
 
 def _moves(s: Search, n: Node, move: str) -> list:
