@@ -523,22 +523,30 @@ def test_beam_vectorizes_a_states_first_register_tile_right_away(evaluator):
     assert steps[k + 3].strategy == "loop_tiling" and steps[k + 3].before_leir == tile.before_leir
 
 
+def _first_tiles_follow_through(ev):
+    """The three rows measured after the first register tile of a 128x1024x512 matmul's beam
+    search (no finish) with ``ev``'s timings."""
+    from steptp.search.policies import Beam
+
+    mm = "kernel f32 matmul(A[128,1024], B[1024,512]) -> C[128,512]\n C[i,j] += A[i,k] * B[k,j]\n"
+    s = Search(parse(mm), "mm", "beam", Budget(6, 300), 0, ev, strategies=LOOPS,
+               ranker=Ranker(learned=False))
+    Beam(finish=0).run(s)
+    steps = [r for r in s.steps if r.after is not None]
+    k = next(i for i, r in enumerate(steps) if r.strategy == "loop_tiling")
+    return steps[k + 1:k + 4]
+
+
 def test_a_first_register_tile_is_cache_tiled_before_its_stage_when_the_model_expects_it(evaluator):
     """The follow-through of a state's first register tile: vectorize, then the cost model's
     best cache tile over it (``CACHE_TILE``) when it expects one to pay (a 4-row tile of this
     matmul walks all of B, 2 MiB, per 4 rows), then the stage (none: the cache tile keeps the
     accumulators in C across k's blocks) and the parallel loop, each step from the one
     before; the rows verify with TVM."""
-    from steptp.search.policies import FINISH_TILE, Beam, CACHE_TILE
+    from steptp.search.policies import FINISH_TILE, CACHE_TILE
 
     assert FINISH_TILE.index(CACHE_TILE) == 1
-    mm = "kernel f32 matmul(A[128,1024], B[1024,512]) -> C[128,512]\n C[i,j] += A[i,k] * B[k,j]\n"
-    s = Search(parse(mm), "mm", "beam", Budget(6, 300), 0, _TileTimes(evaluator),
-               strategies=LOOPS, ranker=Ranker(learned=False))
-    Beam(finish=0).run(s)
-    steps = [r for r in s.steps if r.after is not None]
-    k = next(i for i, r in enumerate(steps) if r.strategy == "loop_tiling")
-    vec, cache, par = steps[k + 1:k + 4]
+    vec, cache, par = _first_tiles_follow_through(_TileTimes(evaluator))
     assert vec.strategy == "loop_vectorization"
     assert cache.strategy == "loop_tiling" and cache.params.get("above") \
         and cache.before_leir == vec.after_leir
@@ -565,15 +573,7 @@ class _SlowCacheTiles(_TileTimes):
 def test_a_cache_tile_that_measures_slower_is_skipped_not_built_on(evaluator):
     """The follow-through measures the cache tile; measured slower than the vectorized tile,
     the stage and the parallel loop come from the vectorized tile, not from the cache tile."""
-    from steptp.search.policies import Beam
-
-    mm = "kernel f32 matmul(A[128,1024], B[1024,512]) -> C[128,512]\n C[i,j] += A[i,k] * B[k,j]\n"
-    s = Search(parse(mm), "mm", "beam", Budget(6, 300), 0, _SlowCacheTiles(evaluator),
-               strategies=LOOPS, ranker=Ranker(learned=False))
-    Beam(finish=0).run(s)
-    steps = [r for r in s.steps if r.after is not None]
-    k = next(i for i, r in enumerate(steps) if r.strategy == "loop_tiling")
-    vec, cache, par = steps[k + 1:k + 4]
+    vec, cache, par = _first_tiles_follow_through(_SlowCacheTiles(evaluator))
     assert cache.params.get("above") and cache.after.median_s > vec.after.median_s
     assert par.strategy == "loop_parallelization" and par.before_leir == vec.after_leir
 
