@@ -404,10 +404,13 @@ class TemplateWriter:
             # is the second-nearest reuse, a block of the shared operand kept in L1 for several
             # row tiles, which the nearest-reuse facts do not show
             (sv, rv), (fs_, fr_) = prm["loops"], prm["factors"]
+
+            def index_vars(a: SiteAccess) -> set[str]:
+                return set(re.findall(r"[A-Za-z_]\w*", a.text.split("[", 1)[-1]))
+
             shared = [a for a in sf.accesses if not a.write
-                      and sv not in re.findall(r"[A-Za-z_]\w*", a.text.split("[", 1)[-1])
-                      and rv in re.findall(r"[A-Za-z_]\w*", a.text.split("[", 1)[-1])]
-            for lv, val in ((sv, None), (rv, None)):
+                      and sv not in index_vars(a) and rv in index_vars(a)]
+            for lv in (sv, rv):
                 lps = [x for x in f.before.loops if x.var == lv]
                 if lps:
                     claims.append(Claim(kind="loop_extent", loop=lv, value=lps[0].extent))

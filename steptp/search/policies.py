@@ -39,7 +39,7 @@ import zlib
 from typing import Optional
 
 from ..leir import ast as A
-from .run import Node, Search
+from .run import Node, Search, has_loop_kind
 from .cost_model import score
 from .space import finished_tilings, stages_tile_accumulators, unrolls_tile_rows, unrolls_window
 
@@ -169,9 +169,10 @@ FUSE_EPILOGUE = "fuse_epilogue"
 #: A window's accumulator is staged again after the window's unroll (a pooling's max into
 #: a local scalar pays only with its taps unrolled: the held-out maxpool2d ended at 96 us when
 #: the search had measured the stage before the unroll and the finish could not take it again,
-#: 55 us when the search happened to take both). The moves that pay most widely come first: a small budget keeps one in 8 of its
-#: measurements for the finish (2 of a release's 16), and the window and the epilogue fusion
-#: (a move is skipped where it has no candidate) apply to fewer kernels. The tile's rows come
+#: 55 us when the search happened to take both). The moves that pay most widely come first: a
+#: small budget keeps one in 8 of its measurements for the finish (2 of a release's 16), and
+#: the window and the epilogue fusion (a move is skipped where it has no candidate) apply to
+#: fewer kernels. The tile's rows come
 #: last: unrolled, 1 of 10 held-out tiles ran 1.45x faster and the rest within 3%, while in a
 #: release build placed before the epilogue fusion it took the depthwise conv's last
 #: measurement (1.53x against 2.22x with the fusion).
@@ -183,8 +184,7 @@ FINISH = (("loop_vectorization", "vectorized"), (STAGE, None), ("loop_paralleliz
 def _moves(s: Search, n: Node, move: str) -> list:
     """The untried actions of ``n`` that make ``move``: a strategy's name (register tiles only,
     for ``loop_tiling``), ``STAGE``, ``CACHE_TILE``, ``UNROLL_TILE``, ``UNROLL_WINDOW`` or
-    ``FUSE_EPILOGUE`` (the deepest
-    ``at`` of each epilogue, and every operator fusion)."""
+    ``FUSE_EPILOGUE`` (the deepest ``at`` of each epilogue, and every operator fusion)."""
     if move == STAGE:
         return [c for c in s.untried(n) if stages_tile_accumulators(n.program, c)]
     if move == UNROLL_WINDOW:
@@ -205,10 +205,6 @@ def _moves(s: Search, n: Node, move: str) -> list:
     return [c for c in s.untried(n) if c.strategy == move
             and (move != "loop_tiling" or (c.params.get("point") == "inner"
                                            and not c.params.get("above")))]
-
-
-def _has_kind(program: A.Program, kind: str) -> bool:
-    return any(isinstance(x, A.Loop) and x.kind == kind for st in program.body for x in A.walk(st))
 
 
 def _nest_has(program: A.Program, path, kind: str) -> bool:
@@ -299,7 +295,7 @@ class Beam(Policy):
                 # no reduction tile to stage, no band to cache-tile, a tile (a cache tile)
                 # already vectorized: the next move is still due
                 if strategy in OPTIONAL or (strategy == "loop_vectorization"
-                                            and _has_kind(n.program, "vectorized")):
+                                            and has_loop_kind(n.program, "vectorized")):
                     continue
                 break
             sc = s.ranker.scores([c.program for c in cands])

@@ -13,8 +13,8 @@ spans the whole row loop), over a
 reduction (the registry
 samples a few of the many divisor pairs and may miss these), and the cache tiles over such a
 register tile (``_cache_tilings``: an outer row loop and the reduction tiled with their point
-loops right above the tile's rows, a block of the operand the rows share kept in L1). Results that unroll one
-statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
+loops right above the tile's rows, a block of the operand the rows share kept in L1).
+Results that unroll one statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
 their legality and applies them); only the choice of ``order`` is the search's.
 """
 
@@ -199,11 +199,11 @@ def _cache_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
             continue
         item = ITEMSIZE.get(program.tensors[stmt.tensor].dtype, 4)
         above = loops.index(row)
-        # the strip a row tile walks (the reduction by the tile's columns) must overflow half
-        # of L1 for a block of it to be worth keeping: a 64^3 matmul's B is 16 KiB, L1-resident
-        # whatever the order
         loads = A.loads(stmt.value)
         for ri, r in enumerate(loops[:above]):
+            # the strip a row tile walks (the reduction by the tile's columns) must overflow
+            # half of L1 for a block of it to be worth keeping: a 64^3 matmul's B is 16 KiB,
+            # L1-resident whatever the order
             if r.var in lhs or r.extent * col.extent * item <= L1_BYTES // 2:
                 continue
             for s in loops[:ri]:
