@@ -260,10 +260,10 @@ def test_the_finish_parallelizes_the_heavy_nest_by_the_analytic_model(evaluator)
     learned = pars[min(range(len(pars)), key=lambda k: (sc[k], k))]
     assert " parallel" in learned.text.splitlines()[4 - 1]   # the copy, by the learned ranker
 
-    s = Search(state, "conv1d", "beam", Budget(3, 120), 0, _BusyCores(evaluator, load=3.0),
+    s = Search(state, "conv1d", "beam", Budget(5, 120), 0, _BusyCores(evaluator, load=3.0),
                strategies=LOOPS + ("cache_read_write",), ranker=rk)
     Beam()._finish(s)
-    stage, par, rows = s.steps
+    stage, par, par_epi, par_copy, rows = s.steps
     # first the tile's 4x15 accumulators move to a local buffer: inside a parallel loop, those
     # of a global one stay in memory (7.7 ms parallel, 3.2 serial, 1.8 parallel and staged, on
     # this machine's 2 cores)
@@ -276,6 +276,15 @@ def test_the_finish_parallelizes_the_heavy_nest_by_the_analytic_model(evaluator)
     lines = par.after_leir.splitlines()
     assert "for i in 8 parallel, j in 32, k in 34:" in lines[5]   # the conv nest's outer loop
     assert " parallel" not in lines[4]                            # not the copy
+    # the epilogue next (510K elements): the model expects it to pay too once the conv nest is
+    # parallel, then the input copy (262K)
+    assert par_epi.strategy == "loop_parallelization" and par_epi.verified
+    assert par_epi.before_leir == par.after_leir
+    assert par_epi.after_leir.splitlines()[10:] == [" for i in 8 parallel:",
+                                                    "  D[i,j,k] = F[i,j,k] + C[0,j,0]"]
+    assert par_copy.before_leir == par_epi.after_leir
+    assert par_copy.after_leir.splitlines()[4:6] == [" for i in 8 parallel:",
+                                                     "  E[i,j,k] = A[i,j,k]"]
     # then the tile's 4 rows are written out (``UNROLL_TILE``)
     assert rows.strategy == "loop_unrolling" and rows.params == {} and rows.verified
     assert "  for l in 64, m in 3, n in 4 unrolled, o in 15 vectorized:" in rows.after_leir.splitlines()
@@ -374,6 +383,28 @@ def test_the_finish_completes_each_nest_not_only_the_first(evaluator):
     Beam()._finish(s)
     assert [st.strategy for st in s.steps] == ["loop_vectorization", "loop_parallelization"]
     assert s.steps[-1].after_leir.splitlines()[-2] == " for i in 64 parallel, j in 64 vectorized:"
+
+
+def test_the_finish_parallelizes_every_nest_worth_a_fork(evaluator):
+    """Every top-level nest is parallelized, heaviest first by the analytic model, while one
+    more parallel nest is expected to pay (``REPEAT_MARGIN``): the copy beside the heavy nest
+    is, the 8-element epilogue is not."""
+    three = """kernel f32 three(A[64,1024], B[64,8], C[8]) -> D[64,1024], E[8]
+ F[64,1024]
+ F[i,j] = A[i,j] * 2.0
+ for i in 64, j in 1024, k in 8:
+  D[i,j] += B[i,k] * F[k,j]
+ E[i] = C[i] + 1.0
+"""
+    s = Search(parse(three), "three", "beam", Budget(8, 120), 0, _BusyCores(evaluator, load=1.0),
+               strategies=("loop_parallelization",), ranker=Ranker(learned=False))
+    Beam()._finish(s)
+    assert [st.strategy for st in s.steps] == ["loop_parallelization"] * 2
+    assert all(st.verified for st in s.steps)
+    heavy, copy = (st.after_leir.splitlines() for st in s.steps)
+    assert heavy[2:4] == [" F[i,j] = A[i,j] * 2.0", " for i in 64 parallel, j in 1024, k in 8:"]
+    assert copy[2:5] == [" for i in 64 parallel:", "  F[i,j] = A[i,j] * 2.0", heavy[3]]
+    assert copy[-1] == " E[i] = C[i] + 1.0"   # 8 elements: not worth a fork
 
 
 def test_the_finish_merges_an_epilogue_already_collapsed_and_parallel_into_one_region(evaluator):
