@@ -10,6 +10,7 @@ import pytest
 import steptp.strategies as S
 from steptp import examples
 from steptp.leir import format_program, parse
+from steptp.leir.ast import walk
 from steptp.strategies.base import IllegalRewrite, Site  # noqa: F401
 from strategy_helpers import P, T, applied, inputs_for, refusal, same_outputs  # noqa: F401
 
@@ -336,6 +337,46 @@ def test_tensor_split_to_decouple_operators():
     """)
     assert "illegal" in refusal(p, "tensor_split_to_decouple_operators", {"path": [0], "loops": ["i", "j"]},
                                 {"loop": "j"})
+
+
+def test_tensor_split_gives_each_half_its_own_register_tile_so_both_can_run_parallel():
+    """A local buffer each iteration of the split loop overwrites first (a staged register
+    tile's accumulators) is copied for the second half: shared, it tied the halves together and
+    neither could be parallelized (a held-out grouped conv's search split its conv nest so and
+    ended with both halves serial)."""
+    staged = parse("""kernel f32 c1(A[4,16,34], B[32,16,3]) -> F[4,32,32]
+ T0[4,8] local
+ for i in 4, j in 8, k in 4:
+  for c0 in 4, c1 in 8:
+   T0[c0,c1] = 0.0
+  for l in 16, m in 3, n in 4, o in 8 vectorized:
+   T0[n,o] = T0[n,o] + A[i,l,k*8+o+m] * B[j*4+n,l,m]
+  for c0 in 4, c1 in 8:
+   F[i,j*4+c0,k*8+c1] = T0[c0,c1]
+""")
+    site = {"path": [0], "loops": ["i", "j", "k"]}
+    got = S.apply(staged, "tensor_split_to_decouple_operators", site, {"loop": "i"})
+    text = format_program(got).splitlines()
+    assert [t.name for t in got.intermediates if t.scope == "local"] == ["T0", "T1"]
+    first, second = got.body
+    names = lambda s: {n.tensor for n in walk(s) if hasattr(n, "tensor")}  # noqa: E731
+    assert "T0" in names(first) and "T1" not in names(first)
+    assert "T1" in names(second) and "T0" not in names(second)
+    same_outputs(got, staged, "exact", inputs_for(staged))
+    for half in (0, 1):
+        assert S.check(got, "loop_parallelization", {"path": [half], "loops": ["i"]}, {}).ok, text
+    # the buffer stays shared (no copy) when an iteration reads what the one before left there
+    carried = parse("""kernel f32 cs(A[8,8]) -> B[8,8]
+ T0[1] local
+ T0[0] = 0.0
+ for i in 8, j in 8:
+  T0[0] = T0[0] + A[i,j]
+  B[i,j] = T0[0]
+""")
+    kept = S.apply(carried, "tensor_split_to_decouple_operators",
+                   {"path": [1], "loops": ["i", "j"]}, {"loop": "i"})
+    assert [t.name for t in kept.intermediates] == ["T0"]
+    same_outputs(kept, carried, "exact", inputs_for(carried))
 
 
 # ============================================================================ numerics

@@ -190,6 +190,34 @@ def subst_stmt(s: A.Stmt, m: Mapping[str, A.Expr]) -> A.Stmt:
     raise TypeError(s)
 
 
+def rename_tensors(node, m: Mapping[str, str]):
+    """``node`` (a statement or an expression) with the tensors of ``m`` renamed, reads and
+    writes alike."""
+    if not m:
+        return node
+    if isinstance(node, A.Load):
+        return replace(node, tensor=m.get(node.tensor, node.tensor),
+                       index=tuple(rename_tensors(i, m) for i in node.index))
+    if isinstance(node, (A.Var, A.Const)):
+        return node
+    if isinstance(node, A.Unary):
+        return replace(node, operand=rename_tensors(node.operand, m))
+    if isinstance(node, A.Binary):
+        return replace(node, lhs=rename_tensors(node.lhs, m), rhs=rename_tensors(node.rhs, m))
+    if isinstance(node, A.Call):
+        return replace(node, args=tuple(rename_tensors(a, m) for a in node.args))
+    if isinstance(node, A.Assign):
+        return replace(node, tensor=m.get(node.tensor, node.tensor),
+                       index=tuple(rename_tensors(i, m) for i in node.index),
+                       value=rename_tensors(node.value, m))
+    if isinstance(node, A.If):
+        return replace(node, cond=rename_tensors(node.cond, m),
+                       body=tuple(rename_tensors(b, m) for b in node.body))
+    if isinstance(node, A.Loop):
+        return replace(node, body=tuple(rename_tensors(b, m) for b in node.body))
+    raise TypeError(node)
+
+
 def map_body(body: Sequence[A.Stmt], f: Callable[[A.Stmt], A.Stmt]) -> tuple[A.Stmt, ...]:
     return tuple(f(s) for s in body)
 

@@ -19,12 +19,13 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
 from ..leir import ast as A
+from ..leir.private import private_to
 from ..leir.printer import format_expr, format_stmt
 from ..leir.types import LeirTypeError, expr_dtype
 from . import _deps as D
 from ._ir import (Path, all_names, band, chain, enclosing_loops, fresh_name, fresh_tensor, iter_stmts,
-                  node_at, reduction_axes, replace_at, subst_expr, subst_stmt, tensors_read,
-                  tensors_written)
+                  node_at, reduction_axes, rename_tensors, replace_at, subst_expr, subst_stmt,
+                  tensors_read, tensors_written)
 from .base import OK, Site, Strategy, Verdict, refuse
 from .registry import register
 
@@ -1082,16 +1083,25 @@ class TensorSplitToDecoupleOperators(Strategy):
         from .loops import _reorder
         path = tuple(site.path)
         _, (prog, outer, vo, vi) = self._plan(program, site, params)
+        var = params["loop"]
+        # a local buffer each iteration of the split loop overwrites before reading (a register
+        # tile's accumulators) gets a copy of its own in the second half: shared, it would tie
+        # the halves together and neither could be parallelized (``private_to``)
+        l = [lp.var for lp in band(program, path)].index(var)
+        own = {}
+        for name in sorted(private_to(program, path + (0,) * l)):
+            t = prog.tensor(name)
+            own[name] = fresh_tensor(prog)
+            prog = replace(prog, intermediates=prog.intermediates + (replace(t, name=own[name]),))
         if outer:
             prog = _reorder(prog, path, outer + [vo], [vo] + outer)
         lo = node_at(prog, path)
-        var = params["loop"]
         halves = []
         for h in range(2):
             b = tuple(subst_stmt(s, {vo: A.const(h)}) for s in lo.body)
             # give the half loop back its original name
             b = tuple(_rename_loop(s, vi, var) for s in b)
-            halves.extend(b)
+            halves.extend(rename_tensors(s, own) if h else s for s in b)
         return replace_at(prog, path, halves)
 
 
