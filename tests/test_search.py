@@ -364,6 +364,21 @@ def test_cost_model_counts_an_inlined_bounds_test_as_one_select():
     assert cm._ops(cm._statements(masked)[0].stmt.value) == 4
 
 
+def test_the_space_offers_no_reorder_that_moves_only_single_iteration_loops():
+    """Moving ``i in 1`` about the band is the same schedule in another text: not offered
+    (a max pool's search measured 8 of them, and one put ``i`` innermost, under its window)."""
+    from steptp.search.space import actions
+
+    pool = parse("""kernel f32 mp(A[1,8,18,18]) -> B[1,8,8,8]
+ for i in 1, j in 8, k in 8, l in 8, m in 3, n in 3:
+  B[i,j,k,l] max= A[i,j,k*2+m,l*2+n]
+""")
+    orders = [c.params["order"] for c in actions(pool, "cpu", 0, ("loop_reorder",))]
+    real = [[v for v in o if v != "i"] for o in orders]
+    assert orders and all(r != ["j", "k", "l", "m", "n"] for r in real)
+    assert ["i", "j", "k", "l", "n", "m"] in orders or ["j", "k", "l", "n", "m", "i"] in orders
+
+
 def test_unrolling_copies_of_a_long_serial_loop_are_bounded():
     from steptp.search.space import (MAX_UNROLLED, MAX_UNROLLED_OVER_LOOPS, actions,
                                      unrolled_over_loops, unrolled_size)

@@ -677,6 +677,12 @@ def test_vectorization_refusals():
             B[i] = A[i]
     """)
     assert "power of two" in refusal(p, "loop_vectorization", {"path": [0], "loops": ["i"]}, {})
+    # one iteration is one lane (1 is a power of two, and a search spent a measurement on it)
+    assert "one lane" in refusal(P("""
+        kernel one(A: f32[8,1]) -> B: f32[8,1]
+          for i in 8, j in 1:
+            B[i,j] = A[i,j]
+    """), "loop_vectorization", {"path": [0, 0], "loops": ["j"]}, {})
     assert "carries" in refusal(P("""
         kernel sh(A: f32[9]) -> B: f32[9]
           for i in 8:

@@ -779,7 +779,9 @@ class LoopVectorization(_KindChange):
             return refuse(f"cannot vectorize {loop.var}: its body holds {len(loop.body)} statements; "
                           f"split them into their own loops first (operator_fission / loop fission)")
         n = loop.extent
-        if not (2 <= n <= MAX_PARTIAL_VECTOR or (n <= MAX_VECTOR and n & (n - 1) == 0)):
+        if n < 2:
+            return refuse(f"cannot vectorize {loop.var}: it has {n} iteration, one lane")
+        if not (n <= MAX_PARTIAL_VECTOR or (n <= MAX_VECTOR and n & (n - 1) == 0)):
             # wider odd widths become vectors LLVM splits badly (28 lanes ran 15x slower than 14)
             return refuse(f"cannot vectorize {loop.var}: extent {n} is neither in "
                           f"[2, {MAX_PARTIAL_VECTOR}] nor a power of two up to {MAX_VECTOR}; "
