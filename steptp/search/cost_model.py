@@ -195,11 +195,13 @@ class _Access:
 
     def footprint(self, inner: dict[str, int]) -> float:
         """Bytes of cache lines touched while the loops in ``inner`` run (others fixed)."""
-        shape = self.shape
-        if not shape:
+        # dimensions of one element do not break contiguity: a 1x1 conv's weights
+        # ``B[64,256,1,1]`` walk their input channels one element apart, not a line apart
+        dims = [(f, n) for f, n in zip(self.forms, self.shape) if n != 1]
+        if not dims:
             return LINE
         spans = []
-        for f, n in zip(self.forms, shape):
+        for f, n in dims:
             if f is None:
                 spans.append(n)
                 continue
