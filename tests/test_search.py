@@ -7,6 +7,7 @@ import math
 import pytest
 
 from steptp.leir import parse
+from steptp.leir.ast import walk
 from steptp.records import StepRecord, TrajectoryRecord, read_records, table, write_table
 from steptp.search import Budget, InProcessEvaluator, Search, make_policy, search_kernel
 from steptp.search.cost_model import features, predict, score
@@ -296,6 +297,25 @@ def test_cost_model_reads_a_collapsed_subscript_pair_as_one_unit_stride_dimensio
     assert cm.predict(vec) < cm.predict(ser)
 
 
+def test_cost_model_reads_dimensions_of_one_element_as_no_break_in_a_contiguous_walk():
+    """A 1x1 conv's weights ``B[64,256,1,1]`` walk their input channels one element apart:
+    the model read every channel as its own cache line (16x the footprint of ``B[64,256]``),
+    and preferred copying the weights into a local buffer that pinned the channel-tile loop
+    outermost, re-streaming the input once per channel tile."""
+    from steptp.search import cost_model as cm
+
+    text = ("kernel f32 pw(A[256,56,56], B[64,256{ones}]) -> C[64,56,56]\n"
+            " for k in 56, l_o in 4, j_o in 4, m in 256, j_i in 16, l_i in 14 vectorized:\n"
+            "  C[j_o*16+j_i,k,l_o*14+l_i] += A[m,k,l_o*14+l_i] * B[j_o*16+j_i,m{zeros}]\n")
+    four = cm._estimate(parse(text.format(ones=",1,1", zeros=",0,0")), False, 2)
+    two = cm._estimate(parse(text.format(ones="", zeros="")), False, 2)
+    assert four.l1 == two.l1 and four.l2 == two.l2 and four.seconds == two.seconds
+    p = parse(text.format(ones=",1,1", zeros=",0,0"))
+    load = next(n for n in walk(p.body[0]) if getattr(n, "tensor", None) == "B")
+    b = cm._Access(p.tensors["B"], load.index, False)
+    assert b.footprint({"j_i": 16, "m": 256}) == 16 * 256 * 4   # 16 rows of 1 KiB, whole lines
+
+
 def test_cost_model_reads_a_groups_base_channel_as_the_channel_it_rounds_down():
     from steptp.search import cost_model as cm
 
@@ -568,6 +588,40 @@ def test_a_first_register_tile_is_cache_tiled_before_its_stage_when_the_model_ex
     assert par.strategy == "loop_parallelization" and par.before_leir == cache.after_leir
     assert all(r.verified for r in (vec, cache, par))
     assert cache.after.median_s < vec.after.median_s
+
+
+def test_a_register_tile_vectorized_into_the_fastest_state_is_finished_at_once(evaluator):
+    """Not only a state's first tile: any register tile whose vectorization is the fastest
+    state so far, with a cache tile or a stage still to take, is finished right away
+    (``Beam._new_best_tile``); a vectorization that is not the fastest, or leaves nothing to
+    take, is not."""
+    from steptp.search.policies import Beam
+
+    mm = "kernel f32 matmul(A[128,1024], B[1024,512]) -> C[128,512]\n C[i,j] += A[i,k] * B[k,j]\n"
+    s = Search(parse(mm), "mm", "beam", Budget(8, 300), 0, _TileTimes(evaluator),
+               strategies=LOOPS, ranker=Ranker(learned=False))
+    tiles = [c for c in s.ranked(s.root) if c.strategy == "loop_tiling"
+             and c.params.get("point") == "inner" and c.params["factors"] == [4, 64]]
+    c_tile = tiles[0]
+    tile = s.evaluate(s.root, c_tile)
+    c_vec = next(c for c in s.untried(tile) if c.strategy == "loop_vectorization"
+                 and " in 64 vectorized" in c.text)
+    before = s.best.seconds
+    vec = s.evaluate(tile, c_vec)
+    assert vec.seconds < before
+    assert Beam._new_best_tile(s, c_vec, vec, before)
+    assert not Beam._new_best_tile(s, c_vec, vec, vec.seconds / 2)   # not the fastest
+    plain = "kernel f32 add(A[64,64]) -> B[64,64]\n B[i,j] = A[i,j] + 1.0\n"
+    s2 = Search(parse(plain), "add", "beam", Budget(4, 60), 0, _TileTimes(evaluator),
+                strategies=LOOPS, ranker=Ranker(learned=False))
+    c2 = next(c for c in s2.ranked(s2.root) if c.strategy == "loop_vectorization")
+    v2 = s2.evaluate(s2.root, c2)
+    assert not Beam._new_best_tile(s2, c2, v2, math.inf)   # no tile: nothing to cache or stage
+    # the finish it gets: the cache tile first, from the vectorized tile
+    got = Beam()._follow_through(s, vec, ("cache_tile", "stage_accumulators",
+                                          "loop_parallelization"))
+    assert got and got[0].parent is vec
+    assert s.steps[-len(got)].strategy == "loop_tiling" and s.steps[-len(got)].params.get("above")
 
 
 class _SlowCacheTiles(_TileTimes):
