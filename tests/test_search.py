@@ -611,6 +611,11 @@ def test_a_register_tile_vectorized_into_the_fastest_state_is_finished_at_once(e
     assert vec.seconds < before
     assert Beam._new_best_tile(s, c_vec, vec, before)
     assert not Beam._new_best_tile(s, c_vec, vec, vec.seconds / 2)   # not the fastest
+    # a serial tile competes with serial states: a faster parallel one does not count
+    par = s.evaluate(vec, next(c for c in s.untried(vec) if c.strategy == "loop_parallelization"
+                               and " parallel" in c.text.splitlines()[1]))
+    assert par.seconds < vec.seconds
+    assert Beam._best_like(s, tile) == vec.seconds and Beam._best_like(s, par) == par.seconds
     plain = "kernel f32 add(A[64,64]) -> B[64,64]\n B[i,j] = A[i,j] + 1.0\n"
     s2 = Search(parse(plain), "add", "beam", Budget(4, 60), 0, _TileTimes(evaluator),
                 strategies=LOOPS, ranker=Ranker(learned=False))

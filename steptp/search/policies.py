@@ -334,13 +334,23 @@ class Beam(Policy):
                 and ch.parent is n and n.text not in self._tiles_finished)
 
     @staticmethod
+    def _best_like(s: Search, n: Node) -> float:
+        """The fastest measured time among states as parallel as ``n`` (serial ones when
+        ``n`` is serial, all of them otherwise)."""
+        serial = not has_loop_kind(n.program, "parallel")
+        return min((m.seconds for m in _all_nodes(s) if m.seconds is not None
+                    and not (serial and has_loop_kind(m.program, "parallel"))), default=math.inf)
+
+    @staticmethod
     def _new_best_tile(s: Search, c, ch: Node, best_s: float) -> bool:
-        """Is ``ch`` a register tile just vectorized (by ``c``) into the fastest state so far,
-        with a cache tile or a stage still to take? Its finish (``FINISH_TILE`` after the
-        vectorization) is measured at once: only a state's first tile was finished so, and a
-        transposed matmul's best tile, its third, ended serial in its rows' loop, uncached and
-        unstaged (1.02 ms against MetaSchedule's 0.71 with blocks of k shared by 12 row
-        tiles)."""
+        """Is ``ch`` a register tile just vectorized (by ``c``) into the fastest state so far
+        among those as parallel as its parent (``_best_like``), with a cache tile or a stage
+        still to take? Its finish (``FINISH_TILE`` after the vectorization) is measured at once:
+        only a state's first tile was finished so, and a transposed matmul's best tile, its
+        third, ended in its rows' loop, uncached and unstaged (0.90-1.02 ms against
+        MetaSchedule's 0.71 with blocks of k shared by 12 row tiles). Serial states compete
+        with serial ones: the first tile, finished, is parallel and 2x ahead of any serial
+        tile."""
         return (c.strategy == "loop_vectorization" and ch.seconds < best_s
                 and bool(_moves(s, ch, CACHE_TILE) or _moves(s, ch, STAGE)))
 
@@ -440,7 +450,7 @@ class Beam(Policy):
                     c = s.pop(n)
                     if c is None:
                         break
-                    best_s = s.best.seconds if s.best is not None else math.inf
+                    best_s = self._best_like(s, n)
                     # a promoted enabling move is expanded at once (``_follow_through``)
                     ch = s.evaluate(n, c, may_stop=c.text not in self._enablers)
                     if ch is not None:

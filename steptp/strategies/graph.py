@@ -1025,7 +1025,9 @@ class TensorSplitToDecoupleOperators(Strategy):
     description = ("Split a nest over one of its loops (even extent) into two nests, each over one "
                    "half of that dimension of every tensor it indexes. The half-split must be "
                    "legal to hoist outside the loops enclosing it in the nest, and the loop must not "
-                   "be a reduction axis (the second half would re-initialise the accumulator).")
+                   "be a reduction axis (the second half would re-initialise the accumulator). A "
+                   "local buffer each iteration overwrites before reading gets its own copy in the "
+                   "second half, so the halves stay independent.")
 
     def sites(self, program, analysis=None):
         out = []
