@@ -370,6 +370,30 @@ def test_a_register_tiles_rows_unrolled_say_what_the_unroll_buys_and_validate():
             ("j_i", 8), ("l_i", 8)}
 
 
+def test_a_register_tile_that_fixes_the_innermost_stride_says_so_and_validates():
+    """A row sum read down its columns (``B[i,j] += A[i,k,j]``, ``k`` innermost, stride 256):
+    a register tile with its point loops inside makes (a point loop of) ``j`` innermost, stride
+    1. A release
+    example (2.9x) had said "no read of this nest is reused, so nothing is kept for later"."""
+    from steptp.cot.samples import make_step
+    from steptp.cot.schema import cot_record
+    from steptp.leir import parse
+
+    rows = parse("kernel f32 sum(A[16,256,256]) -> B[16,256]\n B[i,j] += A[i,k,j]\n")
+    site = {"path": [0], "loops": ["i", "j", "k"]}
+    prm = {"loops": ["i", "j"], "factors": [2, 16], "point": "inner"}
+    for seed in range(4):
+        step = make_step("sum", "loop_tiling", site, prm, speedup=2.9, program=rows)
+        cot = TemplateWriter(seed=seed).write(step)
+        validate(cot_record(cot), step)
+        (chosen,) = [x for x in cot.candidates if x.verdict == "chosen"]
+        # (the loop and access as the before-program names them, as the facts do)
+        assert "`j`" in chosen.reason and "innermost" in chosen.reason, chosen.reason
+        assert "`A[i,k,j]` then stride 1" in chosen.reason, chosen.reason
+        assert "nothing is kept" not in chosen.reason
+        assert any(x.kind == "reorder_innermost" and x.loop == "j" for x in cot.claims)
+
+
 def test_a_cache_tile_names_the_shared_block_it_keeps_and_validates():
     """``loop_tiling`` with ``above`` over a register tile (the search's cache tile): the
     reasoning names the operand the row tiles share (not the one they differ in), the block
