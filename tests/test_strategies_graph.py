@@ -347,12 +347,10 @@ def test_tensor_split_gives_each_half_its_own_register_tile_so_both_can_run_para
     staged = parse("""kernel f32 c1(A[4,16,34], B[32,16,3]) -> F[4,32,32]
  T0[4,8] local
  for i in 4, j in 8, k in 4:
-  for c0 in 4, c1 in 8:
-   T0[c0,c1] = 0.0
+  T0[c0,c1] = 0.0
   for l in 16, m in 3, n in 4, o in 8 vectorized:
    T0[n,o] = T0[n,o] + A[i,l,k*8+o+m] * B[j*4+n,l,m]
-  for c0 in 4, c1 in 8:
-   F[i,j*4+c0,k*8+c1] = T0[c0,c1]
+  F[i,j*4+c0,k*8+c1] = T0[c0,c1]
 """)
     site = {"path": [0], "loops": ["i", "j", "k"]}
     got = S.apply(staged, "tensor_split_to_decouple_operators", site, {"loop": "i"})

@@ -7,7 +7,7 @@ new tree (the AST is made of frozen dataclasses anyway).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Callable, Mapping, Sequence
 
 from ..leir import ast as A
@@ -191,31 +191,22 @@ def subst_stmt(s: A.Stmt, m: Mapping[str, A.Expr]) -> A.Stmt:
 
 
 def rename_tensors(node, m: Mapping[str, str]):
-    """``node`` (a statement or an expression) with the tensors of ``m`` renamed, reads and
-    writes alike."""
+    """``node`` (a statement, an expression or a tuple of them) with the tensors of ``m``
+    renamed, reads and writes alike."""
     if not m:
         return node
-    if isinstance(node, A.Load):
-        return replace(node, tensor=m.get(node.tensor, node.tensor),
-                       index=tuple(rename_tensors(i, m) for i in node.index))
-    if isinstance(node, (A.Var, A.Const)):
+    if isinstance(node, tuple):
+        return tuple(rename_tensors(x, m) for x in node)
+    if not hasattr(node, "__dataclass_fields__"):
         return node
-    if isinstance(node, A.Unary):
-        return replace(node, operand=rename_tensors(node.operand, m))
-    if isinstance(node, A.Binary):
-        return replace(node, lhs=rename_tensors(node.lhs, m), rhs=rename_tensors(node.rhs, m))
-    if isinstance(node, A.Call):
-        return replace(node, args=tuple(rename_tensors(a, m) for a in node.args))
-    if isinstance(node, A.Assign):
-        return replace(node, tensor=m.get(node.tensor, node.tensor),
-                       index=tuple(rename_tensors(i, m) for i in node.index),
-                       value=rename_tensors(node.value, m))
-    if isinstance(node, A.If):
-        return replace(node, cond=rename_tensors(node.cond, m),
-                       body=tuple(rename_tensors(b, m) for b in node.body))
-    if isinstance(node, A.Loop):
-        return replace(node, body=tuple(rename_tensors(b, m) for b in node.body))
-    raise TypeError(node)
+    changes = {}
+    for f in fields(node):
+        v = getattr(node, f.name)
+        if f.name == "tensor" and v in m:   # a Load's or an Assign's
+            changes["tensor"] = m[v]
+        elif isinstance(v, tuple) or hasattr(v, "__dataclass_fields__"):
+            changes[f.name] = rename_tensors(v, m)
+    return replace(node, **changes)
 
 
 def map_body(body: Sequence[A.Stmt], f: Callable[[A.Stmt], A.Stmt]) -> tuple[A.Stmt, ...]:
