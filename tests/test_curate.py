@@ -197,27 +197,6 @@ def test_curate_real_records(real, tmp_path):
     assert again.splits == res.splits and again.steps == res.steps
 
 
-def test_splits_do_not_follow_the_timings(progs):
-    """Two builds of one params.yaml search the same kernels but keep different SFT steps (the
-    timings differ): the splits must not move (placed by step counts, 28 of a release's 129
-    kernels changed split between two builds, 16 of them into or out of test)."""
-    a, b, c = progs
-    ks = [_kernel(f"k{i}", [f"w{i}"]) for i in range(8)]
-
-    def build(fast: set[int]):
-        # six kernels: the same reorder of programs that differ in one constant
-        steps = [_step(a.replace("0.7071067811865476", f"0.{i + 1}"),
-                       b.replace("0.7071067811865476", f"0.{i + 1}"),
-                       f"t{i}", 0, kid=f"k{i}", speedup=1.5 if i in fast else 0.5,
-                       outcome="improved" if i in fast else "not_improved") for i in range(6)]
-        return curate(ks, steps, [], CFG)
-
-    one, two = build({0, 1, 2, 3, 4, 5}), build({0, 5})
-    assert {s.kernel_id for s in one.steps} != {s.kernel_id for s in two.steps}
-    assert one.splits == two.splits
-    assert set(one.splits.values()) == {"train", "validation", "test"}
-
-
 def test_splits_give_every_split_examples_when_most_kernels_have_no_steps():
     from steptp.curate import assign_splits
 

@@ -35,12 +35,10 @@ rejected by the first rule it fails):
 
 Splits are by workload: kernels that share a workload (an architecture or an operator suite
 entry, from ``KernelRecord.occurrences``) form one group (connected components), and whole
-groups are assigned to train/validation/test by the number of searched kernels they hold, so the
-splits' shares of searched kernels approach the fractions; every split gets a group when at least
-three groups were searched, and the test split an architecture group and an operator group when
-there is one of each to spare. Deterministic given the seed and the searched kernels, and
-independent of the timings (placed by SFT step counts, two builds of one ``params.yaml`` put 28
-of 129 kernels in another split).
+groups are assigned to train/validation/test by their SFT step counts, so the splits' step shares
+approach the fractions; every split gets a group when at least three groups have steps, and the
+test split an architecture group and an operator group when there is one of each to spare.
+Deterministic given the seed.
 """
 
 from .core import (REASONS, CurateConfig, CurateResult, curate, entropy, strategy_counts,

@@ -427,13 +427,8 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
 
     groups = workload_groups(kernels)
     weights = Counter(s.kernel_id for s in sft_steps)
-    # groups are placed by the kernels that were searched, one each, not by the SFT steps kept:
-    # those follow the timings, and two builds of one params.yaml put 28 of 129 kernels in
-    # another split, 16 into or out of test (a model trained on one nightly's train split would
-    # be tested on kernels it had seen in the next's test split)
-    searched = Counter(sorted({s.kernel_id for s in ordered}))
     kinds = _group_kinds(kernels)
-    splits = assign_splits(groups, searched, cfg.splits, cfg.seed, kinds=kinds) if groups else {}
+    splits = assign_splits(groups, weights, cfg.splits, cfg.seed, kinds=kinds) if groups else {}
     workloads_of = {k.kernel_id: sorted({o.workload for o in k.occurrences}) for k in kernels}
     group_rows = [{"kernels": g, "workloads": sorted({w for k in g for w in workloads_of[k]}),
                    "kind": kinds.get(g[0], "ops"),
