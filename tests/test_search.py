@@ -307,10 +307,10 @@ def test_cost_model_reads_dimensions_of_one_element_as_no_break_in_a_contiguous_
     text = ("kernel f32 pw(A[256,56,56], B[64,256{ones}]) -> C[64,56,56]\n"
             " for k in 56, l_o in 4, j_o in 4, m in 256, j_i in 16, l_i in 14 vectorized:\n"
             "  C[j_o*16+j_i,k,l_o*14+l_i] += A[m,k,l_o*14+l_i] * B[j_o*16+j_i,m{zeros}]\n")
-    four = cm._estimate(parse(text.format(ones=",1,1", zeros=",0,0")), False, 2)
+    p = parse(text.format(ones=",1,1", zeros=",0,0"))
+    four = cm._estimate(p, False, 2)
     two = cm._estimate(parse(text.format(ones="", zeros="")), False, 2)
     assert four.l1 == two.l1 and four.l2 == two.l2 and four.seconds == two.seconds
-    p = parse(text.format(ones=",1,1", zeros=",0,0"))
     load = next(n for n in walk(p.body[0]) if getattr(n, "tensor", None) == "B")
     b = cm._Access(p.tensors["B"], load.index, False)
     assert b.footprint({"j_i": 16, "m": 256}) == 16 * 256 * 4   # 16 rows of 1 KiB, whole lines
@@ -595,7 +595,7 @@ def test_a_register_tile_vectorized_into_the_fastest_state_is_finished_at_once(e
     state so far, with a cache tile or a stage still to take, is finished right away
     (``Beam._new_best_tile``); a vectorization that is not the fastest, or leaves nothing to
     take, is not."""
-    from steptp.search.policies import Beam
+    from steptp.search.policies import FINISH_TILE, Beam
 
     mm = "kernel f32 matmul(A[128,1024], B[1024,512]) -> C[128,512]\n C[i,j] += A[i,k] * B[k,j]\n"
     s = Search(parse(mm), "mm", "beam", Budget(8, 300), 0, _TileTimes(evaluator),
@@ -622,9 +622,9 @@ def test_a_register_tile_vectorized_into_the_fastest_state_is_finished_at_once(e
     c2 = next(c for c in s2.ranked(s2.root) if c.strategy == "loop_vectorization")
     v2 = s2.evaluate(s2.root, c2)
     assert not Beam._new_best_tile(s2, c2, v2, math.inf)   # no tile: nothing to cache or stage
-    # the finish it gets: the cache tile first, from the vectorized tile
-    got = Beam()._follow_through(s, vec, ("cache_tile", "stage_accumulators",
-                                          "loop_parallelization"))
+    # the finish it gets (``FINISH_TILE`` after the vectorization): the cache tile first, from
+    # the vectorized tile
+    got = Beam()._follow_through(s, vec, FINISH_TILE[1:])
     assert got and got[0].parent is vec
     assert s.steps[-len(got)].strategy == "loop_tiling" and s.steps[-len(got)].params.get("above")
 

@@ -97,6 +97,15 @@ def _stride_claims(accs: list[SiteAccess], after: bool = False,
     return out
 
 
+def _new_innermost(claims: list[Claim], loop: str, accs: list[SiteAccess],
+                   unit: list[str]) -> str:
+    """The claims of a step that makes ``loop`` innermost (``unit``: the accesses it walks with
+    unit stride, as claimed) and the strides along it, as the reasoning lists them."""
+    claims.append(Claim(kind="reorder_innermost", loop=loop, accesses=unit))
+    claims.extend(_stride_claims(accs, after=True))
+    return _stride_list(accs, after=True)
+
+
 def _tile_row(f: Facts, lp) -> bool:
     """Is the step's loop the row loop of a staged register tile (``search.space.tile_row``)?"""
     from ..leir import parse
@@ -322,12 +331,10 @@ class TemplateWriter:
             if new is not None and new != m.innermost:
                 unit = [a.text for a in sf.accesses
                         if a.stride_after is not None and abs(a.stride_after) <= 1 and a.text_after]
-                claims.append(Claim(kind="reorder_innermost", loop=new, accesses=unit))
-                claims.extend(_stride_claims(list(sf.accesses), after=True))
-                return pick(f"the order makes `{new}` innermost; along it: "
-                            f"{_stride_list(list(sf.accesses), after=True)}.",
+                strides = _new_innermost(claims, new, list(sf.accesses), unit)
+                return pick(f"the order makes `{new}` innermost; along it: {strides}.",
                             f"`{new}` becomes the innermost loop, so the strides change to "
-                            f"{_stride_list(list(sf.accesses), after=True)}.")
+                            f"{strides}.")
             if any(a.reuse_loop is not None for a in sf.accesses):
                 return pick(f"the innermost loop stays `{m.innermost}`; only the outer order changes, "
                             f"which moves where reuse happens.",
@@ -433,13 +440,12 @@ class TemplateWriter:
                 # a register tile's point loops go inside the reduction: what pays may be the
                 # new innermost loop's unit strides, not any reuse brought closer (a row sum
                 # read down its columns, 2.9x, had been told "nothing is kept for later")
-                claims.append(Claim(kind="reorder_innermost", loop=new,
-                                    accesses=[a.text for a in unit_now]))
-                claims.extend(_stride_claims(list(sf.accesses), after=True))
+                strides = _new_innermost(claims, new, list(sf.accesses),
+                                         [a.text for a in unit_now])
                 return pick(f"tiles of {fs} put the point loops inside, so `{new}` becomes "
-                            f"innermost; along it: {_stride_list(list(sf.accesses), after=True)}.",
+                            f"innermost; along it: {strides}.",
                             f"tiling by {fs} makes `{new}` the innermost loop, and the strides "
-                            f"become {_stride_list(list(sf.accesses), after=True)}.")
+                            f"become {strides}.")
             moves_inner = new is not None and new != m.innermost and bool(unit_now)
             reused = [a for a in sf.accesses if a.reuse_loop is not None and a.reuse_bytes and not a.write]
             if reused:

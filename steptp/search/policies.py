@@ -161,6 +161,11 @@ UNROLL_TILE = "unroll_tile"
 #: parallel region instead of two (avg_pool2d's division as a second parallel nest timed
 #: 77-116 us and varied 2x between runs, fused 23-27)
 FUSE_EPILOGUE = "fuse_epilogue"
+#: every top-level nest is parallelized in the finish, not only the first, while the analytic
+#: model expects one more parallel nest to gain this much (log-score). A held-out run's grouped
+#: conv ended with its padding copy serial beside the parallel conv nest: 298 us, 226 with the
+#: copy parallel (5 interleaved rounds); a layernorm's 768-element division is not worth a fork
+REPEAT_MARGIN = 0.02
 #: the beam's last measurements: the best state's missing finishing moves, in this order, each
 #: from the one before (a MetaSchedule trial is always vectorized and parallel, its tiles'
 #: accumulators in a local cache-write stage, its small inner loops unrolled; a beam that found
@@ -172,15 +177,9 @@ FUSE_EPILOGUE = "fuse_epilogue"
 #: 55 us when the search happened to take both). The moves that pay most widely come first: a
 #: small budget keeps one in 8 of its measurements for the finish (2 of a release's 16), and
 #: the window and the epilogue fusion (a move is skipped where it has no candidate) apply to
-#: fewer kernels. The tile's rows come
-#: last: unrolled, 1 of 10 held-out tiles ran 1.45x faster and the rest within 3%, while in a
-#: release build placed before the epilogue fusion it took the depthwise conv's last
-#: measurement (1.53x against 2.22x with the fusion).
-#: every top-level nest is parallelized in the finish, not only the first, while the analytic
-#: model expects one more parallel nest to gain this much (log-score). A held-out run's grouped
-#: conv ended with its padding copy serial beside the parallel conv nest: 298 us, 226 with the
-#: copy parallel (5 interleaved rounds); a layernorm's 768-element division is not worth a fork
-REPEAT_MARGIN = 0.02
+#: fewer kernels. The tile's rows come last: unrolled, 1 of 10 held-out tiles ran 1.45x faster
+#: and the rest within 3%, while in a release build placed before the epilogue fusion it took
+#: the depthwise conv's last measurement (1.53x against 2.22x with the fusion).
 FINISH = (("loop_vectorization", "vectorized"), (STAGE, None), ("loop_parallelization", "parallel"),
           (UNROLL_WINDOW, None), (STAGE, None), (FUSE_EPILOGUE, None), (UNROLL_WINDOW, None),
           (UNROLL_TILE, None))
@@ -338,8 +337,8 @@ class Beam(Policy):
         """The fastest measured time among states as parallel as ``n`` (serial ones when
         ``n`` is serial, all of them otherwise)."""
         serial = not has_loop_kind(n.program, "parallel")
-        return min((m.seconds for m in _all_nodes(s) if m.seconds is not None
-                    and not (serial and has_loop_kind(m.program, "parallel"))), default=math.inf)
+        return min((m.seconds for m in _all_nodes(s)
+                    if not (serial and has_loop_kind(m.program, "parallel"))), default=math.inf)
 
     @staticmethod
     def _new_best_tile(s: Search, c, ch: Node, best_s: float) -> bool:
@@ -358,9 +357,9 @@ class Beam(Policy):
         """The best state's missing finishing moves (``FINISH``: no loop of that kind yet; a
         register tile whose accumulators are not staged), the analytic cost model's best of
         each (of parallelizations, one per nest while the model expects a gain:
-        ``REPEAT_MARGIN``), measured from the previous one whatever its time (on a busy machine a parallel
-        program may time slow here; ``Search.settle`` re-times it side by side with the
-        serial best)."""
+        ``REPEAT_MARGIN``), measured from the previous one whatever its time (on a busy machine
+        a parallel program may time slow here; ``Search.settle`` re-times it side by side with
+        the serial best)."""
         n = s.best
         for move, kind in FINISH:
             for again in range(len(n.program.body) if move == "loop_parallelization" else 1):
@@ -450,7 +449,10 @@ class Beam(Policy):
                     c = s.pop(n)
                     if c is None:
                         break
-                    best_s = self._best_like(s, n)
+                    # what a vectorized tile must beat (``_new_best_tile``), asked before the
+                    # child joins the tree; only vectorizations need it
+                    best_s = (self._best_like(s, n) if c.strategy == "loop_vectorization"
+                              else math.inf)
                     # a promoted enabling move is expanded at once (``_follow_through``)
                     ch = s.evaluate(n, c, may_stop=c.text not in self._enablers)
                     if ch is not None:

@@ -3,19 +3,21 @@
 ``actions(program)`` is ``strategies.candidates`` (deterministic given the seed) plus, for long
 loop bands, the structured reorders a scheduler needs and the registry's sampled 24
 permutations may miss: moving one loop of the band to any other position (e.g. the reduction
-loop of a tiled matmul between the tile loops and the point loops), and the register tilings
-a CPU schedule starts from: ``loop_tiling`` with ``point="inner"`` of the loop the output is
-unit-stride in (the column: one, two or four vector registers, or a divisor of the row filling
-half to all of one register, see ``column_tiles``) and one other
+loop of a tiled matmul between the tile loops and the point loops). These are ordinary
+``loop_reorder`` applications (the strategy checks their legality and applies them); only the
+choice of ``order`` is the search's, and an order that moves only loops of one iteration is not
+offered (``_moves_unit_loops_only``).
+
+It adds the register tilings a CPU schedule starts from: ``loop_tiling`` with ``point="inner"``
+of the loop the output is unit-stride in (the column: one, two or four vector registers, or a
+divisor of the row filling half to all of one register, see ``column_tiles``) and one other
 spatial loop above it (the rows, a factor in ``ROW_TILES``; a tile whose accumulators need more
-than ``REGISTERS - 4`` vector registers spills every update and is not offered unless it
-spans the whole row loop), over a
-reduction (the registry
-samples a few of the many divisor pairs and may miss these), and the cache tiles over such a
-register tile (``_cache_tilings``: an outer row loop and the reduction tiled with their point
-loops right above the tile's rows, a block of the operand the rows share kept in L1).
-Results that unroll one statement more than ``MAX_UNROLLED`` times are dropped (their compile time explodes). These are ordinary ``loop_reorder`` applications (the strategy checks
-their legality and applies them); only the choice of ``order`` is the search's.
+than ``REGISTERS - 4`` vector registers spills every update and is not offered unless it spans
+the whole row loop), over a reduction (the registry samples a few of the many divisor pairs and
+may miss these); and the cache tiles over such a register tile (``_cache_tilings``: an outer row
+loop and the reduction tiled with their point loops right above the tile's rows, a block of the
+operand the rows share kept in L1). Results that unroll one statement more than
+``MAX_UNROLLED`` times are dropped (their compile time explodes).
 """
 
 from __future__ import annotations
@@ -473,7 +475,8 @@ def actions(program: A.Program, target: str = "cpu", seed: int = 0,
     if target == "cpu" and (strat is None or "loop_tiling" in strat):
         out.extend(_register_tilings(program, seen))
         out.extend(_cache_tilings(program, seen))
-    return [c for c in out if _compiles_quickly(c.program) and not _moves_unit_loops_only(program, c)]
+    return [c for c in out
+            if _compiles_quickly(c.program) and not _moves_unit_loops_only(program, c)]
 
 
 def _moves_unit_loops_only(program: A.Program, c: Candidate) -> bool:

@@ -1089,9 +1089,8 @@ class TensorSplitToDecoupleOperators(Strategy):
         # a local buffer each iteration of the split loop overwrites before reading (a register
         # tile's accumulators) gets a copy of its own in the second half: shared, it would tie
         # the halves together and neither could be parallelized (``private_to``)
-        l = [lp.var for lp in band(program, path)].index(var)
         own = {}
-        for name in sorted(private_to(program, path + (0,) * l)):
+        for name in sorted(private_to(program, path + (0,) * len(outer))):
             t = prog.tensor(name)
             own[name] = fresh_tensor(prog)
             prog = replace(prog, intermediates=prog.intermediates + (replace(t, name=own[name]),))
@@ -1103,7 +1102,7 @@ class TensorSplitToDecoupleOperators(Strategy):
             b = tuple(subst_stmt(s, {vo: A.const(h)}) for s in lo.body)
             # give the half loop back its original name
             b = tuple(_rename_loop(s, vi, var) for s in b)
-            halves.extend(rename_tensors(s, own) if h else s for s in b)
+            halves.extend(rename_tensors(b, own) if h else b)
         return replace_at(prog, path, halves)
 
 
