@@ -240,8 +240,9 @@ def write_report(out: str | Path, rows: Sequence[Mapping[str, Any]],
                       schema_overrides=schema) if rows else pl.DataFrame({c: [] for c in ROW_COLUMNS})
     write_table(df, out / "proposals.parquet")
     if kernels:
+        floats = {c: pl.Float64 for c in ("final_paired_speedup", "dataset_best_speedup", "ratio_to_dataset_best")}
         write_table(pl.DataFrame([{c: k.get(c) for c in KERNEL_COLUMNS} for k in kernels],
-                                 infer_schema_length=None), out / "kernels.parquet")
+                                 infer_schema_length=None, schema_overrides=floats), out / "kernels.parquet")
     summary = summarize(rows, kernels, meta)
     summary["plots"] = _plots(out, rows, kernels) if plots and rows else []
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=1, default=str) + "\n")
