@@ -35,10 +35,12 @@ rejected by the first rule it fails):
 
 Splits are by workload: kernels that share a workload (an architecture or an operator suite
 entry, from ``KernelRecord.occurrences``) form one group (connected components), and whole
-groups are assigned to train/validation/test by their SFT step counts, so the splits' step shares
-approach the fractions; every split gets a group when at least three groups have steps, and the
-test split an architecture group and an operator group when there is one of each to spare.
-Deterministic given the seed.
+groups are assigned to train/validation/test by a seeded hash of the group (its anchor against
+the fractions), so a kernel stays in its split from build to build whatever the timings, and
+when the zoo grows; a group too big for a small split is in train. Only when a split would have
+no SFT steps (at least three groups have steps) does it take the group with steps nearest to it,
+and the test split an architecture group and an operator group when there is one of each to
+spare (``assign_splits``). Deterministic given the seed.
 """
 
 from .core import (REASONS, CurateConfig, CurateResult, curate, entropy, strategy_counts,

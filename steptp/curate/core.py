@@ -186,65 +186,74 @@ def _group_kinds(kernels: Sequence[KernelRecord]) -> dict[str, str]:
             for k in kernels}
 
 
+def _anchor(seed: int, group: Sequence[str]) -> float:
+    """A group's place in [0, 1): a hash of its first (smallest) kernel id, nothing else."""
+    return int(_hkey("split", seed, group[0])[:13], 16) / 16 ** 13
+
+
 def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], fractions: Mapping[str, float],
                   seed: int = 0, kinds: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Assign whole groups to splits. Groups that carry steps (``weights``: steps per kernel) are
-    placed first, by their step counts, so that the splits' step shares approach ``fractions``
-    and every split with a positive fraction gets examples whenever there are at least as many
-    such groups as splits; with ``kinds`` (kernel_id -> "arch" | "ops") and one group to spare,
-    the test split gets an architecture group and an operator group. Groups without steps are
-    then placed by their kernel counts (they only populate the kernels table)."""
+    """Assign whole groups to splits, the same way in every build of the same kernels.
+
+    A group's split comes from its anchor (a seeded hash of its first kernel id) falling into
+    the splits' ``fractions`` laid end to end, so it depends neither on timings nor on the other
+    groups: two nightlies of one params.yaml, or a zoo grown by a model, keep every kernel where
+    it was (a model trained on one build's train split never meets those kernels in the next
+    build's test split). A group of more kernels than its split's share of all kernels goes to
+    the largest split (a connected component of shared workloads can hold a third of a zoo).
+
+    Repairs, the only part that follows the timings (``weights``: SFT steps per kernel): when
+    there are at least as many groups with steps as splits, a split without steps takes the
+    group with steps whose anchor lies nearest to its interval, from a split that keeps another;
+    with ``kinds`` (kernel_id -> "arch" | "ops") and one group with steps to spare, the test split
+    likewise takes an architecture group and an operator group when it has none."""
     names = [s for s in fractions if fractions[s] > 0]
     if not names:
         raise ValueError("no split has a positive fraction")
     total_f = sum(fractions[s] for s in names)
     frac = {s: fractions[s] / total_f for s in names}
+    interval: dict[str, tuple[float, float]] = {}
+    lo = 0.0
+    for s in names:
+        interval[s] = (lo, lo + frac[s])
+        lo += frac[s]
+    largest = max(names, key=lambda s: (frac[s], s))
+    n_kernels = sum(len(g) for g in groups) or 1
+    anchors = [_anchor(seed, g) for g in groups]
 
-    def steps_of(g: Sequence[str]) -> int:
-        return sum(weights.get(k, 0) for k in g)
+    def too_large(i: int, s: str) -> bool:
+        return len(groups[i]) > frac[s] * n_kernels
 
-    out = _fill(names, frac, [g for g in groups if steps_of(g) > 0], steps_of, seed, kinds)
-    out.update(_fill(names, frac, [g for g in groups if steps_of(g) <= 0], len, seed))
-    return out
+    place: list[str] = []
+    for i, u in enumerate(anchors):
+        s = next((s for s in names if u < interval[s][1]), names[-1])
+        place.append(largest if too_large(i, s) else s)
 
+    stepped = [i for i, g in enumerate(groups) if sum(weights.get(k, 0) for k in g) > 0]
 
-def _fill(names: list[str], frac: Mapping[str, float], groups: Sequence[Sequence[str]],
-          size, seed: int, kinds: Mapping[str, str] | None = None) -> dict[str, str]:
-    """When there are at least as many groups as splits, every split first gets one group (the
-    smallest ones, to the smallest splits; the test split an architecture and an operator group
-    when ``kinds`` says which and a group is to spare); the others go largest first to the split
-    furthest below its target share. Ties are broken by a seeded hash."""
-    order = sorted(groups, key=lambda g: (-max(1, size(g)), _hkey("split", seed, g[0])))
-    w = [max(1, size(g)) for g in order]
-    total = sum(w)
-    got = {s: 0 for s in names}
-    out: dict[str, str] = {}
-    left = list(range(len(order)))
+    def held(s: str, pred=lambda i: True) -> list[int]:
+        return [i for i in stepped if place[i] == s and pred(i)]
 
-    def put(i: int, s: str) -> None:
-        for k in order[i]:
-            out[k] = s
-        got[s] += w[i]
-        left.remove(i)
+    def distance(i: int, s: str) -> float:
+        a, b = interval[s]
+        return 0.0 if a <= anchors[i] < b else min(abs(anchors[i] - a), abs(anchors[i] - b))
 
-    if len(order) >= len(names):
-        def smallest(pred=lambda i: True):
-            c = sorted((i for i in left if pred(i)), key=lambda i: (w[i], _hkey("split", seed, order[i][0])))
-            return c[0] if c else None
+    def take_into(s: str, pred=lambda i: True) -> None:
+        donors = [i for i in stepped if place[i] != s and pred(i) and len(held(place[i])) >= 2]
+        if donors:
+            i = min(donors, key=lambda i: (too_large(i, s), distance(i, s), groups[i][0]))
+            place[i] = s
 
-        if kinds and "test" in names and len(order) > len(names):
-            for kind in ("arch", "ops"):
-                i = smallest(lambda i: any(kinds.get(k) == kind for k in order[i]) if kind == "arch"
-                             else all(kinds.get(k) == "ops" for k in order[i]))
-                if i is not None and len(left) > len(names) - 1:
-                    put(i, "test")
+    if len(stepped) >= len(names):
         for s in sorted(names, key=lambda s: (frac[s], s)):
-            if got[s] == 0:
-                put(smallest(), s)
-    for i in list(left):
-        s = max(names, key=lambda s: (frac[s] * total - got[s], frac[s], s))
-        put(i, s)
-    return out
+            if not held(s):
+                take_into(s)
+    if kinds and "test" in names and len(stepped) > len(names):
+        is_arch = {i: any(kinds.get(k) == "arch" for k in groups[i]) for i in stepped}
+        for want_arch in (True, False):
+            if not held("test", lambda i: is_arch[i] == want_arch):
+                take_into("test", lambda i: is_arch[i] == want_arch)
+    return {k: place[i] for i, g in enumerate(groups) for k in g}
 
 
 # ---------------------------------------------------------------------------- the pipeline
