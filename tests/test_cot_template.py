@@ -134,6 +134,10 @@ def test_an_alternative_faster_by_itself_says_why_it_ranks_below():
         assert _fmt_time(alt.potential_s) in par.reason
         assert _fmt_time(f.predicted.after_potential_s) in par.reason
         assert "prefers the chosen step" not in par.reason
+        # the bottleneck is this serial `i`: its move is tied to it, not left as a non sequitur
+        assert f.diagnosis.kind == "parallelism" and f"`{f.diagnosis.loop}`" in cot.bottleneck.text
+        assert par.reason.startswith(("the move the bottleneck above calls for, ",
+                                      "the direct answer to the bottleneck, "))
         validate(cot.model_dump(), st)
 
 

@@ -655,6 +655,12 @@ class TemplateWriter:
                               f"chosen action.",
                               f"predicted {_fmt_time(a.predicted_s)} at {where}; the cost model "
                               f"prefers the chosen step.")
+            if a.strategy == remedy and f.strategy != remedy and \
+                    f.diagnosis.loop in (a.site.get("loops") or []):
+                # the bottleneck above names this move; without a word tying the two, "the
+                # bottleneck is X" followed by a step that does Y reads as a non sequitur
+                reason = pick("the move the bottleneck above calls for, ",
+                              "the direct answer to the bottleneck, ") + reason
             out.append(Candidate(strategy=a.strategy, site=a.site, params=dict(a.params) or None,
                                  verdict="rejected", reason=reason, predicted_s=a.predicted_s))
         if f.refusals:
