@@ -423,3 +423,29 @@ def test_a_cache_tile_names_the_shared_block_it_keeps_and_validates():
         assert "L1" in chosen.reason or "L2" in chosen.reason
         assert {(x.loop, x.value) for x in cot.claims if x.kind == "loop_extent"} >= {
             ("i_o", 16), ("k", 256)}
+
+
+def test_a_tiling_that_fixes_a_strided_walk_is_not_told_it_passed_over_the_remedy():
+    """A column sum read down its columns (the default release's `sum`): the bottleneck is the
+    strided walk, the chosen tiling brings the unit-stride loop innermost. The reorder listed
+    beside it is not "the direct answer" the chosen step neglected: both answer it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from cot_steps import step
+
+    from steptp.cot.facts import GENERIC
+
+    colsum = """kernel colsum(A: f32[16,256,256]) -> B: f32[16,256]
+  for i in 16, j in 256, k in 256:
+    B[i,j] += A[i,k,j]
+"""
+    st = step("colsum", "loop_tiling", {"path": [0], "loops": ["i", "j", "k"]},
+              {"factors": [2, 16], "loops": ["i", "j"], "point": "inner"}, before=colsum)
+    f = facts(st, GENERIC)
+    assert f.diagnosis.kind == "locality"
+    for seed in range(6):
+        cot = TemplateWriter(seed=seed, hardware=GENERIC).write(st, f)
+        assert not any("bottleneck" in c.reason for c in cot.candidates), [c.reason for c in cot.candidates]
+        validate(cot.model_dump(), st)

@@ -59,6 +59,12 @@ def target_kind(target: str) -> str:
     return "gpu" if any(w in t for w in ("cuda", "gpu", "nvptx", "rocm")) else "cpu"
 
 
+#: steps that answer a diagnosis besides its remedy (a tiling that brings a unit-stride loop
+#: innermost fixes a strided walk as a reorder does): no "the remedy was passed over" for them
+_ANSWERS = {"locality": {"loop_reorder", "loop_tiling", "layout_transformation", "set_storage_layout",
+                         "cache_read_write"}}
+
+
 class _Pick:
     """Seeded choices: one ``random.Random`` per (seed, step identity)."""
 
@@ -655,8 +661,8 @@ class TemplateWriter:
                               f"chosen action.",
                               f"predicted {_fmt_time(a.predicted_s)} at {where}; the cost model "
                               f"prefers the chosen step.")
-            if a.strategy == remedy and f.strategy != remedy and \
-                    f.diagnosis.loop in (a.site.get("loops") or []):
+            if a.strategy == remedy and f.strategy not in _ANSWERS.get(f.diagnosis.kind, {remedy}) \
+                    and f.diagnosis.loop in (a.site.get("loops") or []):
                 # the bottleneck above names this move; without a word tying the two, "the
                 # bottleneck is X" followed by a step that does Y reads as a non sequitur
                 reason = pick("the move the bottleneck above calls for, ",
