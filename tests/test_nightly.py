@@ -177,12 +177,12 @@ print("CALLS", calls.read_text())
 
 
 # ---------------------------------------------------------------------------- publish and diff
-def _fake_release(folder: Path, name="r", version="1", speedups=(2.0,), steps=("a",)) -> Path:
+def _fake_release(folder: Path, name="r", version="1", speedups=(2.0,), steps=("a",), splits=None) -> Path:
     (folder / "data").mkdir(parents=True)
     (folder / "chat").mkdir()
     kids = [f"k{i}" for i in range(len(speedups))]
-    pl.DataFrame({"kernel_id": kids, "name": [f"kern{i}" for i in range(len(kids))]}).write_parquet(
-        folder / "data/kernels.parquet")
+    pl.DataFrame({"kernel_id": kids, "name": [f"kern{i}" for i in range(len(kids))],
+                  "split": list(splits or ["train"] * len(kids))}).write_parquet(folder / "data/kernels.parquet")
     pl.DataFrame({"kernel_id": kids, "trajectory_id": [f"t{i}" for i in range(len(kids))],
                   "speedup": list(speedups)}).write_parquet(folder / "data/trajectories.parquet")
     timing = {"median_s": 1.0, "min_s": 1.0, "spread": 0.02, "repeats": 5, "number": 1, "noisy": False}
@@ -231,6 +231,15 @@ def test_diff_flags_regressions_beyond_the_spread(tmp_path):
     assert card.startswith("# r 2") and "## Changes since r-1" in card and "**regression**" in card
     d2 = release_diff(prev, _fake_release(tmp_path / "c", version="3", speedups=(2.0,)))
     assert d2["kernels_removed"] == ["k1"] and d2["kernels_added"] == []
+    assert d["kernels_changed_split"] == [] and "Kernels in another split than in r-1: 0." in card
+    # a kernel that moved into test is named: the previous train split held it
+    moved = write_diff(prev, _fake_release(tmp_path / "d", version="4", speedups=(2.0, 3.0),
+                                           splits=["train", "test"]))
+    assert moved["kernels_changed_split"] == [{"kernel_id": "k1", "name": "kern1", "previous": "train",
+                                               "current": "test"}]
+    card = (tmp_path / "d/README.md").read_text()
+    assert "Kernels in another split than in r-1: 1, 1 of them into or out of test" in card
+    assert "| kern1 | train | test |" in card
 
 
 # ---------------------------------------------------------------------------- end to end
@@ -336,6 +345,7 @@ def test_two_nightlies_give_two_releases_with_fresh_measurements(tmp_path):
     d = json.loads((b / "diff.json").read_text())
     assert d["previous"] == a_id and d["current"] == b_id
     assert d["kernels_added"] == [] and len(d["best_speedup"]) == 2
+    assert d["kernels_changed_split"] == []          # re-measured, yet every kernel kept its split
     assert f"## Changes since {a_id}" in (b / "README.md").read_text()
     assert json.loads((out / "latest.json").read_text())["id"] == b_id
     listed = [json.loads(line) for line in _run([BIN / "steptp", "releases", "--out", out, "--json"],

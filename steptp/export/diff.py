@@ -1,7 +1,8 @@
 """What changed between two releases: ``diff.json`` and the card's "Changes since" section.
 
 Counts per role (the ``role`` column of the steps when there is one, else the step outcome),
-per strategy and per split; kernels added and removed; each kernel's best speedup (its
+per strategy and per split; kernels added and removed, and those whose split changed (the
+test-set leak a nightly user has to know of); each kernel's best speedup (its
 trajectory's) before and after. A kernel *regressed* when its best speedup fell by more than
 the measured spread allows: ``current < previous × (1 − tolerance)``, the tolerance being the
 sum of the relative spreads (IQR/median) of the baseline and best timings of both releases —
@@ -92,6 +93,15 @@ def release_diff(previous: str | Path, current: str | Path) -> dict[str, Any]:
         kernels.append({"kernel_id": kid, "name": names.get(kid, ""), "previous": a["speedup"],
                         "current": b["speedup"], "ratio": b["speedup"] / a["speedup"],
                         "tolerance": tol, "regression": b["speedup"] < a["speedup"] * (1 - tol)})
+    # a kernel in both whose split changed: a model trained on the previous train split and
+    # tested on this test split (or the reverse) may have seen it
+    moved = []
+    if pk is not None and ck is not None and "split" in pk.columns and "split" in ck.columns:
+        was = dict(zip(pk["kernel_id"].to_list(), pk["split"].to_list()))
+        for kid, sp in sorted(zip(ck["kernel_id"].to_list(), ck["split"].to_list())):
+            if kid in was and was[kid] != sp:
+                moved.append({"kernel_id": kid, "name": names.get(kid, ""), "previous": was[kid],
+                              "current": sp})
     count = lambda df: 0 if df is None else len(df)  # noqa: E731
     return {
         "previous": ident(previous), "current": ident(current),
@@ -104,6 +114,7 @@ def release_diff(previous: str | Path, current: str | Path) -> dict[str, Any]:
         "steps_per_strategy": _compare(_counts(ps, "strategy"), _counts(cs, "strategy")),
         "steps_per_split": _compare(_counts(ps, "split"), _counts(cs, "split")),
         "kernels_added": sorted(ckid - pkid), "kernels_removed": sorted(pkid - ckid),
+        "kernels_changed_split": moved,
         "best_speedup": kernels,
         "regressions": [k["kernel_id"] for k in kernels if k["regression"]],
     }
@@ -116,6 +127,15 @@ def card_section(d: dict[str, Any]) -> str:
              "| | previous | this release |", "| --- | ---: | ---: |",
              *[f"| {k} | {c['previous'][k]} | {c['current'][k]} |" for k in ("kernels", "trajectories", "steps")],
              "", f"Kernels added: {len(d['kernels_added'])}, removed: {len(d['kernels_removed'])}.", ""]
+    moved = d.get("kernels_changed_split", [])
+    tested = [m for m in moved if "test" in (m["previous"], m["current"])]
+    lines += [f"Kernels in another split than in {d['previous']}: {len(moved)}"
+              + (f", {len(tested)} of them into or out of test: a model trained on one release's train "
+                 f"split and tested on the other's test split may have seen them" if tested else "")
+              + ". Splits follow a hash of each workload group, not the timings (see Splits above).", ""]
+    if moved:
+        lines += ["| kernel | previous split | this release |", "| --- | --- | --- |",
+                  *[f"| {m['name'] or m['kernel_id'][:12]} | {m['previous']} | {m['current']} |" for m in moved], ""]
     for title, key in ((f"steps per {d['role_column']}", "steps_per_role"),
                        ("steps per strategy", "steps_per_strategy"), ("steps per split", "steps_per_split")):
         rows = d[key]
