@@ -367,6 +367,17 @@ def test_vectorized_or_parallel_reduction_axis_rejected(kind):
 """)
 
 
+def test_a_vector_wider_than_tvm_lanes_is_a_clear_error_not_a_crashed_worker():
+    # 65,536 lanes wrap to zero in TVM's 16-bit lane count: the build died with SIGFPE
+    wide = """kernel k(A: f32[65536]) -> D: f32[65536]
+  for i in 65536 vectorized:
+    D[i] = A[i] + 1.0
+"""
+    with pytest.raises(LowerError, match=r"loop 'i' is vectorized over 65536 iterations.*65535 lanes"):
+        lower(wide, HOST)
+    assert lower(wide.replace("65536", "8192"), HOST) is not None   # wide, yet within the limit
+
+
 def test_build_error_is_reported():
     # TVM's CPU thread pool refuses nested parallel loops; the BuildError carries its reason.
     with pytest.raises(BuildError, match="Nested parallel loop"):

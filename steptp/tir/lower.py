@@ -69,6 +69,11 @@ from .target import Target
 INT32_MAX = 2**31 - 1
 
 
+#: TVM's vector types count lanes in 16 bits: a vectorized loop of 65,536 iterations wraps to
+#: zero lanes and the build dies with SIGFPE (a crashed measurement worker, not an error)
+MAX_VECTOR_LANES = 65535
+
+
 class LowerError(ValueError):
     """A LEIR program that cannot be lowered for the requested target."""
 
@@ -201,6 +206,11 @@ class _Lowerer:
                     f"unrolled", s.pos)
             frame = T.thread_binding(lo, hi, thread=s.kind)
         elif s.kind in _LOOP_FRAMES:
+            if s.kind == "vectorized" and s.extent > MAX_VECTOR_LANES:
+                raise LowerError(
+                    f"loop '{s.var}' is vectorized over {s.extent} iterations, but a TVM vector "
+                    f"holds at most {MAX_VECTOR_LANES} lanes; split it and vectorize the inner "
+                    f"loop (e.g. 16 lanes)", s.pos)
             frame = _LOOP_FRAMES[s.kind](lo, hi)
         else:
             raise LowerError(f"loop '{s.var}' has unknown kind {s.kind!r}", s.pos)
