@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/throughput.py --policy random --jobs 1
     .venv/bin/python benchmarks/throughput.py --dask 2 --skip-local   # 1 vs 2 Dask workers
     .venv/bin/python benchmarks/throughput.py --lock-check # what the device lock buys
+    .venv/bin/python benchmarks/throughput.py --core-check # or could a dedicated core do it?
     .venv/bin/python benchmarks/throughput.py --bookkeeping # the search thread alone
 
 What counts: a candidate (one canonical program) that was built, verified (passed) and timed IN
@@ -312,6 +313,54 @@ def lock_check(rounds: int = 5) -> None:
               f"per round {', '.join(f'{x:.2f}' for x in xs)}")
 
 
+def core_check(rounds: int = 7) -> None:
+    """The other way the issue allows: time on a dedicated core set. A serial kernel (one thread)
+    is timed pinned to the first core, alone and beside compile/verify load pinned to the other
+    cores (it ignores the device lock, as a dedicated set would let it). Near 1.0x, serial
+    timings could overlap compilation; far above it, the cores share what a timing needs (a
+    hyperthread sibling, a host that overcommits, the memory bus) and the lock stays."""
+    import statistics
+    import subprocess
+
+    from steptp.measure import Measurer
+    from steptp.search.evaluator import search_config
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        print("# core check: needs at least 2 cores")
+        return
+    mine, rest = cpus[0], cpus[1:]
+    serial = LOCK_KERNEL.replace(" parallel", "")
+    stream = ("kernel add(A: f32[4194304], B: f32[4194304]) -> C: f32[4194304]\n"
+              "  for io in 262144, ii in 16 vectorized:\n"
+              "    C[io*16+ii] = A[io*16+ii] + B[io*16+ii]\n")
+    os.sched_setaffinity(0, {mine})   # the timing worker inherits it
+    other = tempfile.mkdtemp(prefix="steptp-lock-other-")
+    with Measurer(None, search_config(1), cache=None, speed_of_light=False,
+                  lock_directory=tempfile.mkdtemp(prefix="steptp-lock-")) as m:
+        for name, kernel in (("serial 256^3 matmul", serial), ("streaming add, 48 MiB", stream)):
+            m.time_many([kernel])
+
+            def medians() -> list[float]:
+                return [m.time_many([kernel], use_cache=False)[0].timing.median_s * 1e3
+                        for _ in range(rounds)]
+
+            alone = medians()
+            bg = subprocess.Popen(["taskset", "-c", ",".join(map(str, rest)), sys.executable,
+                                   __file__, "--_load", other, "600"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(8)  # its workers started and verifying
+                beside = medians()
+            finally:
+                bg.kill()
+                bg.wait()
+            a, b = statistics.median(alone), statistics.median(beside)
+            print(f"# core check: {name:22s} on core {mine}: alone {a:.3f} ms, beside compile/verify "
+                  f"on cores {','.join(map(str, rest))} {b:.3f} ms ({b / a:.2f}x); per round "
+                  f"{', '.join(f'{x:.2f}' for x in alone)} | {', '.join(f'{x:.2f}' for x in beside)}")
+
+
 class _Replay:
     """Answers without building anything, from the program text alone: a verdict and a timing
     derived from its SHA-256. Only for ``--bookkeeping``: it isolates the search's own thread
@@ -414,6 +463,10 @@ def main() -> None:
     ap.add_argument("--lock-check", action="store_true",
                     help="only: time one kernel alone, beside compile/verify load that takes the "
                          "device lock, and beside load that ignores it")
+    ap.add_argument("--core-check", action="store_true",
+                    help="only: a serial kernel timed pinned to one core, alone and beside "
+                         "compile/verify load pinned to the other cores (could timings use a "
+                         "dedicated core set instead of the lock?)")
     ap.add_argument("--bookkeeping", action="store_true",
                     help="only: the search thread alone, against a stand-in evaluator that "
                          "answers from the program text (CPU seconds, and a digest of the steps "
@@ -429,6 +482,9 @@ def main() -> None:
         return
     if args.lock_check:
         lock_check()
+        return
+    if args.core_check:
+        core_check()
         return
 
     from steptp.search.evaluator import set_threads
