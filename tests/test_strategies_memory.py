@@ -72,6 +72,45 @@ def test_cache_write_accumulates_in_a_local_scalar():
     """)
 
 
+def test_cache_write_of_a_reduction_over_split_rows():
+    """The rows of a cache-tiled matmul are split (`i_o*4 + i_i`) with a block of the
+    reduction between them; one iteration of `j` still reduces its whole region from scratch,
+    so its accumulators can be staged there without a copy-in, and the result verifies with
+    TVM. Rows that leave gaps (`i_o*8 + i_i` over 4 values of `i_i`) do not cover a region:
+    the stage would have to copy in, and restart the reduction."""
+    from steptp.measure.verify import verify
+
+    cached = P("""
+        kernel f32 mm(A[32,64], B[64,16]) -> C[32,16]
+          for i in 2, j in 2, k_o in 4, i_o in 4, k_i in 16, i_i in 4, j_i in 8:
+            C[i*16+i_o*4+i_i,j*8+j_i] += A[i*16+i_o*4+i_i,k_o*16+k_i] * B[k_o*16+k_i,j*8+j_i]
+    """)
+    site = {"path": [0, 0], "loops": ["j"], "tensor": "C", "mode": "write"}
+    got = applied(cached, "cache_read_write", site, {"scope": "local"})
+    assert got == T("""
+        kernel f32 mm(A[32,64], B[64,16]) -> C[32,16]
+          T0: f32[16,8] local
+          for i in 2, j in 2:
+            for c0 in 16, c1 in 8:
+              T0[c0,c1] = 0.0
+            for k_o in 4, i_o in 4, k_i in 16, i_i in 4, j_i in 8:
+              T0[i_o*4+i_i,j_i] = T0[i_o*4+i_i,j_i] + A[i*16+i_o*4+i_i,k_o*16+k_i] * B[k_o*16+k_i,j*8+j_i]
+            for c0 in 16, c1 in 8:
+              C[i*16+c0,j*8+c1] = T0[c0,c1]
+    """)
+    staged = parse(got)
+    same_outputs(staged, cached, "exact", inputs_for(cached))
+    r = verify(staged, cached, exactness="exact", seeds=(0,))
+    assert r.passed, r.reason
+    gaps = P("""
+        kernel f32 mm(A[32,64], B[64,16]) -> C[32,16]
+          for i in 2, i_i in 8, j in 2, k_o in 4, i_o in 2, k_i in 16, j_i in 8:
+            C[i*16+i_o*8+i_i,j*8+j_i] += A[i*16+i_o*8+i_i,k_o*16+k_i] * B[k_o*16+k_i,j*8+j_i]
+    """)
+    site = {"path": [0, 0, 0], "loops": ["j"], "tensor": "C", "mode": "write"}
+    assert "restart" in refusal(gaps, "cache_read_write", site, {"scope": "local"})
+
+
 def test_cache_refusals():
     site = {"path": [0, 0], "loops": ["j"], "tensor": "T0", "mode": "read"}
     assert "written inside loop j" in refusal(MBG, "cache_read_write", site, {"scope": "local"})

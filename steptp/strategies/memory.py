@@ -73,6 +73,18 @@ def _fill(shape: Sequence[int], names: set[str], dst: str, value: A.Expr) -> A.S
     return s
 
 
+def _covers_once(coef: dict[str, int], extents: dict[str, int], size: int) -> bool:
+    """Do the inner loops in ``coef`` (variable -> coefficient) walk ``0 .. size-1`` once each,
+    as mixed-radix digits (a split row ``i_o*4 + i_i``: coefficients 1, 4 over extents 4, ...)?
+    Then a statement under them writes the whole region, whatever the tiling did to its loop."""
+    step = 1
+    for v, c in sorted(coef.items(), key=lambda vc: (vc[1], vc[0])):
+        if v not in extents or c != step:
+            return False
+        step *= extents[v]
+    return step == size
+
+
 def _region(program: A.Program, lpath: Path, tensor: str, accs: Sequence[D.Access]):
     """The box of ``tensor`` one iteration of the loop at ``lpath`` touches: per dimension
     (base coefficients over the loop and its enclosing loops, lo, hi). None and a reason when the
@@ -258,8 +270,7 @@ class CacheReadWrite(Strategy):
             if hi == lo:
                 if rest or const != lo:
                     return True
-            elif not (len(rest) == 1 and list(rest.values())[0] == 1 and const == lo
-                      and inner.get(list(rest)[0]) == hi - lo + 1):
+            elif const != lo or not _covers_once(rest, inner, hi - lo + 1):
                 return True
         top = wpath[len(path)]
         for a in accs:
