@@ -217,6 +217,37 @@ def test_action_space_offers_cache_tiles_over_a_register_tile():
     assert cache_tiles(ew) == []
 
 
+def test_a_cache_tiles_block_of_accumulators_is_a_stage_within_half_of_l1():
+    """``stages_tile_accumulators``: a register tile's accumulators are staged within the
+    vector registers; under a cache tile (row tiles between the reduction's blocks) the stage
+    at the loop around the reduction holds every row tile's, up to half of L1 (16 row tiles
+    of 4x64 f32: 64 KiB of registers would spill, 16 KiB of L1 is fine)."""
+    from steptp.search.cost_model import L1_BYTES, REGISTERS
+    from steptp.search.space import VECTOR_BYTES, actions, stages_tile_accumulators
+
+    def stages(text):
+        p = parse(text)
+        return [c for c in actions(p) if stages_tile_accumulators(p, c)]
+
+    cached = ("kernel f32 mm(A[256,1024], B[1024,512]) -> C[256,512]\n"
+              " for i_o_o in 4, j_o in 8, k_o in 16, i_o_i in 16, k_i in 64, i_i in 4,"
+              " j_i in 64 vectorized:\n"
+              "  C[i_o_o*64+i_o_i*4+i_i,j_o*64+j_i] += A[i_o_o*64+i_o_i*4+i_i,k_o*64+k_i]"
+              " * B[k_o*64+k_i,j_o*64+j_i]\n")
+    (c,) = stages(cached)
+    assert tuple(c.site.loops) == ("j_o",) and "[64,64] local" in c.text
+    assert (REGISTERS - 4) * VECTOR_BYTES < 64 * 64 * 4 <= L1_BYTES // 2
+    # twice the rows: 32 KiB, over half of L1
+    assert stages(cached.replace("i_o_o in 4", "i_o_o in 2").replace("i_o_i in 16", "i_o_i in 32")
+                  .replace("i_o_o*64", "i_o_o*128")) == []
+    # no cache tile: a 16x64 register tile (4 KiB) is more than the registers hold
+    big = ("kernel f32 mm(A[256,1024], B[1024,512]) -> C[256,512]\n"
+           " for i_o in 16, j_o in 8, k in 1024, i_i in 16, j_i in 64 vectorized:\n"
+           "  C[i_o*16+i_i,j_o*64+j_i] += A[i_o*16+i_i,k] * B[k,j_o*64+j_i]\n")
+    assert stages(big) == []
+    assert len(stages(big.replace("16", "4").replace("i_o in 4", "i_o in 64"))) == 1
+
+
 def test_register_tiles_of_a_row_no_vector_divides_use_a_partial_register():
     from steptp.search.space import actions, column_tiles
 
@@ -558,18 +589,18 @@ def test_beam_vectorizes_a_states_first_register_tile_right_away(evaluator):
     assert steps[k + 3].strategy == "loop_tiling" and steps[k + 3].before_leir == tile.before_leir
 
 
-def _first_tiles_follow_through(ev):
-    """The three rows measured after the first register tile of a 128x1024x512 matmul's beam
-    search (no finish) with ``ev``'s timings."""
+def _first_tiles_follow_through(ev, strategies=LOOPS, rows=3):
+    """The ``rows`` rows measured after the first register tile of a 128x1024x512 matmul's
+    beam search (no finish) with ``ev``'s timings."""
     from steptp.search.policies import Beam
 
     mm = "kernel f32 matmul(A[128,1024], B[1024,512]) -> C[128,512]\n C[i,j] += A[i,k] * B[k,j]\n"
-    s = Search(parse(mm), "mm", "beam", Budget(6, 300), 0, ev, strategies=LOOPS,
+    s = Search(parse(mm), "mm", "beam", Budget(rows + 3, 300), 0, ev, strategies=strategies,
                ranker=Ranker(learned=False))
     Beam(finish=0).run(s)
     steps = [r for r in s.steps if r.after is not None]
     k = next(i for i, r in enumerate(steps) if r.strategy == "loop_tiling")
-    return steps[k + 1:k + 4]
+    return steps[k + 1:k + 1 + rows]
 
 
 def test_a_first_register_tile_is_cache_tiled_before_its_stage_when_the_model_expects_it(evaluator):
@@ -644,12 +675,55 @@ class _SlowCacheTiles(_TileTimes):
         return TimeOutcome(t)
 
 
+class _SlowCacheBlocks(_TileTimes):
+    """``_TileTimes``, with every cache-tiled program 10x slower, its block of accumulators
+    staged or not (7 loops in all: the stage puts the fill and copy-out between them)."""
+
+    def time(self, program, **kw):
+        from steptp.records import Timing
+        from steptp.search.evaluator import TimeOutcome
+
+        t = super().time(program, **kw).timing
+        if sum(ln.count(" in ") for ln in program.splitlines() if ln.lstrip().startswith("for ")) >= 7:
+            m = t.median_s * 10
+            t = Timing(median_s=m, min_s=m, spread=0.0, repeats=5, number=1)
+        return TimeOutcome(t)
+
+
+WITH_STAGES = LOOPS + ["cache_read_write"]
+
+
 def test_a_cache_tile_that_measures_slower_is_skipped_not_built_on(evaluator):
-    """The follow-through measures the cache tile; measured slower than the vectorized tile,
-    the stage and the parallel loop come from the vectorized tile, not from the cache tile."""
+    """The follow-through measures the cache tile; measured slower than the vectorized tile
+    (and, where a stage can be taken, slower staged too), the stage and the parallel loop come
+    from the vectorized tile, not from the cache tile."""
     vec, cache, par = _first_tiles_follow_through(_SlowCacheTiles(evaluator))
     assert cache.params.get("above") and cache.after.median_s > vec.after.median_s
     assert par.strategy == "loop_parallelization" and par.before_leir == vec.after_leir
+
+    vec, cache, staged, stage, par = _first_tiles_follow_through(
+        _SlowCacheBlocks(evaluator), WITH_STAGES, rows=5)
+    assert cache.params.get("above") and cache.after.median_s > vec.after.median_s
+    assert staged.strategy == "cache_read_write" and staged.before_leir == cache.after_leir
+    assert staged.after.median_s > vec.after.median_s
+    assert stage.strategy == "cache_read_write" and stage.before_leir == vec.after_leir
+    assert par.strategy == "loop_parallelization" and par.before_leir == stage.after_leir
+
+
+def test_a_slower_cache_tile_that_pays_staged_is_built_on(evaluator):
+    """Unstaged, a cache tile's row tiles reload their accumulators every block of the
+    reduction, so it is judged with its block of accumulators staged (``Beam._staged``): a
+    cache tile 10x slower unstaged but faster than the vectorized tile once staged is what the
+    parallel loop is taken from; the stage is not measured again from the vectorized tile."""
+    vec, cache, staged, par = _first_tiles_follow_through(
+        _SlowCacheTiles(evaluator), WITH_STAGES, rows=4)
+    assert cache.params.get("above") and cache.after.median_s > vec.after.median_s
+    assert staged.strategy == "cache_read_write" and staged.before_leir == cache.after_leir
+    assert staged.after.median_s < vec.after.median_s and staged.verified
+    # the stage holds every row tile's accumulators: more than the registers, within L1
+    assert " local" in staged.after_leir.splitlines()[1]
+    assert par.strategy == "loop_parallelization" and par.before_leir == staged.after_leir
+    assert par.verified and " parallel" in par.after_leir
 
 
 def test_rows_keep_the_names_their_site_and_reasoning_use(evaluator):

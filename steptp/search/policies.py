@@ -291,9 +291,13 @@ class Beam(Policy):
         recorded step; the states measured on the way. With ``beat`` (a score), a step is
         measured only when the model scores it below that."""
         out: list[Node] = []
-        for strategy in strategies:
+        skip = False
+        for k, strategy in enumerate(strategies):
             if s.done:
                 break
+            if skip:
+                skip = False
+                continue
             cands = _moves(s, n, strategy)
             if not cands:
                 # no reduction tile to stage, no band to cache-tile, a tile (a cache tile)
@@ -316,13 +320,33 @@ class Beam(Policy):
                 break
             out.append(ch)
             if strategy == CACHE_TILE and ch.seconds > n.seconds:
-                # a cache tile that measured slower is skipped, not built on (a 512^3 matmul's
-                # 4x16 tile timed 3x slower cache-tiled, and the stage and parallel loop after
-                # it went to a state the beam then dropped). Not the stage: it pays only once
-                # the loop around it is parallel, and serially it may time the same or slower
+                # a cache tile is judged with its block of accumulators staged, when the stage
+                # comes next: unstaged, its row tiles reload them every block of the reduction
+                # (a 256x1024x512 matmul's 4x64 tile 4.5 ms cache-tiled against 3.0, 1.9 once
+                # staged; see ``space.stages_tile_accumulators``). Slower staged too, it is
+                # skipped, not built on (a 512^3 matmul's 4x16 tile timed 3x slower
+                # cache-tiled, and the stage and parallel loop after it went to a state the
+                # beam then dropped). Not the stage alone: it pays only once the loop around it
+                # is parallel, and serially it may time the same or slower
+                staged = self._staged(s, ch) if strategies[k + 1:k + 2] == (STAGE,) else None
+                if staged is not None:
+                    out.append(staged)
+                    if staged.seconds < n.seconds:
+                        n, skip = staged, True
                 continue
             n = ch
         return out
+
+    @staticmethod
+    def _staged(s: Search, n: Node) -> Optional[Node]:
+        """``n`` with its tile's accumulators staged (the cost model's pick), measured; None
+        when there is no stage to take or it fails."""
+        cands = _moves(s, n, STAGE)
+        if not cands or s.done:
+            return None
+        sc = s.ranker.scores([c.program for c in cands])
+        return s.evaluate(n, cands[min(range(len(cands)), key=lambda k: (sc[k], k))],
+                          may_stop=False)
 
     def _unfinished_tile(self, n: Node, c, ch: Node) -> bool:
         """Is ``ch`` (measured from ``n`` by ``c``) the first register tile measured from
