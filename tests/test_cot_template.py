@@ -449,3 +449,35 @@ def test_a_tiling_that_fixes_a_strided_walk_is_not_told_it_passed_over_the_remed
         cot = TemplateWriter(seed=seed, hardware=GENERIC).write(st, f)
         assert not any("bottleneck" in c.reason for c in cot.candidates), [c.reason for c in cot.candidates]
         validate(cot.model_dump(), st)
+
+
+def test_a_cache_tiles_staged_block_says_it_lives_in_l1_not_in_registers():
+    """The stage of a cache tile's block of accumulators (16 row tiles of 4x64 f32: 16 KiB)
+    is not told a small buffer lives in registers: the reasoning gives its size (a checked
+    number) and the cache level that holds it; a register tile's own stage keeps the register
+    sentence. Both validate, with every seed tried."""
+    from steptp.cot.samples import make_step
+    from steptp.cot.schema import cot_record
+    from steptp.leir import parse
+
+    cached = parse("kernel f32 mm(A[256,1024], B[1024,512]) -> C[256,512]\n"
+                   " for i_o_o in 4, j_o in 8, k_o in 16, i_o_i in 16, k_i in 64, i_i in 4,"
+                   " j_i in 64 vectorized:\n"
+                   "  C[i_o_o*64+i_o_i*4+i_i,j_o*64+j_i] += A[i_o_o*64+i_o_i*4+i_i,k_o*64+k_i]"
+                   " * B[k_o*64+k_i,j_o*64+j_i]\n")
+    tile = parse("kernel f32 mm(A[256,1024], B[1024,512]) -> C[256,512]\n"
+                 " for i_o in 64, j_o in 8, k in 1024, i_i in 4, j_i in 64 vectorized:\n"
+                 "  C[i_o*4+i_i,j_o*64+j_i] += A[i_o*4+i_i,k] * B[k,j_o*64+j_i]\n")
+    site = {"path": [0, 0], "loops": ["j_o"], "tensor": "C", "mode": "write"}
+    said = {"block": set(), "tile": set()}
+    for seed in range(6):
+        for kind, prog in (("block", cached), ("tile", tile)):
+            step = make_step("mm", "cache_read_write", site, {"scope": "local"}, speedup=1.5,
+                             program=prog)
+            cot = TemplateWriter(seed=seed).write(step)
+            validate(cot_record(cot), step)
+            (chosen,) = [x for x in cot.candidates if x.verdict == "chosen"]
+            said[kind].add(chosen.reason)
+    assert all("16 KiB" in r and "L1" in r and "can live in registers" not in r
+               for r in said["block"])
+    assert all("can live in registers" in r and "KiB buffer" not in r for r in said["tile"])

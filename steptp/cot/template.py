@@ -28,6 +28,9 @@ from .schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, Expecte
 
 WRITER_VERSION = "template-4"
 MAX_ALTERNATIVES = 2
+#: AVX-512's register file (the search's ``cost_model.REGISTERS``): a staged buffer larger than
+#: it holds a cache tile's block of accumulators, which lives in L1, not in registers
+_VECTOR_REGISTERS = 32
 
 
 def _fmt_time(s: float) -> str:
@@ -519,6 +522,17 @@ class TemplateWriter:
                 why = (" The buffer is each iteration's own, so a small one can live in "
                        "registers, also once a loop around it runs in parallel."
                        if scope == "local" else "")
+                new = [x for x in (f.after.tensors.values() if f.after else ())
+                       if x.name not in f.before.tensors]
+                hw = f.hardware
+                if scope == "local" and len(new) == 1 and hw is not None \
+                        and new[0].bytes > _VECTOR_REGISTERS * hw.vector_bits // 8:
+                    # a cache tile's block of accumulators (``search.space.stages_tile_accumulators``)
+                    b = new[0].bytes
+                    why = (f" The {fmt_bytes(b)} buffer holds the accumulators of every row "
+                           f"tile inside {at}, more than the vector registers hold but within "
+                           f"{hw.level(b)}: each block of the reduction updates it there, and "
+                           f"`{t}` is written once per iteration, not once per block.")
                 return pick(f"each iteration of {at} accumulates `{t}` in a {scope} staging buffer and "
                             f"writes it back once, instead of updating `{t}` in place.{why}",
                             f"redirects the updates of `{t}` inside {at} to a {scope} buffer, copied "
