@@ -455,7 +455,8 @@ def test_a_cache_tiles_staged_block_says_it_lives_in_l1_not_in_registers():
     """The stage of a cache tile's block of accumulators (16 row tiles of 4x64 f32: 16 KiB)
     is not told a small buffer lives in registers: the reasoning gives its size (a checked
     number) and the cache level that holds it; a register tile's own stage keeps the register
-    sentence. Both validate, with every seed tried."""
+    sentence, and so does a stage as large over no cache tile. All validate, with every seed
+    tried."""
     from steptp.cot.samples import make_step
     from steptp.cot.schema import cot_record
     from steptp.leir import parse
@@ -468,10 +469,14 @@ def test_a_cache_tiles_staged_block_says_it_lives_in_l1_not_in_registers():
     tile = parse("kernel f32 mm(A[256,1024], B[1024,512]) -> C[256,512]\n"
                  " for i_o in 64, j_o in 8, k in 1024, i_i in 4, j_i in 64 vectorized:\n"
                  "  C[i_o*4+i_i,j_o*64+j_i] += A[i_o*4+i_i,k] * B[k,j_o*64+j_i]\n")
+    # as large a stage (16 rows by 64: 4 KiB) over no cache tile holds one tile, not a block
+    big = parse("kernel f32 mm(A[256,1024], B[1024,512]) -> C[256,512]\n"
+                " for i_o in 16, j_o in 8, k in 1024, i_i in 16, j_i in 64 vectorized:\n"
+                "  C[i_o*16+i_i,j_o*64+j_i] += A[i_o*16+i_i,k] * B[k,j_o*64+j_i]\n")
     site = {"path": [0, 0], "loops": ["j_o"], "tensor": "C", "mode": "write"}
     said = {"block": set(), "tile": set()}
     for seed in range(6):
-        for kind, prog in (("block", cached), ("tile", tile)):
+        for kind, prog in (("block", cached), ("tile", tile), ("tile", big)):
             step = make_step("mm", "cache_read_write", site, {"scope": "local"}, speedup=1.5,
                              program=prog)
             cot = TemplateWriter(seed=seed).write(step)

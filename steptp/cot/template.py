@@ -115,6 +115,18 @@ def _new_innermost(claims: list[Claim], loop: str, accs: list[SiteAccess],
     return _stride_list(accs, after=True)
 
 
+def _around_cache_tile(f: Facts) -> bool:
+    """Is the step's site the loop right around a cache tile's reduction
+    (``search.space.around_cache_tile``)?"""
+    from ..leir import parse
+    from ..search.space import around_cache_tile
+
+    try:
+        return around_cache_tile(parse(f.before_text), tuple(f.site.get("path", ())))
+    except Exception:  # noqa: BLE001 - a path the program does not hold: no cache tile
+        return False
+
+
 def _tile_row(f: Facts, lp) -> bool:
     """Is the step's loop the row loop of a staged register tile (``search.space.tile_row``)?"""
     from ..leir import parse
@@ -526,7 +538,8 @@ class TemplateWriter:
                        if x.name not in f.before.tensors]
                 hw = f.hardware
                 if scope == "local" and len(new) == 1 and hw is not None \
-                        and new[0].bytes > _VECTOR_REGISTERS * hw.vector_bits // 8:
+                        and new[0].bytes > _VECTOR_REGISTERS * hw.vector_bits // 8 \
+                        and _around_cache_tile(f):
                     # a cache tile's block of accumulators (``search.space.stages_tile_accumulators``)
                     b = new[0].bytes
                     why = (f" The {fmt_bytes(b)} buffer holds the accumulators of every row "

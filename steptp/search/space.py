@@ -274,10 +274,31 @@ def stages_tile_accumulators(program: A.Program, c: Candidate) -> bool:
     new = [t for t in c.program.intermediates if t.name not in program.tensors]
     if len(new) != 1:
         return False
-    reduced = [k for k, lp in enumerate(loops) if lp.var not in lhs]
-    cache_tiled = any(lp.var in lhs for lp in loops[reduced[0]:reduced[-1]])
-    limit = L1_BYTES // 2 if cache_tiled else (REGISTERS - 4) * VECTOR_BYTES
+    limit = L1_BYTES // 2 if _rows_between(loops, lhs) else (REGISTERS - 4) * VECTOR_BYTES
     return new[0].size * ITEMSIZE[new[0].dtype] <= limit
+
+
+def _rows_between(loops: list[A.Loop], lhs: set[str]) -> bool:
+    """Does a loop the result is indexed by (a row loop) lie between the reduction loops of a
+    perfect nest (``loops``, outermost first): a cache tile's row tiles inside a block of the
+    reduction?"""
+    reduced = [k for k, lp in enumerate(loops) if lp.var not in lhs]
+    return bool(reduced) and any(lp.var in lhs for lp in loops[reduced[0]:reduced[-1]])
+
+
+def around_cache_tile(program: A.Program, path: tuple[int, ...]) -> bool:
+    """Is the loop at ``path`` right around a cache tile's reduction (its body one perfect
+    nest of a reduction, starting with a reduction loop, with a row loop between the reduction
+    loops)? Its stage holds the accumulators of every row tile inside it."""
+    loop = node_at(program, path)
+    if not isinstance(loop, A.Loop) or len(loop.body) != 1:
+        return False
+    nest = perfect_nest(loop.body[0])
+    if nest is None or not nest[0] or not nest[1].is_reduction:
+        return False
+    loops, st = nest
+    lhs = {v for e in st.index for v in A.free_vars(e)}
+    return loops[0].var not in lhs and _rows_between(loops, lhs)
 
 
 def _lanes(program: A.Program, tensor: str) -> int:
