@@ -95,6 +95,39 @@ def test_artifact_is_deterministic_and_names_workspaces():
     assert ln["grid"] == [8, 1, 1] and ln["args"][:2] == ["A", "D"]
 
 
+def test_a_kernel_that_reads_back_what_it_writes_loses_restrict():
+    """On an H200, nvcc turned `where(F > 0, F, G)` into a select between the two addresses,
+    both `__restrict__`, and loaded through the read-only path, which missed the thread's own
+    store to `G` just before: every negative element came back as the workspace's stale
+    contents, also with `G` alone not `__restrict__`. The artifact drops it from every
+    parameter of a kernel that reads back, in a conditional, a buffer it writes (prototype and
+    definition), and keeps it elsewhere."""
+    split = """kernel k(A: f32[64,64], B: f32[64,64], C: f32[64]) -> D: f32[64,64]
+      E: f32[64,64]
+      F: f32[64,64]
+      G: f32[64,64]
+      for i in 64 blockIdx.x, j in 64 threadIdx.x:
+        E[i,j] += A[i,k] * B[k,j]
+      for i in 64 blockIdx.x, j in 64 threadIdx.x:
+        F[i,j] = E[i,j] + C[j]
+      for i in 64 blockIdx.x, j in 64 threadIdx.x:
+        G[i,j] = F[i,j] * 0.01
+        D[i,j] = where(F[i,j] > 0.0, F[i,j], G[i,j])
+    """
+    src = build_artifact(split, TARGET).source
+    heads = [ln for ln in src.splitlines() if "__global__" in ln]
+    last = [h for h in heads if "main_kernel_2(" in h]
+    assert len(last) == 2   # the prototype and the definition
+    assert all("__restrict__" not in h and "float* G_ptr" in h and "float* F_ptr" in h
+               for h in last)
+    middle = [h for h in heads if "main_kernel_1(" in h]
+    assert middle and all(h.count("__restrict__") == 3 for h in middle)
+    # the accumulation reads E back in place, not in a conditional: it keeps `__restrict__`
+    # (without it the accumulator leaves its register: a matmul ran 5x slower)
+    first = [h for h in heads if "main_kernel(" in h]
+    assert first and all(h.count("__restrict__") == 3 for h in first)
+
+
 def test_launch_limits_are_checked_and_configurable():
     art = build_artifact(SHARED, TARGET)
     (ln,) = art.meta["launches"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -86,6 +87,41 @@ def with_workspaces(program: A.Program) -> tuple[A.Program, list[str]]:
         return program, []
     rest = tuple(t for t in program.intermediates if t.scope != "global")
     return replace(program, outputs=program.outputs + ws, intermediates=rest), [t.name for t in ws]
+
+
+_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(([^)]*)\) \{')
+
+
+def without_restrict_on_read_back(source: str) -> str:
+    """``source`` with ``__restrict__`` dropped from every parameter of each kernel that loads,
+    in a conditional, from a buffer it stores to. TVM marks every parameter ``__restrict__`` (``tirx.noalias``),
+    and nvcc 13 may then turn ``where(c, T1[x], T2[x])`` into a select between the two addresses
+    loaded through the read-only path (``ld.global.nc``), which does not see the thread's own
+    earlier store to ``T2[x]``: on an H200 a linear+LeakyReLU with its negative branch split into
+    a workspace returned the workspace's stale contents for every negative element, still with
+    ``__restrict__`` dropped from ``T2`` alone (the select's other address, ``T1``, kept it), and
+    exact results with it dropped from every parameter. Only such kernels lose it: an
+    accumulation that reads its buffer back in place keeps it (dropped there too, the H200's
+    matmul baseline ran 88 us against 18, its accumulator no longer in a register)."""
+    out = source
+    for m in _KERNEL.finditer(source):
+        name, params = m.group(1), m.group(2)
+        depth, end = 1, m.end()
+        while depth and end < len(source):
+            depth += {"{": 1, "}": -1}.get(source[end], 0)
+            end += 1
+        body = source[m.end():end]
+        for ptr in re.findall(r"__restrict__ (\w+)", params):
+            stores = len(re.findall(rf"\b{ptr}\[[^\]]*\] = ", body))
+            # read back in a conditional: what nvcc compiles into a select of addresses (an
+            # accumulation read back in place keeps ``__restrict__``, which lets the
+            # accumulator live in a register: without it a matmul's baseline ran 5x slower)
+            if stores and re.search(rf"condval = {ptr}\[|\? {ptr}\[|: {ptr}\[", body):
+                # the prototype and the definition of this kernel alike
+                out = re.sub(rf"\b({name}\([^)]*\))",
+                             lambda h: h.group(1).replace("__restrict__ ", ""), out)
+                break
+    return out
 
 
 def _tvm_build():
@@ -239,7 +275,8 @@ def build_artifact(program: A.Program | str, target: Target | None = None,
                              f"nest bound to blockIdx/threadIdx?)")
         (dev_target, dev_mod), = device_mods.items()
         dev_mod = finalize_device()(dev_mod)
-        source = _tvm_build().codegen_build(dev_mod, dev_target).inspect_source()
+        source = without_restrict_on_read_back(
+            _tvm_build().codegen_build(dev_mod, dev_target).inspect_source())
     except BuildError:
         raise
     except Exception as e:  # noqa: BLE001 - TVM raises several error classes
