@@ -185,6 +185,13 @@ FINISH = (("loop_vectorization", "vectorized"), (STAGE, None), ("loop_paralleliz
           (UNROLL_TILE, None))
 
 
+def _ranked_first(s: Search, cands: list):
+    """The candidate the search's ranker scores lowest (the first on ties), and its score."""
+    sc = s.ranker.scores([c.program for c in cands])
+    k = min(range(len(cands)), key=lambda i: (sc[i], i))
+    return cands[k], sc[k]
+
+
 def _moves(s: Search, n: Node, move: str) -> list:
     """The untried actions of ``n`` that make ``move``: a strategy's name (register tiles only,
     for ``loop_tiling``), ``STAGE``, ``CACHE_TILE``, ``UNROLL_TILE``, ``UNROLL_WINDOW`` or
@@ -306,13 +313,11 @@ class Beam(Policy):
                                             and has_loop_kind(n.program, "vectorized")):
                     continue
                 break
-            sc = s.ranker.scores([c.program for c in cands])
-            k_best = min(range(len(cands)), key=lambda k: (sc[k], k))
-            if beat is not None and sc[k_best] >= beat:
+            best, best_score = _ranked_first(s, cands)
+            if beat is not None and best_score >= beat:
                 if strategy in OPTIONAL:
                     continue
                 break
-            best = cands[k_best]
             ch = s.evaluate(n, best, may_stop=False)   # expanded next, or the move's payoff
             if ch is None:
                 if strategy in OPTIONAL:
@@ -344,9 +349,7 @@ class Beam(Policy):
         cands = _moves(s, n, STAGE)
         if not cands or s.done:
             return None
-        sc = s.ranker.scores([c.program for c in cands])
-        return s.evaluate(n, cands[min(range(len(cands)), key=lambda k: (sc[k], k))],
-                          may_stop=False)
+        return s.evaluate(n, _ranked_first(s, cands)[0], may_stop=False)
 
     def _unfinished_tile(self, n: Node, c, ch: Node) -> bool:
         """Is ``ch`` (measured from ``n`` by ``c``) the first register tile measured from
