@@ -1,6 +1,8 @@
 """Build the GPU check's job folder here (TVM, no GPU): 10 kernels at GPU-sized shapes, each with
-its bound-but-unoptimized baseline, up to --per-kernel one-step CUDA candidates and a PyTorch
-yardstick; the runner verifies and times them on the GPU (see gpu_check.sh).
+its bound-but-unoptimized baseline, up to --per-kernel one-step CUDA candidates, the multi-step
+tiled schedules of ``cuda_space.tiled_schedules`` (blocks x threads, inputs staged in shared
+memory, a local accumulator; labelled ``schedule:``) and a PyTorch yardstick; the runner
+verifies and times them on the GPU (see gpu_check.sh).
 
     PYTHONPATH=. .venv/bin/python benchmarks/gpu_check.py build/gpu_job [--per-kernel 8]
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from steptp.leir import parse
 from steptp.measure.gpu_backend import GpuJob
-from steptp.search.cuda_space import bind_all, cuda_candidates
+from steptp.search.cuda_space import bind_all, cuda_candidates, tiled_schedules
 from steptp.tir.target import Target
 
 # name -> (LEIR, torch yardstick); shapes big enough that a GPU's launch overhead is not all
@@ -130,7 +132,8 @@ def _spread_out(cands, n: int):
     return out
 
 
-def build(out: Path, per_kernel: int, seeds: tuple[int, ...]) -> GpuJob:
+def build(out: Path, per_kernel: int, seeds: tuple[int, ...], with_schedules: bool = True
+          ) -> GpuJob:
     job = GpuJob(Target.cuda(), seeds=seeds, cpu_outputs=False,
                  timing={"warmup": 5, "repeats": 30})
     for name, (text, torch) in KERNELS.items():
@@ -148,7 +151,13 @@ def build(out: Path, per_kernel: int, seeds: tuple[int, ...]) -> GpuJob:
             if len(job.candidates) - n0 >= per_kernel:
                 break
             job.add_candidate(name, c.program, c.exactness, label=c.label)
-        print(f"{name}: {len(job.candidates) - n0} candidates of {len(pool)} "
+        n1 = len(job.candidates)
+        schedules = tiled_schedules(prog) if with_schedules else []
+        for sc in schedules:
+            job.add_candidate(name, sc.program, sc.exactness,
+                              label=f"schedule: {sc.label} ({len(sc.steps)} steps)")
+        print(f"{name}: {n1 - n0} one-step candidates of {len(pool)}, "
+              f"{len(job.candidates) - n1} of {len(schedules)} schedules "
               f"({time.perf_counter() - t0:.1f} s)", flush=True)
     job.write(out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
@@ -166,10 +175,13 @@ def main() -> None:
     ap.add_argument("--per-kernel", type=int, default=8, help="candidates per kernel (besides "
                                                                 "the baseline)")
     ap.add_argument("--seeds", default="0,4", help="input seeds (distributions) to verify on")
+    ap.add_argument("--no-schedules", action="store_true",
+                    help="one-step candidates only (the check as it was before the tiled "
+                         "schedules)")
     a = ap.parse_args()
     seeds = tuple(int(s) for s in a.seeds.split(","))
     t0 = time.perf_counter()
-    build(a.out, a.per_kernel, seeds)
+    build(a.out, a.per_kernel, seeds, with_schedules=not a.no_schedules)
     print(f"built in {time.perf_counter() - t0:.0f} s")
 
 

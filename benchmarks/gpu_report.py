@@ -57,6 +57,19 @@ def report(res: dict) -> str:
                      f"{us(base['timing']['median_s'] if base else None):>13}"
                      f"{us(best['timing']['median_s'] if best else None):>10}{xb:>9}"
                      f"{us(torch_t):>10}{xt:>9}  {best['label'] if best else '-'}")
+    sched = [r for r in res["results"] if r["label"].startswith("schedule:")]
+    if sched:
+        lines.append("multi-step schedules (x base: the bound baseline's median over this one's):")
+        for task in sorted({r["task"] for r in sched}):
+            base = next((r for r in by[task] if r["role"] == "baseline" and r["verified"]
+                         and r.get("timing")), None)
+            for r in (x for x in sched if x["task"] == task):
+                t = r.get("timing") if r["verified"] else None
+                xb = (f"{base['timing']['median_s'] / t['median_s']:.2f}"
+                      + ("*" if _beyond_spread(t, base["timing"]) else " ")) if t and base else "-"
+                lines.append(f"  {task:<18}{(t['median_s'] * 1e6 if t else float('nan')):>10.1f} us"
+                             f"{xb:>8}  {r['status'] if not r['verified'] else ''}"
+                             f"{r['label'][len('schedule: '):]}")
     lines.append(f"verified {tot['ok']}, failed {tot['fail']}, errors {tot['err']} of "
                  f"{len(res['results'])} artifacts in {res.get('wall_s', 0):.0f} s "
                  f"(* = faster beyond the measured spread)")

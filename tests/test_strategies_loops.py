@@ -640,6 +640,28 @@ def test_parallelization_refusals():
     assert "already parallel" in refusal(par, "loop_parallelization", {"path": [0], "loops": ["i"]}, {})
 
 
+def test_a_tile_loop_outside_its_digit_loop_is_not_carried():
+    # i = i_o*16 + i_t with i_t outside i_o: different i_t never meet whatever i_o does (the
+    # interval and GCD tests alone saw a dependence: 16*(i_o - i_o') spans every difference)
+    swapped = P("""
+        kernel k(A: f32[64,8]) -> B: f32[64]
+          for i_t in 16, i_o in 4, j in 8:
+            B[i_o*16+i_t] += A[i_o*16+i_t, j]
+    """)
+    got = applied(swapped, "loop_parallelization", {"path": [0], "loops": ["i_t"]}, {})
+    assert "for i_t in 16 parallel, i_o in 4:" in got
+    assert S.check(swapped, "loop_binding", {"path": [0], "loops": ["i_t"]},
+                   {"axes": ["threadIdx.x"]}).ok
+    # with a stride of 15 the tiles overlap (i_o=1, i_t=0 meets i_o=0, i_t=15): still carried
+    overlapping = P("""
+        kernel k(A: f32[61,8]) -> B: f32[61]
+          for i_t in 16, i_o in 4, j in 8:
+            B[i_o*15+i_t] += A[i_o*15+i_t, j]
+    """)
+    assert "write-after" in refusal(overlapping, "loop_parallelization",
+                                    {"path": [0], "loops": ["i_t"]}, {})
+
+
 def test_vectorization():
     got = applied(ELEMENTWISE, "loop_vectorization", {"path": [0, 0], "loops": ["j"]}, {})
     assert got == T("""

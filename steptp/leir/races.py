@@ -141,3 +141,67 @@ def _race_under(loop: A.Loop, path, under, shapes, private: frozenset[str] = fro
     elem = np.unravel_index(int(K[1, pos]), shape) if shape else ()
     return (f"parallel loop {v}: iterations {v}={int(vmin[b])} and {v}={int(vmax[b])} both touch "
             f"{_fmt(tensor, elem)}, and one of them writes it (`{stmt.tensor}[...] {stmt.op} ...`)")
+
+
+_THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def thread_races(program: A.Program) -> list[str]:
+    """What a GPU block's threads would race on, read off its structure; [] when nothing.
+
+    Every thread of a block runs the whole kernel body, so in a kernel (a top-level nest) with
+    threadIdx loops (1) a statement outside them that writes shared or global memory is run by
+    every thread at once, and (2) a global tensor one thread nest writes and another reads has
+    no barrier between them (TVM puts ``__syncthreads`` only around shared memory). ``local``
+    buffers are each thread's own and take no part."""
+    scope = {t.name: t.scope for t in program.intermediates}
+    out: list[str] = []
+    for k, top in enumerate(program.body):
+        nests: list[A.Loop] = []
+        loose: list[A.Assign] = []
+
+        def walk(s, under: bool) -> None:
+            if isinstance(s, A.Loop) and s.kind in _THREAD_AXES and not under:
+                nests.append(s)
+                return
+            if isinstance(s, (A.Loop, A.If)):
+                for b in s.body:
+                    walk(b, under)
+            elif isinstance(s, A.Assign) and not under:
+                loose.append(s)
+
+        walk(top, False)
+        if not nests:
+            continue
+        for s in loose:
+            if scope.get(s.tensor) != "local":
+                out.append(f"`{_line(s)}` lies outside the threadIdx loops of kernel {k}: every "
+                           f"thread of the block runs it, so they all write {s.tensor} at once")
+                break
+        writes = [{w.tensor for w in _assigns(n) if scope.get(w.tensor, "global") == "global"}
+                  for n in nests]
+        for a, wa in enumerate(writes):
+            for b, nb in enumerate(nests):
+                if a == b:
+                    continue
+                read = sorted(wa & {ld.tensor for s in _assigns(nb) for ld in A.loads(s.value)})
+                if read:
+                    out.append(f"{read[0]} is written by one thread nest of kernel {k} and read "
+                               f"by another: nothing orders global memory between them (stage "
+                               f"it in shared memory, or split the kernel)")
+                    break
+            else:
+                continue
+            break
+    return out
+
+
+def _assigns(s) -> list[A.Assign]:
+    if isinstance(s, A.Assign):
+        return [s]
+    return [x for b in getattr(s, "body", ()) for x in _assigns(b)]
+
+
+def _line(s: A.Assign) -> str:
+    from .printer import format_stmt
+    return format_stmt(s).strip().split("\n")[0]

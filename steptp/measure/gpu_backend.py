@@ -43,6 +43,7 @@ import numpy as np
 from ..leir import ast as A
 from ..leir import parse
 from ..leir.canon import canonical_text
+from ..leir.races import thread_races
 from ..tir import build as B
 from ..tir.cuda_artifact import CudaLimits, build_artifact
 from ..tir.target import Target
@@ -156,6 +157,12 @@ class GpuJob:
         if task_id not in self.tasks:
             raise KeyError(f"no task {task_id!r}; add_task first")
         prog = parse(program) if isinstance(program, str) else program
+        races = thread_races(prog)
+        if races:
+            # a race may pass a run or two on the GPU; it is refused here, never timed
+            self.failures.append({"task": task_id, "label": label or "",
+                                  "reason": f"race: {races[0]}"})
+            return None
         try:
             art = build_artifact(prog, self.target, self.limits)
             twin = B.build(cpu_twin(prog), self._cpu) if self.cpu_outputs else None

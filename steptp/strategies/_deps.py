@@ -185,6 +185,52 @@ def _solvable(lo: int, hi: int, g: int, const: int) -> bool:
     return const == 0 if g == 0 else const % g == 0
 
 
+#: work bound of the exact check below (values enumerated per subscript equation)
+EXACT_WORK = 20_000
+
+
+def _term_values(a: int, b: int, n: int, d: str) -> set[int] | None:
+    """Every value of ``a*x - b*y`` for ``x, y`` in ``[0, n-1]`` under direction ``d``; None
+    when that takes more than ``EXACT_WORK`` pairs."""
+    if d == "=":
+        return {(a - b) * t for t in range(n)}
+    if a == b:
+        ks = range(-(n - 1), 0) if d == "<" else range(1, n) if d == ">" else range(-(n - 1), n)
+        return {a * k for k in ks}
+    if n * n > EXACT_WORK:
+        return None
+    return {a * x - b * y for x in range(n) for y in range(n)
+            if (d == "*" or (x < y if d == "<" else x > y))}
+
+
+def _exactly_solvable(const: int, terms: list[set[int]]) -> bool | None:
+    """Is ``const + t_1 + ... + t_k == 0`` for some ``t_i`` in ``terms[i]``? None when the
+    reachable sums outgrow ``EXACT_WORK`` (then only the necessary tests above decide)."""
+    reach = {const}
+    for vals in sorted(terms, key=len):
+        if len(reach) * len(vals) > EXACT_WORK:
+            return None
+        reach = {r + v for r in reach for v in vals}
+    return 0 in reach
+
+
+def _exact_terms(ca, cb, common, dirs, a_common, b_common, a_ext, b_ext) -> list[set[int]] | None:
+    terms: list[set[int]] = []
+    for (va, vb, n), d in zip(common, dirs):
+        x, y = ca.get(va, 0), cb.get(vb, 0)
+        if x == 0 and y == 0:
+            continue
+        vals = _term_values(x, y, n, d)
+        if vals is None:
+            return None
+        terms.append(vals)
+    for coef, common_, ext, sign in ((ca, a_common, a_ext, 1), (cb, b_common, b_ext, -1)):
+        for v, c in coef.items():
+            if v not in common_:
+                terms.append({sign * c * t for t in range(ext[v])})
+    return terms
+
+
 def feasible(a: Access, b: Access, common: Sequence[tuple[str, str, int]], dirs: Sequence[str]) -> bool:
     """May an instance of ``a`` and an instance of ``b`` touch the same element when the shared
     loops ``common`` — triples (variable in a, variable in b, extent) — relate by ``dirs``?
@@ -222,6 +268,11 @@ def feasible(a: Access, b: Access, common: Sequence[tuple[str, str, int]], dirs:
         for c in coefs:
             g = math.gcd(g, abs(c))
         if not _solvable(lo, hi, g, fa[1] - fb[1]):
+            return False
+        # the interval and GCD tests miss digits: i_o*16 + i_i with i_i < i_i' and i_o free
+        # spans 0, but no two different i_i meet; the exact sums see it when they are few
+        terms = _exact_terms(ca, cb, common, dirs, a_common, b_common, a_ext, b_ext)
+        if terms is not None and _exactly_solvable(fa[1] - fb[1], terms) is False:
             return False
     return True
 

@@ -800,6 +800,19 @@ class LoopVectorization(_KindChange):
         return _carried_reason(program, site.path, loop, "vectorize")
 
 
+_BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+_THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def _inside_block(program: A.Program, path: Path) -> bool:
+    """A nested loop a block's threads can be bound at: every loop around it is blockIdx-bound
+    or serial, at least one blockIdx (so a serial loop between the grid and the threads, the
+    k_o of a staged tile, is run by every thread of the block)."""
+    around = enclosing_loops(program, path)
+    return (len(path) > 1 and any(lp.kind in _BLOCK_AXES for lp in around)
+            and all(lp.kind in _BLOCK_AXES + ("serial", "unrolled") for lp in around))
+
+
 @register
 class LoopBinding(Strategy):
     name = "loop_binding"
@@ -807,7 +820,10 @@ class LoopBinding(Strategy):
     exactness = "exact"
     targets = frozenset({"gpu"})
     description = ("Bind the outer loops of a top-level nest to GPU blocks and threads "
-                   "(`blockIdx.x`, then `threadIdx.x`); each bound loop must carry no dependence.")
+                   "(`blockIdx.x`, then `threadIdx.x`; a tiled band `i_o, j_o, i_i, j_i` to "
+                   "`blockIdx.y, blockIdx.x, threadIdx.y, threadIdx.x`), or a serial nest inside "
+                   "the blocks (under a `k_o` loop) to threads; each bound loop must carry no "
+                   "dependence, and a block has at most 1024 threads and one extent per axis.")
 
     def sites(self, program, analysis=None):
         out = []
@@ -815,15 +831,30 @@ class LoopBinding(Strategy):
             if isinstance(s, A.Loop) and s.kind == "serial":
                 loops = band(program, (k,))
                 out.append(Site.make((k,), [lp.var for lp in loops[:2]]))
+        for p, s in iter_stmts(program.body):
+            if isinstance(s, A.Loop) and s.kind == "serial" and _inside_block(program, p):
+                loops = band(program, p)
+                out.append(Site.make(p, [lp.var for lp in loops[:2]]))
         return out
 
     def params(self, program, site, rng=None):
-        out = [{"axes": ["blockIdx.x"]}]
         loops = band(program, site.path)
+        if len(site.path) > 1:
+            out = []
+            if loops and loops[0].extent <= MAX_THREADS:
+                out.append({"axes": ["threadIdx.x"]})
+            if len(loops) >= 2 and loops[0].extent * loops[1].extent <= MAX_THREADS:
+                out.append({"axes": ["threadIdx.y", "threadIdx.x"]})
+            return out
+        out = [{"axes": ["blockIdx.x"]}]
         if len(loops) >= 2 and loops[1].extent <= MAX_THREADS:
             out.append({"axes": ["blockIdx.x", "threadIdx.x"]})
         if loops and loops[0].extent <= MAX_THREADS:
             out.append({"axes": ["threadIdx.x"]})
+        if len(loops) >= 2:
+            out.append({"axes": ["blockIdx.y", "blockIdx.x"]})
+        if len(loops) >= 4 and loops[2].extent * loops[3].extent <= MAX_THREADS:
+            out.append({"axes": ["blockIdx.y", "blockIdx.x", "threadIdx.y", "threadIdx.x"]})
         return out
 
     def check(self, program, site, params):
@@ -833,8 +864,12 @@ class LoopBinding(Strategy):
             return refuse(f"axes must be a list of {', '.join(A.THREAD_KINDS)}")
         if len(set(axes)) != len(axes):
             return refuse("each thread axis may be bound once")
-        if len(site.path) != 1:
-            return refuse("only a top-level loop nest can be bound to the GPU grid")
+        nested = len(site.path) > 1
+        if nested and not _inside_block(program, tuple(site.path)):
+            return refuse("only a top-level loop nest, or a nest inside blockIdx loops (and "
+                          "serial ones), can be bound to the GPU grid")
+        if nested and not all(a in _THREAD_AXES for a in axes):
+            return refuse("inside the blocks only threadIdx axes can be bound")
         loops = band(program, site.path)
         if not loops:
             return refuse(f"no serial loop at path {list(site.path)}")
@@ -853,6 +888,22 @@ class LoopBinding(Strategy):
         bound = [k for k in kinds if k in A.THREAD_KINDS or k == "parallel"]
         if bound:
             return refuse(f"the nest already contains a {bound[0]} loop")
+        threads = 1
+        for a, lp in zip(axes, loops):
+            if a in _THREAD_AXES:
+                threads *= lp.extent
+        if threads > MAX_THREADS:
+            return refuse(f"{threads} threads per block: more than {MAX_THREADS}")
+        if nested:
+            # one block has one shape: a thread axis bound elsewhere in this kernel must have
+            # the same extent here
+            top = program.body[site.path[0]]
+            other = {s.kind: s.extent for _, s in iter_stmts([top]) if isinstance(s, A.Loop)
+                     and s.kind in _THREAD_AXES}
+            for a, lp in zip(axes, loops):
+                if a in other and other[a] != lp.extent:
+                    return refuse(f"{a} already has extent {other[a]} in this kernel, not "
+                                  f"{lp.extent} ({lp.var}): one block has one shape")
         path: Path = tuple(site.path)
         for a, lp in zip(axes, loops):
             if a.startswith("threadIdx") and lp.extent > MAX_THREADS:
@@ -862,6 +913,12 @@ class LoopBinding(Strategy):
             if not v.ok:
                 return v
             path = path + (0,)
+        if nested:
+            # the rest of the block runs in every thread once it has threads
+            from ..leir.races import thread_races
+            races = thread_races(self.rewrite(program, site, params))
+            if races:
+                return refuse(races[0])
         return OK
 
     def rewrite(self, program, site, params):

@@ -11,14 +11,14 @@ recomputed differently. Sites name a loop or a statement by path, with the tenso
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE
 from ..leir.printer import format_expr, format_stmt
 from . import _deps as D
-from ._ir import (Path, affine, affine_expr, all_names, enclosing_loops, fresh_name, fresh_tensor,
+from ._ir import (Path, affine, affine_expr, all_names, chain as _chain, enclosing_loops, fresh_name, fresh_tensor,
                   iter_stmts, node_at, reduction_axes, replace_at, tensors_read, tensors_written)
 from .base import OK, Site, Strategy, Verdict, refuse
 from .graph import load_sites, map_expr, map_stmt_exprs, value_nodes, writers
@@ -70,6 +70,77 @@ def _fill(shape: Sequence[int], names: set[str], dst: str, value: A.Expr) -> A.S
     s: A.Stmt = A.Assign(dst, tuple(A.Var(v) for v in vs), "=", value)
     for v, n in reversed(list(zip(vs, shape))):
         s = A.Loop(v, n, "serial", (s,))
+    return s
+
+
+BLOCK_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_AXES = ("threadIdx.z", "threadIdx.y", "threadIdx.x")   # outermost first, x fastest
+
+
+def block_threads(loop: A.Loop) -> tuple[dict[str, int], str]:
+    """The threadIdx loops under ``loop`` (a GPU block's body): axis -> extent, and a reason
+    when an axis has two extents (one block has one shape)."""
+    found: dict[str, int] = {}
+    for _, s in iter_stmts(loop.body):
+        if isinstance(s, A.Loop) and s.kind in THREAD_AXES:
+            if found.setdefault(s.kind, s.extent) != s.extent:
+                return {}, (f"{s.kind} has extents {found[s.kind]} and {s.extent} under "
+                            f"{loop.var}: one block has one shape")
+    return found, ""
+
+
+def _cooperative_copy(shape: Sequence[int], threads: dict[str, int], names: set[str], dst: str,
+                      dst_idx, src: str, src_idx) -> A.Stmt:
+    """The block's threads copy ``shape`` elements together: element ``c = c0*T + t`` (``t``
+    the thread's rank, x fastest) goes to ``dst[unflatten(c)]``, so neighbouring threads read
+    neighbouring elements of the region's last dimension (coalesced); a guard drops the tail
+    when the thread count does not divide the region."""
+    n = 1
+    for x in shape:
+        n *= x
+    axes = [a for a in THREAD_AXES if a in threads]
+    total = 1
+    for a in axes:
+        total *= threads[a]
+    used = set(names)
+    c0 = fresh_name("c0", used)
+    used.add(c0)
+    tvars = []
+    for a in axes:
+        v = fresh_name("t" + a[-1], used)
+        used.add(v)
+        tvars.append(v)
+    if list(shape) == [threads[a] for a in axes]:
+        # the region has the block's shape: thread (ty, tx) copies element [ty, tx]
+        es = [A.Var(v) for v in tvars]
+        s: A.Stmt = A.Assign(dst, tuple(dst_idx(es)), "=", A.Load(src, tuple(src_idx(es))))
+        for v, a in reversed(list(zip(tvars, axes))):
+            s = A.Loop(v, threads[a], a, (s,))
+        return s
+    rank: A.Expr | None = None
+    stride = 1
+    for v, a in reversed(list(zip(tvars, axes))):
+        term: A.Expr = A.Var(v) if stride == 1 else A.Binary("*", A.Var(v), A.const(stride))
+        rank = term if rank is None else A.Binary("+", term, rank)
+        stride *= threads[a]
+    outer = -(-n // total)
+    flat: A.Expr = rank if outer == 1 else A.Binary(
+        "+", A.Binary("*", A.Var(c0), A.const(total)), rank)
+    idx: list[A.Expr] = []
+    inner = n
+    for d, x in enumerate(shape):
+        inner //= x
+        e = flat if inner == 1 else A.Binary("//", flat, A.const(inner))
+        if d > 0:
+            e = A.Binary("%", e, A.const(x))
+        idx.append(e)
+    s = A.Assign(dst, tuple(dst_idx(idx)), "=", A.Load(src, tuple(src_idx(idx))))
+    if outer * total != n:
+        s = A.If(A.Binary("<", flat, A.const(n)), (s,))
+    for v, a in reversed(list(zip(tvars, axes))):
+        s = A.Loop(v, threads[a], a, (s,))
+    if outer > 1:
+        s = A.Loop(c0, outer, "serial", (s,))
     return s
 
 
@@ -136,6 +207,125 @@ def _rebase(index: Sequence[A.Expr], dims, keep: Sequence[int]) -> tuple[A.Expr,
     return tuple(out)
 
 
+def _gpu_level(around: Sequence[A.Loop], loop: A.Loop) -> str | None:
+    """Where ``loop`` sits in a GPU kernel: ``"block"`` (inside blockIdx loops, outside the
+    threads, with threadIdx loops below it), ``"thread"`` (at or inside a threadIdx loop, none
+    below), ``"outside"`` (any other place in a bound nest) or None (no GPU binding here)."""
+    kinds = [lp.kind for lp in list(around) + [loop]]
+    below = any(isinstance(s, A.Loop) and s.kind in THREAD_AXES for _, s in iter_stmts(loop.body))
+    if not any(k in A.THREAD_KINDS for k in kinds) and not below:
+        return None
+    if below:
+        # inside every blockIdx loop: the buffer belongs to one block
+        inner_blocks = any(isinstance(s, A.Loop) and s.kind in BLOCK_KINDS
+                           for _, s in iter_stmts(loop.body))
+        ok = (all(k in SERIAL_KINDS + BLOCK_KINDS for k in kinds) and not inner_blocks
+              and any(k in BLOCK_KINDS for k in kinds))
+        return "block" if ok else "outside"
+    if any(k in THREAD_AXES for k in kinds) and all(k in SERIAL_KINDS + A.THREAD_KINDS
+                                                     for k in kinds):
+        return "thread"
+    return "outside"
+
+
+@dataclass(frozen=True)
+class _Owned:
+    """The loops (threadIdx and serial, outermost first) a thread updates its elements in, and
+    the subscript it updates them at."""
+
+    loops: tuple[A.Loop, ...]
+    index: tuple[A.Expr, ...]
+
+
+def _thread_owned(program, lpath, tensor, accs, size) -> tuple[_Owned | None, str]:
+    """Does every thread of the block under the loop at ``lpath`` update elements of ``tensor``
+    that no other thread touches? One statement must access it there, under threadIdx loops,
+    and enumerating its subscript over the loops it uses must give each element one thread."""
+    stmts = {a.stmt for a in accs}
+    if len(stmts) != 1:
+        return None, (f"{len(stmts)} statements access {tensor} in the block: per-thread "
+                      f"accumulators need the one reduction alone")
+    spath = next(iter(stmts))
+    stmt = node_at(program, spath)
+    loops = enclosing_loops(program, spath)[len(lpath) + 1:]
+    if any(isinstance(x, A.If) for x in _chain(program, spath)[len(lpath) + 1:]):
+        return None, f"{_stmt(stmt)} is guarded: the elements a thread updates vary"
+    used = {v for i in stmt.index for v in A.free_vars(i)}
+    for lp in loops:
+        if lp.kind in THREAD_AXES and lp.var not in used:
+            return None, (f"the {lp.extent} threads of {lp.var} ({lp.kind}) update the same "
+                          f"elements of {tensor} in {_stmt(stmt)}")
+    mine = tuple(lp for lp in loops if lp.var in used)
+    tl = [lp for lp in mine if lp.kind in THREAD_AXES]
+    if not tl:
+        return None, f"no threadIdx loop moves the subscript of {_stmt(stmt)}"
+    from ..leir.analysis import affine
+    forms = [affine(i) for i in stmt.index]
+    if any(f is None for f in forms):
+        return None, f"a subscript of {_stmt(stmt)} is not affine"
+    owner: dict[tuple[int, ...], tuple[int, ...]] = {}
+    ranges = [range(lp.extent) for lp in mine]
+    count = 1
+    for lp in mine:
+        count *= lp.extent
+    if count > 1 << 20:
+        return None, f"{count} (thread, element) pairs: too many to check"
+    tpos = [k for k, lp in enumerate(mine) if lp.kind in THREAD_AXES]
+    for point in itertools.product(*ranges):
+        env = dict(zip((lp.var for lp in mine), point))
+        el = tuple(sum(c * env.get(v, 0) for v, c in f[0].items()) + f[1] for f in forms)
+        who = tuple(point[k] for k in tpos)
+        if owner.setdefault(el, who) != who:
+            return None, (f"two threads update {tensor}[{', '.join(map(str, el))}] in "
+                          f"{_stmt(stmt)}")
+    if len(owner) != size:
+        return None, f"the threads update {len(owner)} of the region's {size} elements"
+    return _Owned(mine, tuple(stmt.index)), ""
+
+
+def _owned_nest(w: _Owned, used: set[str], body: A.Assign) -> A.Stmt:
+    """``body`` under fresh copies (names added to ``used``) of the loops a thread updates its
+    elements in."""
+    sub = {}
+    for lp in w.loops:
+        v = fresh_name(lp.var, used)
+        used.add(v)
+        sub[lp.var] = A.Var(v)
+    s: A.Stmt = map_stmt_exprs(body, lambda n: sub.get(n.name) if isinstance(n, A.Var) else None)
+    for lp in reversed(w.loops):
+        s = A.Loop(sub[lp.var].name, lp.extent, lp.kind, (s,))
+    return s
+
+
+def _gpu_scope_check(program, around, loop, scope, mode) -> tuple[Verdict, dict[str, int]]:
+    """The GPU's scope rules for a staging buffer at ``loop``; the block's threads (axis ->
+    extent) when it is shared."""
+    level = _gpu_level(around, loop)
+    if scope == "shared":
+        if level != "block":
+            return refuse(f"a shared buffer is filled by a block's threads together: loop "
+                          f"{loop.var} must lie inside blockIdx loops and outside the threadIdx "
+                          f"loops, with threadIdx loops below it"), {}
+        if mode != "read":
+            return refuse("a shared buffer is a cache_read here: its threads would write their "
+                          "accumulators to one buffer (use a local cache_write inside the "
+                          "threads)"), {}
+        threads, why = block_threads(loop)
+        return (refuse(why), {}) if why else (OK, threads)
+    if scope == "local":
+        if level == "block" and mode == "write":
+            # per-thread accumulators: each thread keeps the elements it alone updates
+            threads, why = block_threads(loop)
+            return (refuse(why), {}) if why else (OK, threads)
+        if level != "thread":
+            return refuse(f"a local buffer at {loop.var} would be a private copy of the whole "
+                          f"region in every thread of the block (stage it in shared, or cache "
+                          f"at a loop inside the threadIdx loops)"), {}
+        return OK, {}
+    return refuse(f"a {scope} staging buffer inside a GPU kernel would be shared by every "
+                  f"block (use shared or local)"), {}
+
+
 @register
 class CacheReadWrite(Strategy):
     name = "cache_read_write"
@@ -148,27 +338,43 @@ class CacheReadWrite(Strategy):
                    "buffer (accumulating there) and copy it back at the end of the iteration "
                    "(copying in first unless one statement overwrites the whole region before any "
                    "read). The buffer is `local` when it fits 64 KiB, else `global`; under a parallel loop "
-                   "only a local one (each iteration, so each thread, has its own).")
+                   "only a local one (each iteration, so each thread, has its own). On a GPU: "
+                   "`shared` at a loop of a block outside its threads (blockIdx-bound or serial, "
+                   "threadIdx loops inside), read-only, filled by all the block's threads "
+                   "together within 48 KiB; `local` at or inside a thread's loops.")
 
     def sites(self, program, analysis=None):
         out = []
         for p, s in iter_stmts(program.body):
             if not isinstance(s, A.Loop):
                 continue
-            if s.kind not in SERIAL_KINDS or any(lp.kind not in SERIAL_KINDS + ("parallel",)
-                                                 for lp in enclosing_loops(program, p)):
+            level = _gpu_level(enclosing_loops(program, p), s)
+            if level is None and (s.kind not in SERIAL_KINDS or any(
+                    lp.kind not in SERIAL_KINDS + ("parallel",)
+                    for lp in enclosing_loops(program, p))):
+                continue
+            if level == "outside":
                 continue
             written = tensors_written(s)
             for t in tensors_read(s):
                 if t not in written:
                     out.append(Site.make(p, [s.var], tensor=t, mode="read"))
-            for t in written:
-                out.append(Site.make(p, [s.var], tensor=t, mode="write"))
+            if level != "block":  # a block's shared buffer is only ever read (see _plan)
+                for t in written:
+                    out.append(Site.make(p, [s.var], tensor=t, mode="write"))
         return out
 
     def params(self, program, site, rng=None):
-        # local when a local buffer is legal here (it fits MAX_LOCAL_BYTES, and under a parallel
-        # loop only a local one is private to each iteration), else global
+        # on a GPU the level decides: shared for a block, local for a thread; on a CPU local
+        # when a local buffer is legal here (it fits MAX_LOCAL_BYTES, and under a parallel loop
+        # only a local one is private to each iteration), else global
+        loop = node_at(program, tuple(site.path))
+        if isinstance(loop, A.Loop):
+            level = _gpu_level(enclosing_loops(program, tuple(site.path)), loop)
+            if level == "block":
+                return [{"scope": "shared"}]
+            if level == "thread":
+                return [{"scope": "local"}]
         v, _ = self._plan(program, site, {"scope": "local"})
         return [{"scope": "local" if v.ok else "global"}]
 
@@ -181,11 +387,19 @@ class CacheReadWrite(Strategy):
             return refuse(f"the loop at path {list(path)} is {loop.var}, not {site.loops[0]}"), None
         scope = params.get("scope", "local")
         around = enclosing_loops(program, path)
+        threads: dict[str, int] = {}
+        gpu = scope == "shared" or _gpu_level(around, loop) is not None
+        if gpu:
+            v, threads = _gpu_scope_check(program, around, loop, scope, site.get("mode"))
+            if not v.ok:
+                return v, None
         # a local buffer whose accesses all lie in one iteration of the cache loop is allocated
         # there, per iteration (``leir.private``), so per thread of a parallel loop around it;
-        # a global one, or one around a GPU block's threads, would be shared
-        shared = [lp for lp in around + [loop] if lp.kind not in SERIAL_KINDS
-                  and not (lp.kind == "parallel" and lp is not loop and scope == "local")]
+        # a global one, or one around a GPU block's threads, would be shared (on a GPU the
+        # rules above decide)
+        shared = [] if gpu else [
+            lp for lp in around + [loop] if lp.kind not in SERIAL_KINDS
+            and not (lp.kind == "parallel" and lp is not loop and scope == "local")]
         if shared:
             bad = shared[0]
             why = (f"; a local staging buffer would be private to each of its iterations"
@@ -197,9 +411,8 @@ class CacheReadWrite(Strategy):
             return refuse(f"no tensor {tensor!r}"), None
         if mode not in ("read", "write"):
             return refuse("mode must be read or write"), None
-        if scope not in ("local", "global"):
-            return refuse("the staging buffer's scope must be local or global (use "
-                          "set_storage_scope for shared)"), None
+        if scope not in ("local", "global", "shared"):
+            return refuse("the staging buffer's scope must be local, global or shared"), None
         accs = [a for a in D.collect_under(program, path) if a.tensor == tensor]
         if not accs:
             return refuse(f"loop {loop.var} does not access {tensor}"), None
@@ -231,7 +444,22 @@ class CacheReadWrite(Strategy):
         if scope == "local" and n * ITEMSIZE[t.dtype] > MAX_LOCAL_BYTES:
             return refuse(f"a {n * ITEMSIZE[t.dtype]}-byte staging buffer exceeds the "
                           f"{MAX_LOCAL_BYTES}-byte limit of local memory"), None
+        if scope == "shared":
+            used = sum(_bytes(x) for x in program.intermediates if x.scope == "shared")
+            if used + n * ITEMSIZE[t.dtype] > MAX_SHARED_BYTES:
+                return refuse(f"a {n * ITEMSIZE[t.dtype]}-byte shared buffer"
+                              f"{f' beside {used} bytes already shared' if used else ''} "
+                              f"exceeds the {MAX_SHARED_BYTES // 1024} KiB of static shared "
+                              f"memory per block"), None
         copy_in = mode == "read" or self._needs_copy_in(program, path, tensor, accs, dims)
+        owner = None
+        if threads and scope == "local":
+            owner, why = _thread_owned(program, path, tensor, accs, n)
+            if owner is None:
+                return refuse(why), None
+            if copy_in or not any(a.reduction for a in accs if a.write):
+                return refuse(f"per-thread accumulators need a reduction of {tensor} from "
+                              f"scratch within one iteration of {loop.var}"), None
         reduction = None
         if mode == "write":
             red = [node_at(program, a.stmt) for a in accs if a.write and a.reduction]
@@ -246,7 +474,7 @@ class CacheReadWrite(Strategy):
             first = min(q for q, _ in writers(program, tensor))
             if first >= path:
                 return refuse(f"the cache would copy {tensor} in before anything writes it"), None
-        return OK, (dims, shape, keep, copy_in, reduction)
+        return OK, (dims, shape, keep, copy_in, reduction, threads, owner)
 
     def _needs_copy_in(self, program, path, tensor, accs, dims) -> bool:
         """False when one statement overwrites the whole region each iteration before any read."""
@@ -283,7 +511,8 @@ class CacheReadWrite(Strategy):
 
     def rewrite(self, program, site, params):
         path = tuple(site.path)
-        _, (dims, shape, keep, copy_in, reduction) = self._plan(program, site, params)
+        _, (dims, shape, keep, copy_in, reduction, threads, owner) = self._plan(program, site,
+                                                                               params)
         loop = node_at(program, path)
         tensor, mode = site.get("tensor"), site.get("mode")
         t = program.tensor(tensor)
@@ -315,26 +544,39 @@ class CacheReadWrite(Strategy):
                     s = replace(s, tensor=cname, index=idx)
             return s
 
-        def full(vs):
-            it = iter(vs)
+        def full_at(es):
+            it = iter(es)
             out = []
             for d, (base, lo, hi) in enumerate(dims):
                 off = affine_expr(base, lo)
                 if hi > lo:
-                    v = A.Var(next(it))
+                    v = next(it)
                     off = v if off == A.const(0) else A.Binary("+", off, v)
                 out.append(off)
             return out
+
+        def full(vs):
+            return full_at([A.Var(v) for v in vs])
 
         def local(vs):
             return [A.Var(v) for v in vs]
 
         body = tuple(redirect(s) for s in loop.body)
-        if copy_in:
+        if owner is not None:
+            # each thread fills and writes back its own elements, in the loops it updates them
+            w, used = owner, set(names)
+            fill = _owned_nest(w, used, A.Assign(cname, _rebase(w.index, dims, keep), "=",
+                                                 _identity(reduction, t.dtype)))
+            back = _owned_nest(w, used, A.Assign(tensor, w.index, "=",
+                                                 A.Load(cname, _rebase(w.index, dims, keep))))
+            body = (fill,) + body + (back,)
+        elif copy_in and threads and params.get("scope") == "shared":
+            body = (_cooperative_copy(shape, threads, names, cname, list, tensor, full_at),) + body
+        elif copy_in:
             body = (_copy(shape, names, cname, local, tensor, full),) + body
         elif reduction is not None:
             body = (_fill(shape, names, cname, _identity(reduction, t.dtype)),) + body
-        if mode == "write":
+        if mode == "write" and owner is None:
             body = body + (_copy(shape, names, tensor, full, cname, local),)
         prog = replace(program, intermediates=program.intermediates + (cache,))
         return replace_at(prog, path, [replace(loop, body=body)])
