@@ -6,6 +6,9 @@ launch shape)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from steptp.leir import format_program, parse
@@ -242,22 +245,13 @@ def test_a_kernel_without_two_spatial_loops_has_no_tiled_schedule():
 # ---------------------------------------------------------------------------- block races
 # found on an H200: j bound to threads inside the block, the max, sum and output loops left
 # serial, so every thread ran them and reset G[i] under the others (NaN on seed 4)
-ATTENTION_ROW = """kernel attention(A: f32[128,64], B: f32[256,64], C: f32[256,64]) -> D: f32[128,64]
-  T0: f32[128,256]
-  T1: f32[128]
-  T2: f32[128]
-  for i in 128 blockIdx.x:
-    for j in 256:
-      for k in 64:
-        T0[i,j] += A[i,k] * B[j,k] * 0.125
-    for j in 256:
-      T1[i] max= T0[i,j]
-    for j in 256:
-      T2[i] += exp(T0[i,j] - T1[i])
-    for l in 64:
-      for j in 256:
-        D[i,l] += exp(T0[i,j] - T1[i]) / T2[i] * C[j,l]
-"""
+def _attention_row() -> str:
+    """The GPU check's attention kernel, one row per block."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from gpu_check import KERNELS
+    text = KERNELS["attention"][0]
+    assert "  for i in 128:\n" in text
+    return text.replace("  for i in 128:\n", "  for i in 128 blockIdx.x:\n")
 
 
 def test_threads_bound_beside_serial_work_of_the_block_are_a_race():
@@ -265,7 +259,8 @@ def test_threads_bound_beside_serial_work_of_the_block_are_a_race():
     from steptp.measure.gpu_backend import GpuJob
     from steptp.search.cuda_space import cuda_candidates
 
-    prog = parse(ATTENTION_ROW)
+    text = _attention_row()
+    prog = parse(text)
     reason = _refusal(prog, "loop_binding", (0, 0), ["j"], {"axes": ["threadIdx.x"]})
     assert reason == ("`T1[i] max= T0[i,j]` lies outside the threadIdx loops of kernel 0: every "
                       "thread of the block runs it, so they all write T1 at once")
@@ -274,12 +269,14 @@ def test_threads_bound_beside_serial_work_of_the_block_are_a_race():
     assert thread_races(racy) == [reason]
     # the GPU job refuses it before anything is built or timed
     job = GpuJob(TARGET, seeds=(0,), cpu_outputs=False)
-    job.add_task("attention", parse(ATTENTION_ROW.replace(" blockIdx.x", "")))
+    job.add_task("attention", parse(text.replace(" blockIdx.x", "")))
     assert job.add_candidate("attention", racy, label="racy") is None
     assert job.failures[-1]["reason"] == "race: " + reason
     # and the CUDA space does not offer it
-    assert all(not thread_races(c.program) for c in cuda_candidates(parse(
-        ATTENTION_ROW.replace(" blockIdx.x", ""))))
+    cands = cuda_candidates(parse(text.replace(" blockIdx.x", "")))
+    assert len(cands) > 20
+    assert registry.canonical(racy) not in {c.text for c in cands}
+    assert [c.label for c in cands if thread_races(c.program)] == []
 
 
 def test_a_global_tensor_passed_between_thread_nests_of_a_block_is_a_race():

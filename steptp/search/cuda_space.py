@@ -85,6 +85,18 @@ def bind_all(program: A.Program) -> A.Program | None:
     return _bind_steps(program)[0]
 
 
+def _new_bound(prog: A.Program | None, seen: set[str]) -> str | None:
+    """``prog``'s canonical text when it is a GPU state worth timing (bound, no block races) not
+    ``seen`` before (it is added), else None."""
+    if prog is None or not is_bound(prog) or thread_races(prog):
+        return None
+    text = registry.canonical(prog)
+    if text in seen:
+        return None
+    seen.add(text)
+    return text
+
+
 @dataclass(frozen=True)
 class CudaCandidate:
     program: A.Program
@@ -109,12 +121,9 @@ def cuda_candidates(program: A.Program, seed: int = 0, max_per_site: int | None 
     out: list[CudaCandidate] = []
 
     def keep(prog, c):
-        if prog is None or not is_bound(prog) or thread_races(prog):
+        text = _new_bound(prog, seen)
+        if text is None:
             return
-        text = registry.canonical(prog)
-        if text in seen:
-            return
-        seen.add(text)
         out.append(CudaCandidate(prog, c.strategy, c.site, dict(c.params), c.exactness, text))
 
     for c in registry.candidates(base, target="gpu", seed=seed, max_per_site=max_per_site):
@@ -236,12 +245,9 @@ def tiled_schedules(program: A.Program, tiles: tuple[int, ...] = (16, 32), k_til
 
     def emit(chain: _Chain, label: str) -> None:
         prog, bind = _bind_steps(chain.program)
-        if prog is None or not is_bound(prog) or thread_races(prog):
+        text = _new_bound(prog, seen)
+        if text is None:
             return
-        text = registry.canonical(prog)
-        if text in seen:
-            return
-        seen.add(text)
         out.append(CudaSchedule(prog, tuple(chain.steps + bind), label, chain.exactness, text))
 
     loops = band(program, (k,))
