@@ -144,62 +144,174 @@ def _race_under(loop: A.Loop, path, under, shapes, private: frozenset[str] = fro
 
 
 _THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+_CHECK_LIMIT = 1 << 20     # (thread, element) pairs enumerated per access of a local buffer
+
+
+class _Unit:
+    """A thread nest of a block (its outermost threadIdx loop) or a statement outside them,
+    with the statements it runs and, for each, the loops around it inside the kernel."""
+
+    def __init__(self, loose: bool):
+        self.loose = loose
+        self.axes: set[str] = set()
+        self.stmts: list[tuple[A.Assign, tuple[A.Loop, ...]]] = []
+
+    def writes(self) -> set[str]:
+        return {s.tensor for s, _ in self.stmts}
+
+    def touches(self) -> set[str]:
+        return self.writes() | {ld.tensor for s, _ in self.stmts for ld in A.loads(s.value)}
 
 
 def thread_races(program: A.Program) -> list[str]:
     """What a GPU block's threads would race on, read off its structure; [] when nothing.
 
-    Every thread of a block runs the whole kernel body, so in a kernel (a top-level nest) with
-    threadIdx loops (1) a statement outside them that writes shared or global memory is run by
-    every thread at once, and (2) a global tensor one thread nest writes and another reads has
-    no barrier between them (TVM puts ``__syncthreads`` only around shared memory). ``local``
-    buffers are each thread's own and take no part."""
+    Every thread of a block runs the whole kernel body, and TVM puts ``__syncthreads`` only
+    around shared memory. So in a kernel (a top-level nest) with threadIdx loops:
+    (1) a statement outside them, or in a nest that lacks one of the block's thread axes, that
+    writes shared or global memory is run by many threads at once;
+    (2) a global tensor one thread nest writes and another nest, or a statement outside the
+    nests, reads or writes has no barrier between them;
+    (3) a ``local`` buffer is each thread's own: a thread may read only elements it wrote itself
+    (enumerated over the loops of each subscript), else it reads another thread's private copy.
+    """
     scope = {t.name: t.scope for t in program.intermediates}
     out: list[str] = []
     for k, top in enumerate(program.body):
-        nests: list[A.Loop] = []
-        loose: list[A.Assign] = []
+        units: list[_Unit] = []
 
-        def walk(s, under: bool) -> None:
-            if isinstance(s, A.Loop) and s.kind in _THREAD_AXES and not under:
-                nests.append(s)
-                return
-            if isinstance(s, (A.Loop, A.If)):
+        def walk(s, unit: _Unit | None, loops: tuple) -> None:
+            if isinstance(s, A.Loop):
+                if unit is None and s.kind in _THREAD_AXES:
+                    unit = _Unit(loose=False)
+                    units.append(unit)
+                if unit is not None and s.kind in _THREAD_AXES:
+                    unit.axes.add(s.kind)
                 for b in s.body:
-                    walk(b, under)
-            elif isinstance(s, A.Assign) and not under:
-                loose.append(s)
+                    walk(b, unit, loops + (s,))
+            elif isinstance(s, A.If):
+                for b in s.body:
+                    walk(b, unit, loops)
+            elif unit is None:
+                u = _Unit(loose=True)
+                u.stmts.append((s, loops))
+                units.append(u)
+            else:
+                unit.stmts.append((s, loops))
 
-        walk(top, False)
+        walk(top, None, ())
+        nests = [u for u in units if not u.loose]
         if not nests:
             continue
-        for s in loose:
-            if scope.get(s.tensor) != "local":
-                out.append(f"`{_line(s)}` lies outside the threadIdx loops of kernel {k}: every "
-                           f"thread of the block runs it, so they all write {s.tensor} at once")
-                break
-        writes = [{w.tensor for w in _assigns(n) if scope.get(w.tensor, "global") == "global"}
-                  for n in nests]
-        for a, wa in enumerate(writes):
-            for b, nb in enumerate(nests):
-                if a == b:
-                    continue
-                read = sorted(wa & {ld.tensor for s in _assigns(nb) for ld in A.loads(s.value)})
-                if read:
-                    out.append(f"{read[0]} is written by one thread nest of kernel {k} and read "
-                               f"by another: nothing orders global memory between them (stage "
-                               f"it in shared memory, or split the kernel)")
-                    break
-            else:
-                continue
-            break
+        block = set().union(*(u.axes for u in nests))
+        why = _loose_write(units, block, scope, k) or _passed_global(units, scope, k) \
+            or _private_reads(units, scope, k)
+        if why:
+            out.append(why)
     return out
 
 
-def _assigns(s) -> list[A.Assign]:
-    if isinstance(s, A.Assign):
-        return [s]
-    return [x for b in getattr(s, "body", ()) for x in _assigns(b)]
+def _loose_write(units, block, scope, k) -> str | None:
+    for u in units:
+        if not u.loose and u.axes == block:
+            continue
+        for s, _ in u.stmts:
+            if scope.get(s.tensor) == "local":
+                continue
+            if u.loose:
+                return (f"`{_line(s)}` lies outside the threadIdx loops of kernel {k}: every "
+                        f"thread of the block runs it, so they all write {s.tensor} at once")
+            missing = ", ".join(sorted(block - u.axes))
+            return (f"`{_line(s)}` is under no {missing} loop in kernel {k}, whose block has "
+                    f"one: every thread along it runs it, so they all write {s.tensor} at once")
+    return None
+
+
+def _passed_global(units, scope, k) -> str | None:
+    for a, ua in enumerate(units):
+        if ua.loose:
+            continue
+        written = {t for t in ua.writes() if scope.get(t, "global") == "global"}
+        for b, ub in enumerate(units):
+            if a == b:
+                continue
+            both = sorted(written & ub.touches())
+            if both:
+                where = ("a statement outside the nests" if ub.loose else "another")
+                return (f"{both[0]} is written by one thread nest of kernel {k} and used by "
+                        f"{where}: nothing orders global memory between them (stage it in "
+                        f"shared memory, or split the kernel)")
+    return None
+
+
+def _private_reads(units, scope, k) -> str | None:
+    """Rule (3): per local tensor, the elements each thread writes and reads."""
+    locals_ = sorted({t for u in units for t in u.touches() if scope.get(t) == "local"})
+    if not locals_ or not any(not u.loose for u in units):
+        return None
+    for t in locals_:
+        # a thread is its values on the block's axes; a unit without an axis runs the same
+        # accesses in every thread along it (keyed None there)
+        written: dict = {}
+        reads = []
+        for u in units:
+            for s, loops in u.stmts:
+                accs = [(s.index, True)] if s.tensor == t else []
+                accs += [(ld.index, False) for ld in A.loads(s.value) if ld.tensor == t]
+                if s.tensor == t and s.is_reduction:
+                    accs.append((s.index, False))
+                for index, write in accs:
+                    pts = _elements(index, loops)
+                    if pts is None:
+                        return (f"the local buffer {t} of kernel {k} is indexed in a way whose "
+                                f"per-thread elements cannot be enumerated: refused")
+                    if write:
+                        for who, el in pts:
+                            written.setdefault(who, set()).add(el)
+                    else:
+                        reads.append((s, pts))
+        shared_w = written.get((), set())
+        for s, pts in reads:
+            for who, el in pts:
+                if el in shared_w or el in written.get(who, ()):
+                    continue
+                if any(el in els and _covers(w, who) for w, els in written.items()):
+                    continue
+                return (f"`{_line(s)}` reads {t}[{', '.join(map(str, el))}] of the local "
+                        f"buffer {t} in a thread that never wrote it (each thread of kernel {k} "
+                        f"has its own copy; another thread wrote that element in its own)")
+    return None
+
+
+def _covers(writer: tuple, reader: tuple) -> bool:
+    """Does a write keyed ``writer`` (axis values it fixes) happen in the thread ``reader``?"""
+    return set(writer) <= set(reader)
+
+
+def _elements(index, loops) -> list | None:
+    """(thread key, element) for each point of the loops an affine subscript uses: the key is
+    the sorted (axis, value) pairs of its thread-bound loops."""
+    from .analysis import affine
+    forms = [affine(i) for i in index]
+    if any(f is None for f in forms):
+        return None
+    used = {v for f in forms for v in f[0]}
+    mine = [lp for lp in loops if lp.var in used]
+    if any(v not in {lp.var for lp in loops} for v in used):
+        return None
+    count = 1
+    for lp in mine:
+        count *= lp.extent
+    if count > _CHECK_LIMIT:
+        return None
+    import itertools
+    out = []
+    for point in itertools.product(*(range(lp.extent) for lp in mine)):
+        env = dict(zip((lp.var for lp in mine), point))
+        el = tuple(sum(c * env[v] for v, c in f[0].items()) + f[1] for f in forms)
+        who = tuple(sorted((lp.kind, env[lp.var]) for lp in mine if lp.kind in A.THREAD_KINDS))
+        out.append((who, el))
+    return out
 
 
 def _line(s: A.Assign) -> str:

@@ -192,6 +192,8 @@ EXACT_WORK = 20_000
 def _term_values(a: int, b: int, n: int, d: str) -> set[int] | None:
     """Every value of ``a*x - b*y`` for ``x, y`` in ``[0, n-1]`` under direction ``d``; None
     when that takes more than ``EXACT_WORK`` pairs."""
+    if n > EXACT_WORK:
+        return None
     if d == "=":
         return {(a - b) * t for t in range(n)}
     if a == b:
@@ -227,6 +229,8 @@ def _exact_terms(ca, cb, common, dirs, a_common, b_common, a_ext, b_ext) -> list
     for coef, common_, ext, sign in ((ca, a_common, a_ext, 1), (cb, b_common, b_ext, -1)):
         for v, c in coef.items():
             if v not in common_:
+                if ext[v] > EXACT_WORK:
+                    return None
                 terms.append({sign * c * t for t in range(ext[v])})
     return terms
 

@@ -813,6 +813,42 @@ def _inside_block(program: A.Program, path: Path) -> bool:
             and all(lp.kind in _BLOCK_AXES + ("serial", "unrolled") for lp in around))
 
 
+def _across_threads(program: A.Program, path: Path, bound: Sequence[A.Loop]) -> Verdict:
+    """Inside a block, a serial loop between the blocks and the threads (``k_o``) runs in every
+    thread with no barrier between its iterations: two threads must not touch one element in
+    any two of them, one writing. ``_carried_reason`` only looks within one iteration."""
+    around = enclosing_loops(program, path)
+    last_block = max((k for k, lp in enumerate(around) if lp.kind in _BLOCK_AXES), default=-1)
+    if last_block + 1 >= len(around):
+        return OK
+    top = tuple(path[:last_block + 2])      # the outermost serial loop inside the blocks
+    mine = {tuple(path) + (0,) * k for k in range(len(bound))}
+    depth = len(top)
+    accs = D.collect_under(program, top)
+    for a, b in D.conflicting_pairs(accs):
+        common = D.common_loops(a, b)
+        levels = [k for k, (lp, _) in enumerate(zip(a.loops, common)) if lp.path in mine]
+        if not levels:
+            continue
+        for k in levels:
+            for d in ("<", ">"):
+                vec = []
+                for j, lp in enumerate(a.loops[:len(common)]):
+                    if j == k:
+                        vec.append(d)
+                    elif lp.path in mine or len(lp.path) < depth:
+                        vec.append("=" if j < k or len(lp.path) < depth else "*")
+                    else:
+                        vec.append("*")
+                if D.feasible(a, b, common, vec):
+                    var = a.loops[k].var
+                    return refuse(f"threads of {var} would touch one element of {a.tensor} "
+                                  f"(`{a.text}` and `{b.text}`) in different iterations of "
+                                  f"{around[last_block + 1].var}, which runs in every thread "
+                                  f"with no barrier between its iterations")
+    return OK
+
+
 @register
 class LoopBinding(Strategy):
     name = "loop_binding"
@@ -914,6 +950,9 @@ class LoopBinding(Strategy):
                 return v
             path = path + (0,)
         if nested:
+            v = _across_threads(program, tuple(site.path), loops[:len(axes)])
+            if not v.ok:
+                return v
             # the rest of the block runs in every thread once it has threads
             from ..leir.races import thread_races
             races = thread_races(self.rewrite(program, site, params))

@@ -247,8 +247,9 @@ def _thread_owned(program, lpath, tensor, accs, size) -> tuple[_Owned | None, st
                       f"accumulators need the one reduction alone")
     spath = next(iter(stmts))
     stmt = node_at(program, spath)
-    loops = enclosing_loops(program, spath)[len(lpath) + 1:]
-    if any(isinstance(x, A.If) for x in _chain(program, spath)[len(lpath) + 1:]):
+    inside = _chain(program, spath)[len(lpath):-1]      # the nodes between the loop and it
+    loops = [x for x in inside if isinstance(x, A.Loop)]
+    if any(isinstance(x, A.If) for x in inside):
         return None, f"{_stmt(stmt)} is guarded: the elements a thread updates vary"
     used = {v for i in stmt.index for v in A.free_vars(i)}
     for lp in loops:
@@ -359,9 +360,8 @@ class CacheReadWrite(Strategy):
             for t in tensors_read(s):
                 if t not in written:
                     out.append(Site.make(p, [s.var], tensor=t, mode="read"))
-            if level != "block":  # a block's shared buffer is only ever read (see _plan)
-                for t in written:
-                    out.append(Site.make(p, [s.var], tensor=t, mode="write"))
+            for t in written:   # at a block: per-thread accumulators (local, see _plan)
+                out.append(Site.make(p, [s.var], tensor=t, mode="write"))
         return out
 
     def params(self, program, site, rng=None):
@@ -372,7 +372,7 @@ class CacheReadWrite(Strategy):
         if isinstance(loop, A.Loop):
             level = _gpu_level(enclosing_loops(program, tuple(site.path)), loop)
             if level == "block":
-                return [{"scope": "shared"}]
+                return [{"scope": "shared" if site.get("mode") == "read" else "local"}]
             if level == "thread":
                 return [{"scope": "local"}]
         v, _ = self._plan(program, site, {"scope": "local"})
@@ -483,6 +483,8 @@ class CacheReadWrite(Strategy):
             return True
         wpath = next(iter(ws))
         w = node_at(program, wpath)
+        if any(isinstance(x, A.If) for x in _chain(program, wpath)[len(path):-1]):
+            return True   # a guard may skip elements: they must keep what they held
         if tensor in tensors_read(w.value) or any(tensor in tensors_read(i) for i in w.index):
             return True
         loops = enclosing_loops(program, wpath)
