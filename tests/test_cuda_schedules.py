@@ -144,8 +144,9 @@ def test_threads_are_bound_inside_a_blocks_serial_loop_with_one_block_shape():
     assert ((0, 0, 0, 0), ["threadIdx.y", "threadIdx.x"]) in offered
     # k_o is the reduction's axis: binding it is refused, not offered
     assert not any(p == (0, 0, 0) for p, _ in offered)
-    assert "reduction axis" in _refusal(prog, "loop_binding", (0, 0, 0), ["ko"],
-                                        {"axes": ["threadIdx.x"]})
+    assert "reduction axis of `C[io*16+ii,jo*16+ji] += A[io*16+ii,ko*16+ki] * " \
+        "B[ko*16+ki,jo*16+ji]` with ii inside it" in _refusal(prog, "loop_binding", (0, 0, 0),
+                                                               ["ko"], {"axes": ["threadIdx.x"]})
     bound = _apply(prog, "loop_binding", (0, 0, 0, 0), ["ii", "ji"],
                    {"axes": ["threadIdx.y", "threadIdx.x"]})
     assert "ko in 16, ii in 16 threadIdx.y, ji in 16 threadIdx.x, ki in 16:" in _body(bound)
@@ -454,3 +455,65 @@ def test_the_exact_dependence_check_agrees_with_enumeration():
         dependent += truth
         independent += not got
     assert dependent > 50 and independent > 50     # both answers were exercised
+
+
+# ---------------------------------------------------------------------------- row reductions
+EXP_SUM = """kernel exp_bias(A: f32[256,1024], B: f32[256]) -> D: f32[256]
+  for i in 256:
+    for j in 1024:
+      D[i] += exp(A[i,j] * 0.125 + B[i])
+"""
+
+
+def test_a_sum_bound_to_threads_is_a_cross_thread_reduction():
+    from steptp.search.cuda_space import bind_all
+    prog = parse("""kernel exp_bias(A: f32[256,1024], B: f32[256]) -> D: f32[256]
+  for i in 256 blockIdx.x:
+    for j_i in 256:
+      for j_o in 4:
+        D[i] += exp(A[i,j_o*256+j_i] * 0.125 + B[i])
+""")
+    strat = registry.get("loop_binding")
+    site, params = Site.make((0, 0), ["j_i"]), {"axes": ["threadIdx.x"]}
+    assert strat.check(prog, site, params).ok
+    assert strat.exactness_for(prog, site, params) == "reassociation"
+    bound = strat.rewrite(prog, site, params)
+    assert verify(cpu_twin(bound), parse(EXP_SUM), "reassociation", seeds=(0, 4)).passed
+    src = build_artifact(bound, TARGET).source
+    # each thread sums its 4 elements, then warp shuffles and one shared slot per warp
+    assert "__shfl_down_sync" in src and "in_thread_D" in src
+    # max= has no reducer TVM matches with LEIR's -inf identity; nor does a shared statement
+    assert "no reducer for `max=`" in _refusal(
+        parse(format_program(prog).replace("+=", "max=")), "loop_binding", (0, 0), ["j_i"],
+        {"axes": ["threadIdx.x"]})
+    beside = parse("""kernel k(A: f32[256,1024], B: f32[256]) -> D: f32[256], E: f32[256,256]
+  for i in 256 blockIdx.x:
+    for j_i in 256:
+      E[i,j_i] = B[i]
+      for j_o in 4:
+        D[i] += exp(A[i,j_o*256+j_i] * 0.125 + B[i])
+""")
+    assert "beside other statements" in _refusal(beside, "loop_binding", (0, 0), ["j_i"],
+                                                 {"axes": ["threadIdx.x"]})
+    # the bound baseline stays exact: no thread takes the reduction there
+    base = bind_all(parse(EXP_SUM))
+    assert "threadIdx" not in format_program(base)
+
+
+def test_row_schedules_reduce_each_row_over_a_blocks_threads():
+    scheds = tiled_schedules(parse(EXP_SUM))
+    assert [s.label for s in scheds] == [f"a row per block, its reduction over {t} threads"
+                                         for t in (128, 256, 512)]
+    s = scheds[1]
+    assert [st.strategy for st in s.steps] == ["loop_split", "loop_reorder", "loop_binding",
+                                               "loop_binding"]
+    assert s.exactness == "reassociation"
+    assert "for i in 256 blockIdx.x, j_i in 256 threadIdx.x, j_o in 4:" in format_program(
+        s.program)
+    p = parse(EXP_SUM)
+    for st in s.steps:
+        p = registry.apply(p, st.strategy, st.site, st.params)
+    assert registry.canonical(p) == s.text
+    assert verify(cpu_twin(s.program), parse(EXP_SUM), "reassociation", seeds=(0, 4)).passed
+    ln, = build_artifact(s.program, TARGET).meta["launches"]
+    assert ln["grid"][0] == 256 and ln["block"][0] == 256

@@ -70,7 +70,9 @@ def _bind_steps(program: A.Program) -> tuple[A.Program | None, list[CudaStep]]:
         if site is None:
             return None, steps
         for axes in _BINDINGS:
-            if strat.check(program, site, {"axes": axes}).ok:
+            # the baseline stays unoptimized and exact: no cross-thread reduction
+            if strat.check(program, site, {"axes": axes}).ok and strat.exactness_for(
+                    program, site, {"axes": axes}) == "exact":
                 program = strat.rewrite(program, site, {"axes": axes})
                 steps.append(CudaStep("loop_binding", site, {"axes": list(axes)}))
                 break
@@ -232,7 +234,8 @@ def _shared_by_threads(loop: A.Loop, tensor: str, tvars: set[str]) -> bool:
 def tiled_schedules(program: A.Program, tiles: tuple[int, ...] = (16, 32), k_tile: int = 16,
                     reg_tiles: tuple[tuple[int, int, bool], ...] = (
                         (16, 1, False), (32, 2, False), (64, 4, False), (32, 2, True),
-                        (64, 4, True))
+                        (64, 4, True)),
+                    row_threads: tuple[int, ...] = (128, 256, 512)
                     ) -> list[CudaSchedule]:
     """The multi-step GPU schedules of ``program`` (see the module docstring), deterministic:
     per tile size, the tiled + bound state, then with the inputs staged in shared memory, then
@@ -253,6 +256,10 @@ def tiled_schedules(program: A.Program, tiles: tuple[int, ...] = (16, 32), k_til
     loops = band(program, (k,))
     spatial = [lp for lp in loops if not _is_reduction_loop(program, k, lp.var)]
     reduction = [lp for lp in loops if _is_reduction_loop(program, k, lp.var)]
+    if len(spatial) == 1 and len(reduction) == 1 and loops[-1] is reduction[0]:
+        for t in row_threads:
+            _row_reduction(program, k, loops, t, emit)
+        return out
     if len(spatial) < 2 or len(spatial) > 3:   # three grid axes: z, y, x
         return out
     a, b = spatial[-2], spatial[-1]
@@ -290,6 +297,29 @@ def tiled_schedules(program: A.Program, tiles: tuple[int, ...] = (16, 32), k_til
         for T, r, interleaved in reg_tiles:
             _split_reduction(program, k, loops, a, b, n_outer, T, r, interleaved, k_tile, emit)
     return out
+
+
+def _row_reduction(program, k, loops, t, emit) -> None:
+    """A row per block, its reduction over ``t`` threads: split the reduction ``j`` into
+    ``j_i`` (t) outside ``j_o``, so thread ``j_i`` reads every t-th element (neighbouring
+    threads, neighbouring addresses), each thread sums its part and the block's threads
+    combine their sums (TVM's cross-thread reduction)."""
+    red = loops[-1]
+    if red.extent % t or red.extent < 2 * t or t > 1024:
+        return
+    c = _Chain(program)
+    rpath = (k,) + (0,) * (len(loops) - 1)
+    if not c.apply("loop_split", rpath, [red.var], {"factor": t}):
+        return
+    sl = band(c.program, rpath)
+    if not c.apply("loop_reorder", rpath, [lp.var for lp in sl],
+                   {"order": [sl[1].var, sl[0].var]}):
+        return
+    if not c.apply("loop_binding", (k,), [loops[0].var], {"axes": ["blockIdx.x"]}):
+        return
+    if not c.apply("loop_binding", rpath, [sl[1].var], {"axes": ["threadIdx.x"]}):
+        return
+    emit(c, f"a row per block, its reduction over {t} threads")
 
 
 def _split_reduction(program, k, loops, a, b, n_outer, T, r, interleaved, k_tile, emit) -> None:

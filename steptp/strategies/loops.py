@@ -813,6 +813,37 @@ def _inside_block(program: A.Program, path: Path) -> bool:
             and all(lp.kind in _BLOCK_AXES + ("serial", "unrolled") for lp in around))
 
 
+def _thread_reduction(program: A.Program, path: Path, loop: A.Loop) -> str | Verdict | None:
+    """When ``loop`` is a reduction axis of the statement it holds, the tensor the block's
+    threads would reduce together (TVM lowers a threadIdx-bound reduction axis to a cross-thread
+    reduction); a refusal when TVM cannot; None when it is no reduction axis."""
+    stmts = [x for _, x in iter_stmts(loop.body) if isinstance(x, A.Assign)]
+    red = [x for x in stmts if x.is_reduction
+           and loop.var not in {v for i in x.index for v in A.free_vars(i)}]
+    if not red:
+        return None
+    x = red[0]
+    lhs = {v for i in x.index for v in A.free_vars(i)}
+    spatial = [lp.var for _, lp in iter_stmts(loop.body) if isinstance(lp, A.Loop)
+               and lp.var in lhs]
+    if spatial:
+        return refuse(f"cannot bind {loop.var} to threads: it is a reduction axis of "
+                      f"`{format_stmt(x).strip()}` with {spatial[0]} inside it (a cross-thread "
+                      f"reduction combines one element per thread)")
+    if len(stmts) != 1:
+        return refuse(f"cannot bind {loop.var} to threads: it is a reduction axis of "
+                      f"`{format_stmt(x).strip()}` beside other statements (a cross-thread "
+                      f"reduction takes the statement alone)")
+    if x.op not in ("+=", "*="):
+        return refuse(f"cannot bind {loop.var} to threads: TVM's cross-thread reduction matches "
+                      f"no reducer for `{x.op}` with LEIR's identity (`-inf`/`inf`) in "
+                      f"`{format_stmt(x).strip()}`")
+    if any(isinstance(n, A.Load) and n.tensor == x.tensor for n in A.walk(x.value)) or any(
+            isinstance(n, A.Load) and n.tensor == x.tensor for i in x.index for n in A.walk(i)):
+        return refuse(f"`{format_stmt(x).strip()}` reads {x.tensor} itself")
+    return x.tensor
+
+
 def _across_threads(program: A.Program, path: Path, bound: Sequence[A.Loop]) -> Verdict:
     """Inside a block, a serial loop between the blocks and the threads (``k_o``) runs in every
     thread with no barrier between its iterations: two threads must not touch one element in
@@ -859,7 +890,18 @@ class LoopBinding(Strategy):
                    "(`blockIdx.x`, then `threadIdx.x`; a tiled band `i_o, j_o, i_i, j_i` to "
                    "`blockIdx.y, blockIdx.x, threadIdx.y, threadIdx.x`), or a serial nest inside "
                    "the blocks (under a `k_o` loop) to threads; each bound loop must carry no "
-                   "dependence, and a block has at most 1024 threads and one extent per axis.")
+                   "dependence, and a block has at most 1024 threads and one extent per axis. "
+                   "A reduction axis of one `+=`/`*=` statement may go to threadIdx: the block's "
+                   "threads reduce together (TVM's cross-thread reduction; a reassociation).")
+
+    def exactness_for(self, program, site, params):
+        loops = band(program, site.path)
+        path: Path = tuple(site.path)
+        for a, lp in zip(params.get("axes") or (), loops):
+            if a in _THREAD_AXES and isinstance(_thread_reduction(program, path, lp), str):
+                return "reassociation"
+            path = path + (0,)
+        return "exact"
 
     def sites(self, program, analysis=None):
         out = []
@@ -945,7 +987,11 @@ class LoopBinding(Strategy):
             if a.startswith("threadIdx") and lp.extent > MAX_THREADS:
                 return refuse(f"cannot bind {lp.var} (extent {lp.extent}) to {a}: more than "
                               f"{MAX_THREADS} threads per block")
-            v = _carried_reason(program, path, lp, f"bind to {a}")
+            target = _thread_reduction(program, path, lp) if a in _THREAD_AXES else None
+            if isinstance(target, Verdict):
+                return target
+            v = _carried_reason(program, path, lp, f"bind to {a}",
+                                frozenset({target}) if target else frozenset())
             if not v.ok:
                 return v
             path = path + (0,)
