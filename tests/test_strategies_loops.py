@@ -725,11 +725,18 @@ def test_binding():
           for i in 8 blockIdx.x, j in 32 threadIdx.x:
             B[i,j] = A[i,j] * 2.0
     """)
-    reason = refusal(P("""
+    rowsum = P("""
         kernel r(A: f32[4,16]) -> B: f32[4]
           for i in 4, j in 16:
             B[i] += A[i,j]
-    """), "loop_binding", {"path": [0], "loops": ["i", "j"]}, {"axes": ["blockIdx.x", "threadIdx.x"]})
+    """)
+    # a reduction axis on threads is TVM's cross-thread reduction (a reassociation); on blocks,
+    # which share nothing, it is refused
+    site = {"path": [0], "loops": ["i", "j"]}
+    assert S.check(rowsum, "loop_binding", site, {"axes": ["blockIdx.x", "threadIdx.x"]}).ok
+    assert registry.get("loop_binding").exactness_for(
+        rowsum, Site.from_json(site), {"axes": ["blockIdx.x", "threadIdx.x"]}) == "reassociation"
+    reason = refusal(rowsum, "loop_binding", site, {"axes": ["blockIdx.y", "blockIdx.x"]})
     assert "reduction axis" in reason
     assert "must enclose" in refusal(p, "loop_binding", {"path": [0], "loops": ["i", "j"]},
                                      {"axes": ["threadIdx.x", "blockIdx.x"]})
