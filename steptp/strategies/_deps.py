@@ -9,6 +9,10 @@ one equation; a direction vector is infeasible as soon as one equation has no so
 reals (Banerjee bounds: the extreme values of ``a*x - b*y`` over the polygon the direction cuts
 out of the iteration box) or over the integers (the GCD test). Subscripts that are not affine
 (gathers, ``//``, ``%``) give no equation, so they can only add dependences, never hide one.
+``feasible`` then settles an equation those tests leave open by enumerating its sums exactly
+when they are few (``EXACT_WORK``): ``16*i_o + i_t`` under ``i_t < i_t'`` spans 0 in the interval
+test but never reaches it. ``directions`` (reorders, interchanges) uses the interval and GCD
+tests only, so it may still report such a vector.
 ``if`` guards only shrink iteration domains and are ignored, again on the safe side. One
 non-affine shape is understood: a pair of subscripts ``q // M + f, q % M + g`` (a collapsed loop,
 ``loop_collapse``) gives the extra equation ``q + M*f + g == index[d]*M + index[d+1]`` of the
@@ -405,7 +409,8 @@ def _directions(a: Access, b: Access, common: Sequence[tuple[str, str, int]],
     (the rest pinned by ``fixed`` or ``*``) is feasible. Each subscript equation's bounds and
     GCD are sums over the levels, so they are carried down the recursion for the prefix and
     precomputed for every suffix: one test costs O(equations), not O(equations x levels)
-    (``_feasible_prepared`` of the whole vector, the same integers summed in another order)."""
+    (``_feasible_prepared`` of the whole vector, the same integers summed in another order;
+    ``feasible``'s exact enumeration is not applied here)."""
     fixed = fixed or {}
     n = len(common)
     stop = n if free_from is None else free_from
