@@ -39,6 +39,9 @@ THREAD_KINDS = (
     "blockIdx.x", "blockIdx.y", "blockIdx.z",
     "threadIdx.x", "threadIdx.y", "threadIdx.z",
 )
+#: the grid's axes, and a block's thread axes outermost first (x varies fastest)
+BLOCK_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_AXES = ("threadIdx.z", "threadIdx.y", "threadIdx.x")
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled") + THREAD_KINDS
 #: loop kinds whose iterations run at once, with nothing ordering one before another
 CONCURRENT_KINDS = ("parallel",) + THREAD_KINDS

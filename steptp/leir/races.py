@@ -15,12 +15,15 @@ reduction whose reduction axis is the parallel loop.
 
 from __future__ import annotations
 
+import itertools
 import math
+from typing import Collection
 
 import numpy as np
 
 from . import ast as A
-from .analysis import _eval_np, statements
+from .analysis import _eval_np, affine, statements
+from .printer import format_stmt
 from .private import private_to
 
 LIMIT = 4_000_000
@@ -143,7 +146,7 @@ def _race_under(loop: A.Loop, path, under, shapes, private: frozenset[str] = fro
             f"{_fmt(tensor, elem)}, and one of them writes it (`{stmt.tensor}[...] {stmt.op} ...`)")
 
 
-_THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+_THREAD_AXES = A.THREAD_AXES
 _CHECK_LIMIT = 1 << 20     # (thread, element) pairs enumerated per access of a local buffer
 
 
@@ -261,7 +264,7 @@ def _private_reads(units, scope, k) -> str | None:
                 if s.tensor == t and s.is_reduction:
                     accs.append((s.index, False))
                 for index, write in accs:
-                    pts = _elements(index, loops)
+                    pts = thread_elements(index, loops)
                     if pts is None:
                         return (f"the local buffer {t} of kernel {k} is indexed in a way whose "
                                 f"per-thread elements cannot be enumerated: refused")
@@ -288,32 +291,31 @@ def _covers(writer: tuple, reader: tuple) -> bool:
     return set(writer) <= set(reader)
 
 
-def _elements(index, loops) -> list | None:
+def thread_elements(index, loops, fixed: Collection[str] = ()) -> list | None:
     """(thread key, element) for each point of the loops an affine subscript uses: the key is
-    the sorted (axis, value) pairs of its thread-bound loops."""
-    from .analysis import affine
+    the sorted (axis, value) pairs of its thread-bound loops. Variables in ``fixed`` are held
+    at 0; None when the subscript is not affine, uses another variable, or has more than
+    ``_CHECK_LIMIT`` points."""
     forms = [affine(i) for i in index]
     if any(f is None for f in forms):
         return None
     used = {v for f in forms for v in f[0]}
     mine = [lp for lp in loops if lp.var in used]
-    if any(v not in {lp.var for lp in loops} for v in used):
+    if any(v not in {lp.var for lp in loops} and v not in fixed for v in used):
         return None
     count = 1
     for lp in mine:
         count *= lp.extent
     if count > _CHECK_LIMIT:
         return None
-    import itertools
     out = []
     for point in itertools.product(*(range(lp.extent) for lp in mine)):
         env = dict(zip((lp.var for lp in mine), point))
-        el = tuple(sum(c * env[v] for v, c in f[0].items()) + f[1] for f in forms)
+        el = tuple(sum(c * env.get(v, 0) for v, c in f[0].items()) + f[1] for f in forms)
         who = tuple(sorted((lp.kind, env[lp.var]) for lp in mine if lp.kind in A.THREAD_KINDS))
         out.append((who, el))
     return out
 
 
 def _line(s: A.Assign) -> str:
-    from .printer import format_stmt
     return format_stmt(s).strip().split("\n")[0]

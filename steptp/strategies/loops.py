@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from ..leir import ast as A
 from ..leir.printer import format_stmt
 from ..leir.private import private_to
+from ..leir.races import thread_races
 from . import _deps as D
 from ._memo import IdentityMemo
 from ._ir import (Path, affine, affine_expr, all_names, band, chain, enclosing_loops, fresh_name,
@@ -800,8 +801,7 @@ class LoopVectorization(_KindChange):
         return _carried_reason(program, site.path, loop, "vectorize")
 
 
-_BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
-_THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+_BLOCK_AXES, _THREAD_AXES = A.BLOCK_KINDS, A.THREAD_AXES
 
 
 def _inside_block(program: A.Program, path: Path) -> bool:
@@ -1000,7 +1000,6 @@ class LoopBinding(Strategy):
             if not v.ok:
                 return v
             # the rest of the block runs in every thread once it has threads
-            from ..leir.races import thread_races
             races = thread_races(self.rewrite(program, site, params))
             if races:
                 return refuse(races[0])

@@ -18,8 +18,10 @@ from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE
 from ..leir.printer import format_expr, format_stmt
 from . import _deps as D
-from ._ir import (Path, affine, affine_expr, all_names, chain as _chain, enclosing_loops, fresh_name, fresh_tensor,
-                  iter_stmts, node_at, reduction_axes, replace_at, tensors_read, tensors_written)
+from ..leir.races import thread_elements
+from ._ir import (Path, affine, affine_expr, all_names, chain as _chain, enclosing_loops,
+                  fresh_name, fresh_tensor, iter_stmts, node_at, reduction_axes, replace_at,
+                  tensors_read, tensors_written)
 from .base import OK, Site, Strategy, Verdict, refuse
 from .graph import load_sites, map_expr, map_stmt_exprs, value_nodes, writers
 from .registry import register
@@ -73,8 +75,7 @@ def _fill(shape: Sequence[int], names: set[str], dst: str, value: A.Expr) -> A.S
     return s
 
 
-BLOCK_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
-THREAD_AXES = ("threadIdx.z", "threadIdx.y", "threadIdx.x")   # outermost first, x fastest
+BLOCK_KINDS, THREAD_AXES = A.BLOCK_KINDS, A.THREAD_AXES
 
 
 def block_threads(loop: A.Loop) -> tuple[dict[str, int], str]:
@@ -257,25 +258,15 @@ def _thread_owned(program, lpath, tensor, accs, size) -> tuple[_Owned | None, st
             return None, (f"the {lp.extent} threads of {lp.var} ({lp.kind}) update the same "
                           f"elements of {tensor} in {_stmt(stmt)}")
     mine = tuple(lp for lp in loops if lp.var in used)
-    tl = [lp for lp in mine if lp.kind in THREAD_AXES]
-    if not tl:
+    if not any(lp.kind in THREAD_AXES for lp in mine):
         return None, f"no threadIdx loop moves the subscript of {_stmt(stmt)}"
-    from ..leir.analysis import affine
-    forms = [affine(i) for i in stmt.index]
-    if any(f is None for f in forms):
-        return None, f"a subscript of {_stmt(stmt)} is not affine"
-    owner: dict[tuple[int, ...], tuple[int, ...]] = {}
-    ranges = [range(lp.extent) for lp in mine]
-    count = 1
-    for lp in mine:
-        count *= lp.extent
-    if count > 1 << 20:
-        return None, f"{count} (thread, element) pairs: too many to check"
-    tpos = [k for k, lp in enumerate(mine) if lp.kind in THREAD_AXES]
-    for point in itertools.product(*ranges):
-        env = dict(zip((lp.var for lp in mine), point))
-        el = tuple(sum(c * env.get(v, 0) for v, c in f[0].items()) + f[1] for f in forms)
-        who = tuple(point[k] for k in tpos)
+    # the loops around the cached one are one iteration: the region's offset, held at 0
+    pts = thread_elements(stmt.index, loops, fixed=used - {lp.var for lp in loops})
+    if pts is None:
+        return None, (f"the subscript of {_stmt(stmt)} is not affine, or its (thread, "
+                      f"element) pairs are too many to check")
+    owner: dict[tuple[int, ...], tuple] = {}
+    for who, el in pts:
         if owner.setdefault(el, who) != who:
             return None, (f"two threads update {tensor}[{', '.join(map(str, el))}] in "
                           f"{_stmt(stmt)}")
