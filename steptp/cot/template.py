@@ -28,9 +28,6 @@ from .schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, Expecte
 
 WRITER_VERSION = "template-4"
 MAX_ALTERNATIVES = 2
-#: AVX-512's register file (the search's ``cost_model.REGISTERS``): a staged buffer larger than
-#: it holds a cache tile's block of accumulators, which lives in L1, not in registers
-_VECTOR_REGISTERS = 32
 
 
 def _fmt_time(s: float) -> str:
@@ -115,12 +112,16 @@ def _new_innermost(claims: list[Claim], loop: str, accs: list[SiteAccess],
     return _stride_list(accs, after=True)
 
 
-def _around_cache_tile(f: Facts) -> bool:
-    """Is the step's site the loop right around a cache tile's reduction
-    (``search.space.around_cache_tile``)?"""
+def _holds_tile_block(f: Facts, nbytes: int) -> bool:
+    """Is a staged buffer of ``nbytes`` at the step's site a cache tile's block of accumulators:
+    larger than the vector registers (the search's ``cost_model.REGISTERS``), at the loop right
+    around a cache tile's reduction (``search.space.around_cache_tile``)? It lives in L1."""
     from ..leir import parse
+    from ..search.cost_model import REGISTERS
     from ..search.space import around_cache_tile
 
+    if f.hardware is None or nbytes <= REGISTERS * f.hardware.vector_bits // 8:
+        return False
     try:
         return around_cache_tile(parse(f.before_text), tuple(f.site.get("path", ())))
     except Exception:  # noqa: BLE001 - a path the program does not hold: no cache tile
@@ -537,9 +538,7 @@ class TemplateWriter:
                 new = [x for x in (f.after.tensors.values() if f.after else ())
                        if x.name not in f.before.tensors]
                 hw = f.hardware
-                if scope == "local" and len(new) == 1 and hw is not None \
-                        and new[0].bytes > _VECTOR_REGISTERS * hw.vector_bits // 8 \
-                        and _around_cache_tile(f):
+                if scope == "local" and len(new) == 1 and _holds_tile_block(f, new[0].bytes):
                     # a cache tile's block of accumulators (``search.space.stages_tile_accumulators``)
                     b = new[0].bytes
                     why = (f" The {fmt_bytes(b)} buffer holds the accumulators of every row "

@@ -261,16 +261,10 @@ def stages_tile_accumulators(program: A.Program, c: Candidate) -> bool:
     if c.strategy != "cache_read_write" or c.site.get("mode") != "write" \
             or c.params.get("scope") != "local":
         return False
-    loop = node_at(program, tuple(c.site.path))
-    if not isinstance(loop, A.Loop) or len(loop.body) != 1:
+    nest = _reduction_right_inside(program, tuple(c.site.path))
+    if nest is None or nest[1].tensor != c.site.get("tensor"):
         return False
-    nest = perfect_nest(loop.body[0])
-    if nest is None or not nest[0]:
-        return False
-    loops, st = nest
-    lhs = {v for e in st.index for v in A.free_vars(e)}
-    if not st.is_reduction or st.tensor != c.site.get("tensor") or loops[0].var in lhs:
-        return False
+    loops, _, lhs = nest
     new = [t for t in c.program.intermediates if t.name not in program.tensors]
     if len(new) != 1:
         return False
@@ -286,19 +280,27 @@ def _rows_between(loops: list[A.Loop], lhs: set[str]) -> bool:
     return bool(reduced) and any(lp.var in lhs for lp in loops[reduced[0]:reduced[-1]])
 
 
+def _reduction_right_inside(program: A.Program, path: tuple[int, ...]):
+    """The loop at ``path`` holding one perfect nest of a reduction that starts with a
+    reduction loop: (its loops, the statement, the variables of its left-hand side); else
+    None."""
+    loop = node_at(program, path)
+    if not isinstance(loop, A.Loop) or len(loop.body) != 1:
+        return None
+    nest = perfect_nest(loop.body[0])
+    if nest is None or not nest[0] or not nest[1].is_reduction:
+        return None
+    loops, st = nest
+    lhs = {v for e in st.index for v in A.free_vars(e)}
+    return None if loops[0].var in lhs else (loops, st, lhs)
+
+
 def around_cache_tile(program: A.Program, path: tuple[int, ...]) -> bool:
     """Is the loop at ``path`` right around a cache tile's reduction (its body one perfect
     nest of a reduction, starting with a reduction loop, with a row loop between the reduction
     loops)? Its stage holds the accumulators of every row tile inside it."""
-    loop = node_at(program, path)
-    if not isinstance(loop, A.Loop) or len(loop.body) != 1:
-        return False
-    nest = perfect_nest(loop.body[0])
-    if nest is None or not nest[0] or not nest[1].is_reduction:
-        return False
-    loops, st = nest
-    lhs = {v for e in st.index for v in A.free_vars(e)}
-    return loops[0].var not in lhs and _rows_between(loops, lhs)
+    nest = _reduction_right_inside(program, path)
+    return nest is not None and _rows_between(nest[0], nest[2])
 
 
 def _lanes(program: A.Program, tensor: str) -> int:
