@@ -95,8 +95,8 @@ _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?
 def without_restrict_on_read_back(source: str) -> str:
     """``source`` with ``__restrict__`` dropped from every parameter of each kernel that loads,
     in a conditional, from a buffer it stores to. TVM marks every parameter ``__restrict__``
-    (``tirx.noalias``), and nvcc 13 may then turn ``where(c, T1[x], T2[x])`` into a select between the two addresses
-    loaded through the read-only path (``ld.global.nc``), which does not see the thread's own
+    (``tirx.noalias``), and nvcc 13 may then turn ``where(c, T1[x], T2[x])`` into a select
+    between the two addresses loaded through the read-only path (``ld.global.nc``), which does not see the thread's own
     earlier store to ``T2[x]``: on an H200 a linear+LeakyReLU with its negative branch split into
     a workspace returned the workspace's stale contents for every negative element, still with
     ``__restrict__`` dropped from ``T2`` alone (the select's other address, ``T1``, kept it), and
@@ -113,9 +113,7 @@ def without_restrict_on_read_back(source: str) -> str:
         body = source[m.end():end]
         for ptr in re.findall(r"__restrict__ (\w+)", params):
             stores = re.search(rf"\b{ptr}\[[^\]]*\] = ", body)
-            # read back in a conditional: what nvcc compiles into a select of addresses (an
-            # accumulation read back in place keeps ``__restrict__``, which lets the
-            # accumulator live in a register: without it a matmul's baseline ran 5x slower)
+            # read back in a conditional (see the docstring: not an accumulation in place)
             if stores and re.search(rf"condval = {ptr}\[|\? {ptr}\[|: {ptr}\[", body):
                 # the prototype and the definition of this kernel alike
                 out = re.sub(rf"\b({name}\([^)]*\))",
