@@ -146,7 +146,6 @@ def _race_under(loop: A.Loop, path, under, shapes, private: frozenset[str] = fro
             f"{_fmt(tensor, elem)}, and one of them writes it (`{stmt.tensor}[...] {stmt.op} ...`)")
 
 
-_THREAD_AXES = A.THREAD_AXES
 _CHECK_LIMIT = 1 << 20     # (thread, element) pairs enumerated per access of a local buffer
 
 
@@ -185,10 +184,10 @@ def thread_races(program: A.Program) -> list[str]:
 
         def walk(s, unit: _Unit | None, loops: tuple) -> None:
             if isinstance(s, A.Loop):
-                if unit is None and s.kind in _THREAD_AXES:
+                if unit is None and s.kind in A.THREAD_AXES:
                     unit = _Unit(loose=False)
                     units.append(unit)
-                if unit is not None and s.kind in _THREAD_AXES:
+                if unit is not None and s.kind in A.THREAD_AXES:
                     unit.axes.add(s.kind)
                 for b in s.body:
                     walk(b, unit, loops + (s,))
@@ -250,11 +249,9 @@ def _passed_global(units, scope, k) -> str | None:
 def _private_reads(units, scope, k) -> str | None:
     """Rule (3): per local tensor, the elements each thread writes and reads."""
     locals_ = sorted({t for u in units for t in u.touches() if scope.get(t) == "local"})
-    if not locals_ or not any(not u.loose for u in units):
-        return None
     for t in locals_:
-        # a thread is its values on the block's axes; a unit without an axis runs the same
-        # accesses in every thread along it (keyed None there)
+        # a thread is its values on the block's axes; an access whose subscript does not
+        # move with an axis is made by every thread along it (its key leaves that axis out)
         written: dict = {}
         reads = []
         for u in units:

@@ -190,8 +190,9 @@ def _main_nest(program: A.Program) -> int | None:
     return best
 
 
-def _block_axes(n_outer: int) -> list[str]:
-    return ["blockIdx.z", "blockIdx.y", "blockIdx.x"][3 - n_outer:]
+def _block_axes(n: int) -> list[str]:
+    """The grid axes of ``n`` nested loops, outermost first (x innermost)."""
+    return list(A.BLOCK_KINDS[::-1][3 - n:])
 
 
 def _stage_reads(chain: _Chain, path, loop_var: str, suffix: list[str]) -> None:
@@ -201,7 +202,7 @@ def _stage_reads(chain: _Chain, path, loop_var: str, suffix: list[str]) -> None:
     loop = node_at(chain.program, tuple(path))
     written = tensors_written(chain.program.body[path[0]])
     tvars = {x.var for _, x in iter_stmts(loop.body) if isinstance(x, A.Loop)
-             and x.kind.startswith("threadIdx")}
+             and x.kind in A.THREAD_AXES}
     for t in tensors_read(loop):
         if t in written or not _shared_by_threads(loop, t, tvars):
             continue
@@ -255,7 +256,7 @@ def tiled_schedules(program: A.Program, tiles: tuple[int, ...] = (16, 32), k_til
 
     loops = band(program, (k,))
     spatial = [lp for lp in loops if not _is_reduction_loop(program, k, lp.var)]
-    reduction = [lp for lp in loops if _is_reduction_loop(program, k, lp.var)]
+    reduction = [lp for lp in loops if lp not in spatial]
     if len(spatial) == 1 and len(reduction) == 1 and loops[-1] is reduction[0]:
         for t in row_threads:
             _row_reduction(program, k, loops, t, emit)
