@@ -18,6 +18,14 @@ def _beyond_spread(fast: dict, slow: dict) -> bool:
     return fast["median_s"] * (1 + fast["spread"]) < slow["median_s"] * (1 - slow["spread"])
 
 
+def _x_base(base: dict | None, t: dict | None) -> str:
+    """The baseline's median over ``t``'s, ``*`` when beyond both timings' spread."""
+    if not base or not t:
+        return "-"
+    return (f"{base['median_s'] / t['median_s']:.2f}"
+            + ("*" if _beyond_spread(t, base) else " "))
+
+
 def report(res: dict) -> str:
     lines = []
     fp = res.get("fingerprint", {})
@@ -28,6 +36,7 @@ def report(res: dict) -> str:
     for r in res["results"]:
         by[r["task"]].append(r)
     tot = defaultdict(int)
+    bases: dict[str, dict | None] = {}
     lines.append(f"{'kernel':<20}{'ok':>4}{'fail':>5}{'err':>5}{'baseline us':>13}"
                  f"{'best us':>10}{'x base':>9}{'torch us':>10}{'x torch':>9}  best candidate")
     for task in sorted(by):
@@ -39,6 +48,7 @@ def report(res: dict) -> str:
         tot["fail"] += n_fail
         tot["err"] += n_err
         base = next((r for r in ok if r["role"] == "baseline" and r.get("timing")), None)
+        bases[task] = base
         timed = [r for r in ok if r.get("timing")]
         best = min(timed, key=lambda r: r["timing"]["median_s"]) if timed else None
         torch = res.get("torch", {}).get(task)
@@ -47,10 +57,8 @@ def report(res: dict) -> str:
         def us(x):
             return f"{x * 1e6:.1f}" if x is not None else "-"
 
-        xb = xt = "-"
-        if base and best:
-            s = base["timing"]["median_s"] / best["timing"]["median_s"]
-            xb = f"{s:.2f}" + ("*" if _beyond_spread(best["timing"], base["timing"]) else " ")
+        xb = _x_base(base and base["timing"], best and best["timing"])
+        xt = "-"
         if torch_t and best:
             xt = f"{torch_t / best['timing']['median_s']:.2f}"
         lines.append(f"{task:<20}{len(ok):>4}{n_fail:>5}{n_err:>5}"
@@ -61,12 +69,10 @@ def report(res: dict) -> str:
     if sched:
         lines.append("multi-step schedules (x base: the bound baseline's median over this one's):")
         for task in sorted({r["task"] for r in sched}):
-            base = next((r for r in by[task] if r["role"] == "baseline" and r["verified"]
-                         and r.get("timing")), None)
+            base = bases.get(task)
             for r in (x for x in sched if x["task"] == task):
                 t = r.get("timing") if r["verified"] else None
-                xb = (f"{base['timing']['median_s'] / t['median_s']:.2f}"
-                      + ("*" if _beyond_spread(t, base["timing"]) else " ")) if t and base else "-"
+                xb = _x_base(base and base["timing"], t)
                 lines.append(f"  {task:<18}{(t['median_s'] * 1e6 if t else float('nan')):>10.1f} us"
                              f"{xb:>8}  {r['status'] if not r['verified'] else ''}"
                              f"{r['label'][len('schedule: '):]}")
