@@ -19,6 +19,7 @@ from steptp.strategies import registry
 from steptp.strategies.base import Site
 from steptp.tir.cuda_artifact import build_artifact
 from steptp.tir.target import Target
+from strategy_helpers import refusal
 
 TARGET = Target.cuda()
 
@@ -55,9 +56,8 @@ def _apply(prog, name, path, loops, params, **kw):
 
 
 def _refusal(prog, name, path, loops, params, **kw) -> str:
-    v = registry.get(name).check(prog, Site.make(tuple(path), list(loops), **kw), params)
-    assert not v.ok
-    return v.reason
+    """The reason, refused at check and at apply (``strategy_helpers.refusal``)."""
+    return refusal(prog, name, {"path": list(path), "loops": list(loops), **kw}, params)
 
 
 def _text(prog) -> str:
