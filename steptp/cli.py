@@ -713,11 +713,8 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
     # the temporary local server can be slow to start on a busy 2-core machine
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    root = Path(__file__).resolve().parents[1]
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
     t0 = _time.perf_counter()
-    from flows.build_release import ReleaseGateFailed, build_release
+    from steptp.flows.build_release import ReleaseGateFailed, build_release
 
     try:
         res = build_release(p, str(out), nightly=nightly, date=date, force=force,

@@ -17,7 +17,7 @@ MM = """kernel mm(A: f32[32,32], B: f32[32,32]) -> C: f32[32,32]
 """
 SCRIPT = """
 import json, sys
-from flows.eval import eval_flow
+from steptp.flows.eval import eval_flow
 s = eval_flow(leir=[sys.argv[1]], policies=["random", "search"], samples=2, out=sys.argv[2],
               run="f", cache=sys.argv[3])
 print("SUMMARY " + json.dumps({p: v["outcomes"] for p, v in s["policies"].items()}))

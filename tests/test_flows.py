@@ -35,13 +35,13 @@ SMALL = {
 def test_prefect_yaml_deployment():
     d = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     (dep,) = d["deployments"]
-    assert dep["entrypoint"] == "flows/build_release.py:build_release"
+    assert dep["entrypoint"] == "steptp/flows/build_release.py:build_release"
     assert dep["schedules"][0]["cron"] == "0 2 * * *"
     assert dep["work_pool"]["name"] == "steptp-process"
     assert dep["parameters"]["params_file"] == "params.yaml"
     # the entrypoint exists and takes those parameters
     sys.path.insert(0, str(ROOT))
-    from flows.build_release import build_release
+    from steptp.flows.build_release import build_release
 
     assert build_release.name == "build_release"
     params = set(build_release.parameters.properties)
@@ -128,7 +128,7 @@ def test_build_release_killed_then_resumed(tmp_path):
     assert steps.select(key).is_duplicated().sum() == 0
     assert trajs["trajectory_id"].is_duplicated().sum() == 0
     sys.path.insert(0, str(ROOT))
-    from flows.stages import select_kernels
+    from steptp.flows.stages import select_kernels
     from steptp.records import KernelRecord, read_records
 
     selected = read_records(work / "kernels-selected.parquet", KernelRecord)

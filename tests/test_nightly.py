@@ -120,7 +120,7 @@ def test_measurement_cache_age_and_code_version(tmp_path):
 
 
 def test_prefect_search_key_carries_code_hardware_and_night():
-    from flows.stages import CodeVersion, cache_policy
+    from steptp.flows.stages import CodeVersion, cache_policy
 
     pol = cache_policy("search", hardware=True, exclude=("fresh",))
     base = {"kernel": "k", "threads": 1, "night": "20260101", "fresh": {"clock_offset_s": 1.0}}
@@ -144,7 +144,7 @@ from pathlib import Path
 sys.path.insert(0, {str(ROOT)!r})
 from prefect import flow, task
 from prefect.cache_policies import INPUTS
-from flows.stages import CodeVersion
+from steptp.flows.stages import CodeVersion
 from steptp.codehash import source_hash
 
 pkg = Path({str(tmp_path)!r}) / "steptp"

@@ -120,7 +120,7 @@ def test_runner_and_device_params():
     assert P.fingerprint({"devices": {"tracker": "127.0.0.1:9190", "key": "rasp4"},
                           "search": {"threads": 1}})["machine"] == "rpc:rasp4"
 
-    from flows.stages import task_runner
+    from steptp.flows.stages import task_runner
     from prefect.task_runners import ThreadPoolTaskRunner
 
     tr = task_runner({}, jobs=3)

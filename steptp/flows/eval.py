@@ -1,7 +1,7 @@
 """``steptp eval`` as a Prefect flow: one task per (policy, state) in single mode, per (policy,
 kernel) in multi-step modes.
 
-    from flows.eval import eval_flow
+    from steptp.flows.eval import eval_flow
     eval_flow(release="releases/steptp-tiny-0.1.0", policies=["replay", "random", "search"])
 
 Caching: tasks use ``INPUTS + TASK_SOURCE`` and persist their rows, so a rerun (after a crash,
@@ -13,17 +13,12 @@ no reply) and the run goes on.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
-_ROOT = Path(__file__).resolve().parents[1]
-if str(_ROOT) not in sys.path:  # a deployment loads this file by path
-    sys.path.insert(0, str(_ROOT))
-
-from prefect import flow, task  # noqa: E402
-from prefect.cache_policies import INPUTS, TASK_SOURCE  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+from prefect import flow, task
+from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.task_runners import ThreadPoolTaskRunner
 
 CACHE = INPUTS + TASK_SOURCE
 _MEASURERS: dict[str, Any] = {}

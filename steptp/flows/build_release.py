@@ -1,6 +1,6 @@
 """The parent flow: extract → search → CoT → curate → export → validate → compare → publish.
 
-    from flows.build_release import build_release
+    from steptp.flows.build_release import build_release
     build_release(params, out="releases")                 # -> {"release": ..., "status": ..., ...}
     build_release(params_file="params.yaml", nightly=True)   # what the nightly deployment runs
 
@@ -27,15 +27,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-_ROOT = Path(__file__).resolve().parents[1]
-if str(_ROOT) not in sys.path:  # a deployment loads this file by path
-    sys.path.insert(0, str(_ROOT))
+from prefect import flow
 
-from prefect import flow  # noqa: E402
-
-from flows.stages import (_log, cot_flow, curate_flow, export_flow, extract_flow,  # noqa: E402
+from steptp.flows.stages import (_log, cot_flow, curate_flow, export_flow, extract_flow,
                           search_flow, task_runner, validate_flow)
-from steptp import params as P  # noqa: E402
+from steptp import params as P
 
 
 class ReleaseGateFailed(RuntimeError):
