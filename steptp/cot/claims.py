@@ -195,7 +195,7 @@ def check_claim(c: Claim, f: Facts) -> list[str]:
         if p is not None and p.after_s:
             import math
 
-            from ..search.cost_model import blend
+            from ..analysis.cost_model import blend
             chosen_score = blend(math.log(p.after_s), math.log(p.after_potential_s or p.after_s))
 
         def score(name):
