@@ -15,8 +15,8 @@ _COMMON = ("leir", "records.py", "params.py", "pipeline.py", "codehash.py")
 STAGE_PARTS: dict[str, tuple[str, ...]] = {
     "extract": ("zoo", "tir", *_COMMON),
     "search": ("search", "analysis", "strategies", "measure", "tir", *_COMMON),
-    "cot": ("cot", "analysis", "curate", *_COMMON),
-    "curate": ("curate", "export", "cot", "analysis", *_COMMON),
+    "cot": ("cot", "format", "analysis", "curate", *_COMMON),
+    "curate": ("curate", "format", "export", "cot", "analysis", *_COMMON),
     # what a timing or a verdict depends on (the measurement cache)
     "measure": ("measure", "tir", "leir", "codehash.py"),
 }

@@ -733,7 +733,7 @@ def test_rows_keep_the_names_their_site_and_reasoning_use(evaluator):
     the reasoning "`k` becomes the innermost loop" would contradict the answer's program); a
     split's loops are ``i_o``/``i_i``; the child's row starts from its parent's written text."""
     from steptp.cot import TemplateWriter, validate
-    from steptp.cot.schema import think_text
+    from steptp.format.cot_schema import think_text
     from steptp.cot.facts import program_facts
     from steptp.leir.canon import canonical_text
 

@@ -21,10 +21,10 @@ import re
 from typing import Any, Optional
 
 from .. import strategies as S
+from ..format.cot_schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, ExpectedEffect,
+                                 Observation)
 from ..records import StepRecord
 from .facts import Facts, SiteAccess, facts as compute_facts
-from .schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, ExpectedEffect,
-                     Observation)
 
 WRITER_VERSION = "template-4"
 MAX_ALTERNATIVES = 2
