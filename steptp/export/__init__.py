@@ -24,6 +24,6 @@ from .release import (Publication, ReleaseExists, content_digest, export_release
                       hardware_description, previous_release, publish, publish_release,
                       published_releases, verify_checksums, write_manifest)
 
-__all__ = ["export_release", "file_checksums", "hardware_description", "publish", "verify_checksums", "write_manifest",
-           "Publication", "ReleaseExists", "content_digest", "previous_release", "publish_release",
-           "published_releases"]
+__all__ = ["export_release", "file_checksums", "hardware_description", "publish", "verify_checksums",
+           "write_manifest", "Publication", "ReleaseExists", "content_digest", "previous_release",
+           "publish_release", "published_releases"]
