@@ -13,11 +13,11 @@ import pytest
 from _openai_server import OpenAIServer
 
 from steptp import strategies as S
-from steptp.cot.schema import answer_json
 from steptp.eval.inputs import from_leir, from_release
 from steptp.eval.loop import EvalConfig
 from steptp.eval.run import evaluate
-from steptp.export import chat
+from steptp.format import chat
+from steptp.format.cot_schema import answer_json
 from steptp.leir import format_program, parse
 from steptp.measure.service import Measurer
 from steptp.measure.significance import interleaved, uncached_timer

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from steptp import strategies as S
-from steptp.cot.schema import answer_json
+from steptp.format.cot_schema import answer_json
 from steptp.eval.judge import static_judgement
 from steptp.eval.reply import ReplyError, parse_reply
 from steptp.leir import format_program, parse

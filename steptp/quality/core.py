@@ -84,7 +84,7 @@ def _cap(steps: pl.DataFrame, params: Mapping[str, Any]) -> int | None:
 
 def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None) -> dict[str, pl.DataFrame]:
     """The three tables the suites check, with their derived columns."""
-    from ..export.chat import check_line
+    from ..format.chat import check_line
 
     release = Path(release)
     params = params or {}
@@ -257,7 +257,7 @@ def _cot_valid(cot: str | None, cot_text: str | None) -> bool:
     if not d:
         return False
     try:
-        from ..cot.schema import cot_from_record
+        from ..format.cot_schema import cot_from_record
 
         cot_from_record(d)
     except Exception:  # noqa: BLE001

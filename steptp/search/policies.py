@@ -40,7 +40,7 @@ from typing import Optional
 
 from ..leir import ast as A
 from .run import Node, Search, has_loop_kind
-from .cost_model import score
+from ..analysis.cost_model import score
 from .space import finished_tilings, stages_tile_accumulators, unrolls_tile_rows, unrolls_window
 
 

@@ -51,7 +51,7 @@ from ..leir.printer import format_program
 from ..records import StepRecord, Timing, TrajectoryRecord
 from ..strategies import Candidate, get
 from ..measure.significance import SignificanceRule
-from .cost_model import potential, predict
+from ..analysis.cost_model import potential, predict
 from .ranker import Ranker
 from .evaluator import Evaluator
 from .space import actions

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ...cot.schema import answer_json
+from ...format.cot_schema import answer_json
 from ..judge import State
 
 
@@ -24,7 +24,7 @@ class Proposal:
 
 @dataclass(frozen=True)
 class _Before:
-    """What ``steptp.export.chat.user_turn`` reads of a step: the program before it, the target."""
+    """What ``steptp.format.chat.user_turn`` reads of a step: the program before it, the target."""
 
     before_leir: str
     target: str
@@ -33,7 +33,7 @@ class _Before:
 def prompt_messages(state: State) -> list[dict[str, str]]:
     """System + user turns exactly as the release's chat examples have them (one module writes
     both, so training and inference prompts cannot drift)."""
-    from ...export import chat
+    from ...format import chat
 
     return [{"role": "system", "content": chat.SYSTEM_PROMPT},
             {"role": "user", "content": chat.user_turn(_Before(state.program, state.target),  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ class ReplayPolicy(Policy):
             rows.sort(key=lambda s: (-(s.step_speedup or 0.0), s.trajectory_id, s.step_index))
 
     def propose(self, state: State, n: int = 1, *, offset: int = 0) -> list[Proposal]:
-        from ...export import chat
+        from ...format import chat
 
         rows = self.by_state.get(canonical_hash(parse(state.program)), [])
         out = []

@@ -18,7 +18,7 @@ class SearchPolicy(Policy):
     def _ranking(self, state: State) -> list:
         key = state.state_id
         if key not in self._ranked:
-            from ...search.cost_model import score
+            from ...analysis.cost_model import score
             from ...search.space import actions
 
             cands = actions(parse(state.program), state.target, seed=self.seed)
