@@ -200,7 +200,7 @@ def test_anthropic_client_through_httpx2(tmp_path, monkeypatch):
     """The shared client layer's anthropic backend: system turn as a cached block, the key in the
     authorization header only, responses cached on disk, HTTP errors as LLMError with the key scrubbed."""
     from steptp.eval.judge import State
-    from steptp.eval.policies.llm import LLMPolicy
+    from steptp.eval.policies.llm import LLMProposer
     from steptp.llm.chat import LLMError, make_client
 
     key = "sk-ant-test-0123456789abcdef"
@@ -219,7 +219,7 @@ def test_anthropic_client_through_httpx2(tmp_path, monkeypatch):
             "stop_reason": "end_turn", "usage": {"input_tokens": 50, "output_tokens": 7}})
 
     http = httpx2.Client(transport=httpx2.MockTransport(handler))
-    pol = LLMPolicy("anthropic", "claude-haiku-4-5", http_client=http, max_retries=0,
+    pol = LLMProposer("anthropic", "claude-haiku-4-5", http_client=http, max_retries=0,
                     cache_dir=str(tmp_path / "c"))
     st = State("k", MM, MM, hardware="Test CPU")
     a = pol.propose(st, 2)
