@@ -261,3 +261,47 @@ def test_a_killed_eval_resumes_with_every_state_once(tmp_path, monkeypatch):
     assert sorted(rows["reply"].to_list()) == ["first answer", "second answer", "third answer"]
     assert s["resumed_units"] == 2 and s["policies"]["openai"]["proposals"] == 3
     assert not (out / PARTIAL).exists()
+
+
+@pytest.mark.slow
+def test_an_interrupted_multi_step_run_resumes_per_kernel(measurer, tmp_path):
+    """chain over two kernels, interrupted (Ctrl-C) while the second kernel is searched: the
+    rerun keeps the first kernel's search as recorded and searches the second again; proposals
+    and kernel rows equal an uninterrupted run's, each (kernel, state, sample) once."""
+    from steptp.eval.inputs import from_leir
+    from steptp.eval.loop import EvalConfig
+    from steptp.eval.policies import make_proposer
+    from steptp.eval.policies.base import Proposer
+    from steptp.eval.run import evaluate
+
+    class Interrupted(Proposer):
+        """The search proposer until it reaches the second kernel: then the user presses Ctrl-C."""
+        name = "search"
+
+        def __init__(self, stop_at: str):
+            self.inner, self.stop_at = make_proposer("search"), stop_at
+
+        def propose(self, state, n=1, *, offset=0):
+            if state.kernel_id == self.stop_at:
+                raise KeyboardInterrupt
+            return self.inner.propose(state, n, offset=offset)
+
+    files = []
+    for n in (16, 24):
+        files.append(tmp_path / f"k{n}.leir")
+        files[-1].write_text(TINY.replace("16", str(n)))
+    inp = from_leir(files)
+    cfg = EvalConfig(mode="chain", samples=2, steps=2)
+    evaluate(inp, ["search"], tmp_path / "whole", cfg, run="r", measurer=measurer, plots=False)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(inp, {"search": Interrupted(inp.roots[1].kernel_id)}, tmp_path / "cut", cfg, run="r",
+                 measurer=measurer, plots=False)
+    assert len((tmp_path / "cut" / PARTIAL).read_text().splitlines()) == 2   # header + kernel 1
+    s = evaluate(inp, ["search"], tmp_path / "cut", cfg, run="r", measurer=measurer, plots=False)
+    assert s["resumed_units"] == 1
+    cols = ["kernel_id", "state_id", "depth", "sample", "outcome", "program_hash", "chosen"]
+    whole, cut = (pl.read_parquet(tmp_path / d / "proposals.parquet").select(cols) for d in ("whole", "cut"))
+    assert cut.to_dicts() == whole.to_dicts() and cut.unique().height == cut.height
+    kw, kc = (pl.read_parquet(tmp_path / d / "kernels.parquet").drop("final_paired_speedup")
+              for d in ("whole", "cut"))
+    assert kc.to_dicts() == kw.to_dicts() and kc.height == 2
