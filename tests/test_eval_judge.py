@@ -305,3 +305,37 @@ def test_an_interrupted_multi_step_run_resumes_per_kernel(measurer, tmp_path):
     kw, kc = (pl.read_parquet(tmp_path / d / "kernels.parquet").drop("final_paired_speedup")
               for d in ("whole", "cut"))
     assert kc.to_dicts() == kw.to_dicts() and kc.height == 2
+
+
+def test_a_proposer_that_fails_gives_no_reply_rows_and_the_run_goes_on():
+    """Any proposer failure (not only the LLM layer's) is each draw's ``no_reply``, with the
+    exception in the reason, and is journaled like any other outcome. The states come timed, so
+    nothing is built: a proposal without a reply never reaches the verifier."""
+    from steptp.eval.loop import EvalConfig, Loop
+    from steptp.eval.policies.base import Proposal, Proposer
+
+    class Flaky(Proposer):
+        name = "flaky"
+
+        def propose(self, state, n=1, *, offset=0):
+            if state.kernel_id == "a":
+                raise RuntimeError("connection reset by peer")
+            return [Proposal(error="empty", error_reason="the server answered no choices")] * (n + 3)
+
+    t = Timing(median_s=1e-3, min_s=1e-3, spread=0.01, repeats=5, number=1)
+    states = [State(k, TINY, TINY, timing=t, baseline=t) for k in ("a", "b")]
+    seen = []
+
+    class Record:                       # the journal's interface, kept in memory
+        def done(self, key):
+            return None
+
+        def record(self, key, rows, kernels=()):
+            seen.append((key, [r["outcome"] for r in rows]))
+
+    loop = Loop(Judge(None), {"flaky": Flaky()}, EvalConfig(samples=2), journal=Record())
+    loop.single(states)
+    assert [(r["kernel_id"], r["outcome"]) for r in loop.rows] == [("a", "no_reply")] * 2 + [("b", "no_reply")] * 2
+    assert loop.rows[0]["reason"] == "no reply (error): RuntimeError: connection reset by peer"
+    assert loop.rows[2]["reason"] == "no reply (empty): the server answered no choices"
+    assert [k.split("|")[2] for k, _ in seen] == ["a", "b"]      # one unit per state, as judged
