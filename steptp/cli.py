@@ -1039,11 +1039,15 @@ def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a rele
                                              "(default eval)"),
           run: Optional[str] = typer.Option(None, help="run name (default: policies and mode)"),
           params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (its eval: section)"),
-          no_cache: bool = typer.Option(False, "--no-cache", help="re-verify and re-time everything")):
+          no_cache: bool = typer.Option(False, "--no-cache", help="re-verify and re-time everything"),
+          fresh: bool = typer.Option(False, "--fresh", help="discard OUT/<run>/'s partial file of an "
+                                     "interrupted run instead of resuming it")):
     """Score policies in the closed loop: each proposes steps in the release's chat format, and
-    the verifier and timer that built the data judge them (unparsable, bad_signature, illegal,
-    failed_verification, timeout, verified + speedup). Writes OUT/<run>/proposals.parquet,
-    summary.json, report.md and plots/. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY only.
+    the verifier and timer that built the data judge them (no_reply, unparsable, bad_signature,
+    illegal, failed_verification, unfaithful, timeout, verified + speedup). Writes
+    OUT/<run>/proposals.parquet, summary.json, report.md and plots/; each judged state is kept in
+    OUT/<run>/proposals.partial.jsonl as it completes, and a rerun of an interrupted run resumes
+    from it. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY only.
 
     Examples: steptp eval --release releases/X --policy openai --model M --base-url URL;
     steptp eval --kernels kernels.parquet --policy anthropic --model claude-sonnet-4-6 --mode multi
@@ -1061,7 +1065,7 @@ def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a rele
         summary, folder = run_command(release=release, kernels=kernels, leir=leir,
                                       params=_load_params(params), cli=cli, model=model,
                                       base_url=base_url, run=run, cache=not no_cache,
-                                      llm_cache_dir=None,
+                                      llm_cache_dir=None, resume=not fresh,
                                       on_progress=lambda m: console.print(escape(m)))
     except (EvalInputError, ValueError, LLMError) as e:
         _err(f"steptp eval: {e}")

@@ -1,4 +1,4 @@
-"""The policy interface: ``propose(state, n) -> [Proposal]``, replies in the chat format."""
+"""The proposer interface: ``propose(state, n) -> [Proposal]``, replies in the chat format."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from ..judge import State
 
 @dataclass
 class Proposal:
-    """One reply. ``error`` (``timeout`` | ``http`` | ``error``) when the policy produced none;
-    ``meta`` carries what the policy knows about it (replay: the recorded speedup)."""
+    """One reply. ``error`` (``timeout`` | ``http`` | ``error`` | ``empty``) when the proposer
+    produced none, ``error_reason`` says why; ``meta`` carries what the proposer knows about it
+    (replay: the recorded speedup)."""
 
     reply: str = ""
     tokens: int = 0
@@ -49,7 +50,7 @@ def candidate_reply(c, why: str) -> str:
                                                         format_program(c.program))
 
 
-class Policy:
+class Proposer:
     name = ""
 
     def propose(self, state: State, n: int = 1, *, offset: int = 0) -> list[Proposal]:
@@ -64,26 +65,4 @@ class Policy:
         pass
 
 
-def make_policy(name: str, **kw: Any) -> Policy:
-    """``kw``: replay: ``steps`` (release step rows); random/search: ``seed``; openai/anthropic:
-    ``model``, ``base_url``, ``temperature``, ``max_tokens``, ``cache_dir``, ``http_client``..."""
-    if name == "replay":
-        from .replay import ReplayPolicy
-
-        return ReplayPolicy(kw["steps"])
-    if name == "random":
-        from .random import RandomPolicy
-
-        return RandomPolicy(seed=kw.get("seed", 0))
-    if name == "search":
-        from .search import SearchPolicy
-
-        return SearchPolicy(seed=kw.get("seed", 0))
-    if name in ("openai", "anthropic"):
-        from .llm import LLMPolicy
-
-        return LLMPolicy(name, **kw)
-    raise ValueError(f"unknown policy {name!r}; known: openai, anthropic, replay, random, search")
-
-
-__all__ = ["Policy", "Proposal", "make_policy", "prompt_messages", "candidate_reply"]
+__all__ = ["Proposer", "Proposal", "prompt_messages", "candidate_reply"]

@@ -11,10 +11,10 @@ from ...leir import parse
 from ...leir.canon import canonical_hash
 from ...records import StepRecord
 from ..judge import State
-from .base import Policy, Proposal
+from .base import Proposer, Proposal
 
 
-class ReplayPolicy(Policy):
+class ReplayProposer(Proposer):
     name = "replay"
 
     def __init__(self, steps: Iterable[StepRecord]):

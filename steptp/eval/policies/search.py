@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from ...leir import parse
 from ..judge import State
-from .base import Policy, Proposal, candidate_reply
+from .base import Proposer, Proposal, candidate_reply
 
 
-class SearchPolicy(Policy):
+class CostModelProposer(Proposer):
     name = "search"
 
     def __init__(self, seed: int = 0):
