@@ -16,8 +16,8 @@
 quality gates pass) writes the manifest and moves the folder to its final place atomically;
 ``publish_release`` never overwrites a published release (same records: a no-op; other
 records: refused unless forced) and points ``latest.json`` at it. ``diff`` compares a release
-with the previous one (``diff.json`` + a card section); ``versioning`` tracks releases with DVC
-and git tags and restores them.
+with the previous one (``diff.json`` + a card section). Gating, publishing and versioning a
+release build: ``steptp.release``.
 """
 
 from .release import (Publication, ReleaseExists, content_digest, export_release, file_checksums,

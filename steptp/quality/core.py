@@ -1,4 +1,5 @@
-"""Build GX suites from ``expectations/*.json``, derive the checked columns, run, write Data Docs."""
+"""Build GX suites from ``expectations/*.json`` (``expectations_dir``), derive the checked columns,
+run, write Data Docs."""
 
 from __future__ import annotations
 
@@ -28,14 +29,12 @@ DEFAULT_PARAMS: dict[str, Any] = {
 
 
 def expectations_dir() -> Path:
-    """``$STEPTP_EXPECTATIONS``, else ``./expectations`` (a project run from its root, e.g. by
-    ``dvc repro``), else ``expectations/`` of the source checkout."""
+    """``$STEPTP_EXPECTATIONS`` (a project's own suites), else the suites shipped in the package
+    (``steptp/quality/expectations``): an installed steptp gates releases wherever it runs."""
     env = os.environ.get("STEPTP_EXPECTATIONS")
     if env:
         return Path(env)
-    if (Path.cwd() / "expectations" / "steps.json").is_file():
-        return Path.cwd() / "expectations"
-    return Path(__file__).resolve().parents[2] / "expectations"
+    return Path(__file__).resolve().parent / "expectations"
 
 
 def _lookup(params: Mapping[str, Any], dotted: str) -> Any:
