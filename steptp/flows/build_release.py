@@ -84,21 +84,22 @@ def _log_file(path: Path):
         handler.close()
 
 
-def release_id(p: dict[str, Any], nightly: bool = False, date: str | None = None) -> str:
-    return P.build(p, nightly, date).id
+def release_id(p: P.Settings | dict[str, Any], nightly: bool = False, date: str | None = None) -> str:
+    return P.build(P.settings(p), nightly, date).id
 
 
 @flow(name="build_release", log_prints=True)
-def build_release(params: dict[str, Any] | None = None, out: str = "releases",
+def build_release(params: P.Settings | dict[str, Any] | None = None, out: str = "releases",
                   params_file: str | None = None, nightly: bool = False, date: str | None = None,
                   force: bool = False, version_control: bool = True) -> dict[str, Any]:
-    """``params`` (a dict), or ``params_file`` (params.yaml; what the deployment passes).
+    """``params`` (Settings, or a params dict, validated), or ``params_file`` (params.yaml;
+    what the deployment passes).
     ``nightly``: version ``<version>+nightly.<UTC date>`` (the pattern ``nightly.version``),
     measurements older than ``cache.max_age_hours`` re-measured, a rerun of the same night
     resumed; ``date``: build as of that UTC date (a backfill). ``force``: replace a published
     release of the same id. ``version_control``: dvc add/push and git-tag the release.
     Progress also goes to ``<out>/logs/<id>.log`` (appended; the result's ``log``)."""
-    p = dict(params) if params is not None else P.load(params_file) if params_file else {}
+    p = P.settings(params) if params is not None else P.load(params_file)
     b = P.build(p, nightly, date)
     out_p = Path(out)
     log_path = release_log(out_p, b.id)
@@ -107,7 +108,7 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
         return _build(p, b, out_p, force, version_control) | {"log": str(log_path.resolve())}
 
 
-def _build(p: dict[str, Any], b: P.Build, out_p: Path, force: bool,
+def _build(p: P.Settings, b: P.Build, out_p: Path, force: bool,
            version_control: bool) -> dict[str, Any]:
     from steptp.export import hardware_description, previous_release, publish_release
     from steptp.export.diff import write_diff
@@ -121,11 +122,11 @@ def _build(p: dict[str, Any], b: P.Build, out_p: Path, force: bool,
     _log(f"build {rid}" + (f" (nightly {b.night})" if b.nightly else ""))
 
     kernels = extract_flow(p, str(work))
-    jobs = P.search_args(p)["jobs"]
-    searched = search_flow.with_options(task_runner=task_runner(p, jobs))(
+    jobs = p.search.jobs
+    searched = search_flow.with_options(task_runner=task_runner(p.runner, jobs))(
         p, kernels, str(work), {"night": b.night, "night_start": b.night_start,
                                 "clock_offset_s": b.clock_offset_s})
-    steps = cot_flow.with_options(task_runner=task_runner(p, jobs))(p, searched["steps"], str(work))
+    steps = cot_flow.with_options(task_runner=task_runner(p.runner, jobs))(p, searched["steps"], str(work))
     curated = curate_flow(p, searched.get("kernels", kernels), steps, searched["trajectories"],
                           str(work), hw)
     export_flow(p, curated, str(staging), fp, b.version)
@@ -140,11 +141,11 @@ def _build(p: dict[str, Any], b: P.Build, out_p: Path, force: bool,
     if diff is not None:
         _log(f"compared with {diff['previous']}: {len(diff['kernels_added'])} kernels added, "
              f"{len(diff['kernels_removed'])} removed, {len(diff['regressions'])} regressions beyond the spread")
-        if diff["regressions"] and P.regression_gate(p):
+        if diff["regressions"] and p.nightly.regression_gate:
             raise ReleaseGateFailed(f"regression gate: best speedup of {', '.join(diff['regressions'])} fell "
                                     f"beyond the measured spread since {diff['previous']}; nothing published "
                                     f"(see {staging / 'diff.json'})")
-    pub = publish_release(staging, out_p / rid, params=p, validation=rep, force=force)
+    pub = publish_release(staging, out_p / rid, params=p.source, validation=rep, force=force)
     dest = pub.dest
     versioning = None
     if pub.status == "unchanged":
