@@ -20,6 +20,8 @@ import copy
 import datetime as _dt
 import difflib
 import time
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Optional
@@ -131,7 +133,7 @@ class Devices(Section):
     @model_validator(mode="after")
     def _key_with_tracker(self) -> "Devices":
         if self.tracker and not self.key:
-            raise ValueError("devices.key: the RPC key the device servers registered with is needed with a tracker")
+            raise ValueError("key: the RPC key the device servers registered with is needed with a tracker")
         return self
 
     def rpc(self) -> dict[str, Any] | None:
@@ -156,7 +158,7 @@ class Cot(Section):
     @model_validator(mode="after")
     def _openai_model(self) -> "Cot":
         if self.writer == "openai" and not self.model:
-            raise ValueError("writer openai needs cot.model (and cot.base_url for a local server)")
+            raise ValueError("model: writer openai needs the model's name (and base_url for a local server)")
         return self
 
 
@@ -303,7 +305,8 @@ class Settings(Section):
         seed = data.get("seed", 0)
         for k in ("search", "cot", "curate"):
             sec = data.get(k, {})
-            if isinstance(sec, Mapping) and sec.get("seed") is None:
+            # a bad top-level seed is reported once, at the top
+            if isinstance(sec, Mapping) and sec.get("seed") is None and isinstance(seed, int):
                 data[k] = {**sec, "seed": seed}
         return data
 
@@ -350,7 +353,12 @@ def _message(file: str, err: dict[str, Any]) -> str:
         hint = f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(known)})" if known else ""
         return f"{file}: {dotted}: {what}{hint}"
     msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] not in ("missing",) and "input" in err and not isinstance(err["input"], (dict, list)):
+    model = _model_at(loc)
+    field, sep, rest = msg.partition(": ")
+    if model is not None and sep and field in model.model_fields:
+        # a check across a section's keys (validated after them) names the key it is about
+        return f"{file}: {dotted}.{field}: {rest}"
+    if "input" in err and not isinstance(err["input"], (dict, list)) and repr(err["input"]) not in msg:
         msg += f" (got {err['input']!r})"
     return f"{file}: {dotted}: {msg}"
 
@@ -469,9 +477,13 @@ def build(s: Settings, nightly: bool = False, date: str | None = None) -> Build:
 
 # ---------------------------------------------------------------------------- the reference
 def _type_name(ann: Any) -> str:
-    text = getattr(ann, "__name__", None) if isinstance(ann, type) else None
-    text = text or str(ann).replace("typing.", "")
-    return text.replace("Optional[", "").rstrip("]") + " | null" if "Optional[" in str(ann) else text
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is Literal:
+        return " | ".join(map(str, args))
+    if origin in (typing.Union, types.UnionType):
+        names = [_type_name(a) for a in args if a is not type(None)]
+        return " | ".join(names + (["null"] if type(None) in args else []))
+    return ann.__name__ if isinstance(ann, type) and not args else str(ann).replace("typing.", "")
 
 
 def params_doc() -> str:

@@ -175,7 +175,7 @@ def time_unscheduled(kernels: list[KernelRecord], threads: int | None = None,
 
 
 @task(cache_policy=cache_policy("search", hardware=True, exclude=("fresh",),
-                               settings=SettingsKey("search", P.Search.KERNEL_FIELDS)),
+                               settings=SettingsKey(name="search", fields=P.Search.KERNEL_FIELDS)),
       persist_result=True, retries=2, retry_delay_seconds=5)
 def search_one(kernel: KernelRecord, search: P.Search, rule: P.Significance, devices: P.Devices,
                night: str | None = None, fresh: dict[str, Any] | None = None
