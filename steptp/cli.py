@@ -849,7 +849,6 @@ def search(kernels: Optional[Path] = typer.Option(None, "--kernels",
 
 
 def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
-    from . import params as P
     from .pipeline import choose_kernels, search_one
     from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records, table, write_table
 
