@@ -15,8 +15,9 @@ _COMMON = ("leir", "records.py", "params.py", "pipeline.py", "codehash.py")
 STAGE_PARTS: dict[str, tuple[str, ...]] = {
     "extract": ("zoo", "tir", *_COMMON),
     "search": ("search", "strategies", "measure", "tir", *_COMMON),
-    "cot": ("cot", "curate", *_COMMON),
-    "curate": ("curate", "export", "cot", *_COMMON),
+    # curation reads the roles the search confirmed (search/roles.py)
+    "cot": ("cot", "curate", "search/roles.py", *_COMMON),
+    "curate": ("curate", "search/roles.py", "export", "cot", *_COMMON),
     # what a timing or a verdict depends on (the measurement cache)
     "measure": ("measure", "tir", "leir", "codehash.py"),
 }
