@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Optional
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError,
+                      field_validator, model_validator)
 
 from .measure.significance import SignificanceRule
 
@@ -254,7 +254,8 @@ class Eval(Section):
 class Publish(Section):
     readers: ClassVar[str] = "`steptp release` (publishing a release)"
 
-    git: bool = Field(False, description="commit and tag the release in git")
+    # strict: a quoted "false" is a mistake to report, not a value to guess at
+    git: StrictBool = Field(False, description="commit and tag the release in git")
 
 
 class Significance(SignificanceRule):
@@ -414,6 +415,12 @@ def fingerprint(s: Settings) -> dict[str, Any]:
     return current(num_threads=s.search.threads).to_dict()
 
 
+def publish_git(p: "Settings | Mapping[str, Any] | None", override: bool | None = None) -> bool:
+    """Whether a published release is committed and tagged in git (``publish.git``);
+    ``override`` (a flow parameter, e.g. the nightly deployment's) wins when given."""
+    return bool(override) if override is not None else settings(p).publish.git
+
+
 # ---------------------------------------------------------------------------- the build
 @dataclass(frozen=True)
 class Build:
@@ -525,7 +532,7 @@ def _yaml(v: Any) -> str:
 
 __all__ = ["Build", "Cache", "Cot", "Curate", "Devices", "Eval", "Extract", "Nightly", "ParamsError",
            "Publish", "Quality", "Runner", "Search", "Settings", "Significance", "build",
-           "fingerprint", "load", "params_doc", "parse", "settings"]
+           "fingerprint", "load", "params_doc", "parse", "publish_git", "settings"]
 
 
 if __name__ == "__main__":

@@ -121,6 +121,14 @@ def test_defaults_come_from_the_models():
     assert eval_settings({"samples": 3}, {"eval": {"steps": 7}})["steps"] == 7
 
 
+def test_publish_git_is_strict_and_a_flow_parameter_overrides_it():
+    assert P.parse({}).publish.git is False and P.publish_git(P.load(ROOT / "params.yaml")) is False
+    assert P.publish_git({"publish": {"git": True}}) is True
+    assert P.publish_git({"publish": {"git": True}}, False) is False
+    assert "params.yaml: publish.git: Input should be a valid boolean" in \
+        _error({"publish": {"git": "false"}})
+
+
 def test_a_section_seed_defaults_to_the_top_level_seed():
     s = P.parse({"seed": 5, "cot": {"seed": 9}})
     assert (s.search.seed, s.cot.seed, s.curate.seed) == (5, 9, 5)
