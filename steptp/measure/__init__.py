@@ -10,7 +10,7 @@
 Only ``verify`` is imported eagerly with TVM; the rest is imported on first use.
 """
 
-from .verify import EXACTNESS, TOLERANCES, SeedResult, VerifyResult, random_inputs, tolerance, verify
+from .verify import TOLERANCES, SeedResult, VerifyResult, random_inputs, tolerance, verify
 
 _LAZY = {
     "Measurer": "service", "VerifyJob": "service", "VerifyOutcome": "service",
@@ -20,7 +20,7 @@ _LAZY = {
     "WorkerResult": "worker", "RPCBackend": "rpc",
 }
 
-__all__ = ["EXACTNESS", "TOLERANCES", "SeedResult", "VerifyResult", "random_inputs", "tolerance",
+__all__ = ["TOLERANCES", "SeedResult", "VerifyResult", "random_inputs", "tolerance",
            "verify", *_LAZY]
 
 

@@ -25,7 +25,6 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 from ..leir import ast as A
 
-EXACTNESS = ("exact", "reassociation", "algebraic")
 TARGETS = ("cpu", "gpu")
 
 
