@@ -4,19 +4,17 @@ what the direct computation answers, and their memory stays bounded."""
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 
 import steptp.search.cost_model as CM
 import steptp.strategies._deps as D
+from steptp import examples
 from steptp.leir import ast as A
 from steptp.leir import format_program, parse
 from steptp.leir.parser import implicit_loops
 from steptp.leir.printer import _implicit_from
 from steptp.search.space import actions
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "steptp" / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +22,7 @@ def programs() -> list[A.Program]:
     """Two example kernels and the first candidates of each (tiled, split, reordered, fused)."""
     out = []
     for name in ("conv2d_relu", "matmul_bias_gelu"):
-        p = parse((EXAMPLES / f"{name}.leir").read_text())
+        p = parse(examples.text(name))
         out.append(p)
         out.extend(c.program for c in actions(p)[:40])
     assert len(out) > 40
@@ -230,7 +228,7 @@ def test_check_answers_per_statement_as_the_whole_program_does():
     C._STMTS.clear()
     assert [x.message for x in C.problems(q)] == got
     # candidates: a warm memo answers every program exactly as a cold one
-    progs = [parse((EXAMPLES / f"{n}.leir").read_text()) for n in ("softmax", "layer_norm")]
+    progs = [parse(examples.text(n)) for n in ("softmax", "layer_norm")]
     progs += [c.program for pr in progs for c in actions(pr)[:30]]
     warm = [C.problems(x) for x in progs]
     for x, w in zip(progs, warm):
