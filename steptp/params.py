@@ -153,7 +153,7 @@ def fingerprint(p: Mapping[str, Any]) -> dict[str, Any]:
 
     a = search_args(p)
     if a["devices"] is not None:
-        from .measure.rpc import RPCBackend
+        from .measure.runner.rpc import RPCBackend
         from .tir.build import default_target
 
         return RPCBackend.from_dict(a["devices"]).fingerprint(

@@ -124,7 +124,7 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
 
     backend = None
     if devices:
-        from .measure.rpc import RPCBackend
+        from .measure.runner.rpc import RPCBackend
 
         backend = RPCBackend.from_dict(devices)
     cache = measurement_cache(max_age_s, clock_offset_s, not_before)

@@ -17,7 +17,7 @@ import pytest
 from steptp import examples
 from steptp.leir import parse
 from steptp.measure.cache import Cache, program_hash
-from steptp.measure.gpu_backend import (DirectoryBackend, GpuJob, TcpBackend, cpu_twin,
+from steptp.measure.runner.gpu import (DirectoryBackend, GpuJob, TcpBackend, cpu_twin,
                                         fingerprint_id, measure, record,
                                         timing_config_hash,
                                         tolerance_table, verify_config_hash)

@@ -283,7 +283,7 @@ def test_program_hash_of_a_text_is_kept_and_answers_as_parsed(programs, monkeypa
 def test_the_leir_stored_with_a_timing_is_the_canonical_text_kept_per_text(programs, monkeypatch):
     """The text stored with a timing (what the cost model trains on) is the canonical text,
     kept per input text (bounded): a printer's text is renamed, a canonical one unchanged."""
-    import steptp.measure.service as MS
+    import steptp.measure.runner.local as MS
     from steptp.leir.canon import canonical_text
 
     monkeypatch.setattr(MS._CANONICAL, "maxsize", 4)

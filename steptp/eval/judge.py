@@ -145,7 +145,7 @@ def static_judgement(state_prog: A.Program, original: A.Program, exactness: str,
 
 
 class Judge:
-    """Judges replies at a state with one :class:`~steptp.measure.service.Measurer`."""
+    """Judges replies at a state with one :class:`~steptp.measure.runner.local.Measurer`."""
 
     def __init__(self, measurer, seeds: Sequence[int] = (0, 1, 2), rule=None, retime_rounds: int = 3):
         from ..measure.significance import SignificanceRule
@@ -182,7 +182,7 @@ class Judge:
         """``retime[k]``: also re-time reply k's program interleaved with the state's (when it
         verifies and ``retime_rounds`` > 0)."""
         from ..leir import parse
-        from ..measure.service import VerifyJob
+        from ..measure.runner.base import VerifyJob
 
         state_prog, original = parse(state.program), parse(state.original)
         out: list[Judgement] = []

@@ -1,6 +1,6 @@
 """One call for the CLI, the Prefect flow and the benchmark: ``evaluate(inputs, policies, ...)``.
 
-It opens ONE :class:`~steptp.measure.service.Measurer` (cached, fingerprinted, isolated
+It opens ONE :class:`~steptp.measure.runner.local.Measurer` (cached, fingerprinted, isolated
 workers with time and memory limits), builds the policies, runs the loop and writes the report
 to ``out`` (``eval/<run>/``). Progress goes to the ``steptp.eval`` logger and ``out/eval.log``.
 """
@@ -41,7 +41,7 @@ def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Policy], out
              verify_seeds: Sequence[int] = (0, 1, 2), llm: Mapping[str, Any] | None = None,
              measurer=None, on_progress: Optional[Callable[[str], None]] = None,
              plots: bool = True, memory_limit_mb: Optional[int] = MEMORY_LIMIT_MB, retime_rounds: int = 3) -> dict[str, Any]:
-    from ..measure.service import Measurer
+    from ..measure.runner.local import Measurer
     from ..search.evaluator import search_config, set_threads
 
     configs = [config] if isinstance(config, EvalConfig) else list(config)

@@ -8,7 +8,7 @@
 Needs only the standard library and NumPy, plus CuPy for the GPU mode (PyTorch, if present,
 times the per-task PyTorch baselines). Keep it that way: this file travels alone.
 
-The job folder (written by ``steptp.measure.gpu_backend``): ``job.json`` names the tasks (a
+The job folder (written by ``steptp.measure.runner.gpu``): ``job.json`` names the tasks (a
 kernel's buffers, its seeded inputs and reference outputs as ``.npy`` under ``data/``, computed on
 the build machine with TVM), the candidates (an artifact under ``artifacts/``: ``<id>.json`` +
 ``<id>.cu``, the task it answers, and its tolerance table ``{dtype: [atol, rtol]}`` copied from
@@ -545,7 +545,7 @@ def run_job(job_dir: str | os.PathLike, mode: str = "auto", log=None,
 
 # ---------------------------------------------------------------------------- TCP
 # The one framing of the TCP exchange, both ends: the build side's ``TcpBackend``
-# (``steptp.measure.gpu_backend``) imports these, so they must stay free of TVM and steptp.
+# (``steptp.measure.runner.gpu``) imports these, so they must stay free of TVM and steptp.
 def send_frame(sock, payload: bytes) -> None:
     """One message: its length as 8 bytes, big-endian, then the bytes."""
     sock.sendall(struct.pack("!Q", len(payload)) + payload)

@@ -39,17 +39,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..gpu_runner.runner import PROTOCOL, recv_frame, send_frame
-from ..leir import ast as A
-from ..leir import parse
-from ..leir.canon import canonical_text
-from ..leir.races import thread_races
-from ..tir import build as B
-from ..tir.cuda_artifact import CudaLimits, build_artifact
-from ..tir.target import Target
-from .cache import Cache, program_hash
-from .error_bound import error_bounds
-from .verify import ERROR_BOUND_FACTOR, RULE_VERSION, TOLERANCES, random_inputs
+from ...gpu_runner.runner import PROTOCOL, recv_frame, send_frame
+from ...leir import ast as A
+from ...leir import parse
+from ...leir.canon import canonical_text
+from ...leir.races import thread_races
+from ...tir import build as B
+from ...tir.cuda_artifact import CudaLimits, build_artifact
+from ...tir.target import Target
+from ..cache import Cache, program_hash
+from ..error_bound import error_bounds
+from ..verify import ERROR_BOUND_FACTOR, RULE_VERSION, TOLERANCES, random_inputs
 
 #: What the runner's timing protocol defaults to (warm-up calls, CUDA-event repeats).
 DEFAULT_TIMING = {"warmup": 3, "repeats": 20}
