@@ -532,8 +532,8 @@ class WorkerShelf:
     """Worker pools handed back by their owner (a ``Measurer`` that closed) for the next owner
     that needs an interchangeable one (``WorkerPool.key``): a run of many kernel searches starts
     its workers (about 3.5 s of TVM import each) once, not once per search. What a worker keeps
-    between tasks is keyed by everything it depends on (``steptp.measure.runner.tasks``), so a reused
-    worker answers as a fresh one would. ``close`` stops the pools still on the shelf."""
+    between tasks is keyed by everything it depends on (``steptp.measure.runner.tasks``), so a
+    reused worker answers as a fresh one would. ``close`` stops the pools still on the shelf."""
 
     def __init__(self):
         self._pools: list[WorkerPool] = []

@@ -10,6 +10,6 @@ from .run import Budget, Node, Search, SearchResult, kernel_id_of, trajectory_id
 from .policies import MCTS, POLICIES, Beam, Greedy, Policy, RandomWalk, make_policy
 from .kernel import search_kernel, settler
 
-__all__ = ["Evaluator", "InProcessEvaluator", "MeasurerEvaluator", "default_evaluator", "Budget", "Node", "Search", "SearchResult", "kernel_id_of",
-           "search_kernel", "settler", "trajectory_id", "MCTS", "POLICIES", "Beam", "Greedy", "Policy",
+__all__ = ["Evaluator", "InProcessEvaluator", "MeasurerEvaluator", "default_evaluator", "Budget",
+           "Node", "Search", "SearchResult", "kernel_id_of", "search_kernel", "settler", "trajectory_id", "MCTS", "POLICIES", "Beam", "Greedy", "Policy",
            "RandomWalk", "make_policy"]

@@ -2,7 +2,7 @@
 
     ev = default_evaluator()                       # the Measurer when available, else in-process
     v = ev.verify(original_text, candidate_text, "exact")   # -> VerifyOutcome (ok, outcome, reason)
-    t = ev.time(candidate_text)                              # -> TimingOutcome (records.Timing or why not)
+    t = ev.time(candidate_text)                              # -> TimingOutcome (a Timing or why not)
 
 The outcomes are the runners' (``steptp.measure.runner.base``); a failure always has a reason,
 and the search reads a step's word from ``outcome``. Two implementations:

@@ -12,13 +12,14 @@
 * build once: a candidate is compiled once, in one of ``jobs`` workers, verified there (with one
   TVM thread; the reference outputs of a kernel are computed once per worker and seed), and
   its timing is sent to that same worker, which times the module it already holds with
-  ``config.num_threads`` threads (``steptp.measure.runner.tasks``); a program nobody verified here is
-  built by the worker that times it;
+  ``config.num_threads`` threads (``steptp.measure.runner.tasks``); a program nobody verified
+  here is built by the worker that times it;
 * timings on one machine are serialized even across processes and Measurers: a timing holds
   the per-device file lock (``<lock dir>/<device>.lock``) exclusively, and compilation plus
   verification hold it shared, so they run in parallel with each other but never on the cores
-  during a timing (``device_lock``). With an ``RPCBackend`` (``runner.rpc``) the timing runs on a remote device
-  (the tracker hands each device to one timing at a time) and local work takes no lock;
+  during a timing (``device_lock``). With an ``RPCBackend`` (``runner.rpc``) the timing runs
+  on a remote device (the tracker hands each device to one timing at a time) and local work
+  takes no lock;
 * only real answers are cached: verdicts the verifier reached and successful timings; a timeout
   or crash is not (it may be transient) and is retried next time.
 """
