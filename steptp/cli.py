@@ -538,7 +538,7 @@ def measure(files: list[Path] = typer.Argument(..., help="LEIR (or TVMScript) fi
             no_cache: bool = typer.Option(False, "--no-cache", help="measure again")):
     """Time kernels in isolated workers (cached); print one JSON line per file and the
     fingerprint."""
-    from .measure.service import Measurer
+    from .measure.runner.local import Measurer
     from .measure.timing import MeasureConfig
 
     cfg = MeasureConfig(min_repeat_ms=min_repeat_ms, num_threads=threads, timeout_s=timeout)

@@ -129,7 +129,7 @@ def search_one(kernel: KernelRecord, search: Search, rule: SignificanceRule | No
     backend = None
     rpc = devices.rpc() if devices is not None else None
     if rpc:
-        from .measure.rpc import RPCBackend
+        from .measure.runner.rpc import RPCBackend
 
         backend = RPCBackend.from_dict(rpc)
     cache = measurement_cache(max_age_s, clock_offset_s, not_before)

@@ -54,7 +54,7 @@ def _reply(c, program: str) -> str:
 
 @pytest.fixture(scope="module")
 def measurer(tmp_path_factory):
-    from steptp.measure.service import Measurer
+    from steptp.measure.runner.local import Measurer
 
     with Measurer(config=FAST, cache=tmp_path_factory.mktemp("judge-cache") / "cache.sqlite") as m:
         yield m

@@ -13,6 +13,7 @@ import random
 import zlib
 from typing import Any, Callable, Iterable, Mapping
 
+from ..exactness import EXACTNESS
 from ..leir import ast as A
 from ..leir.printer import format_program
 from .base import EXACTNESS, Candidate, IllegalRewrite, Rejected, Site, Strategy, Verdict
