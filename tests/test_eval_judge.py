@@ -25,7 +25,7 @@ import pytest
 from _openai_server import OpenAIServer, completion
 
 from steptp import strategies as S
-from steptp.cot.schema import answer_json
+from steptp.format.cot_schema import answer_json
 from steptp.eval.judge import Judge, State
 from steptp.eval.journal import PARTIAL, Journal, JournalMismatch
 from steptp.eval.report import policy_summary, summarize

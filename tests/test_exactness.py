@@ -37,7 +37,7 @@ def test_the_verifier_has_a_tolerance_row_per_class_and_the_strategies_use_the_c
 
 
 def test_cot_schema_takes_only_the_classes():
-    from steptp.cot.schema import Check
+    from steptp.format.cot_schema import Check
 
     assert Check(exactness="algebraic", outputs=["D"], text="t").exactness == "algebraic"
     with pytest.raises(ValidationError):
