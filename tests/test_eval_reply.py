@@ -90,7 +90,7 @@ def test_one_exactness_order_and_unknown_classes_are_errors():
     p, c = _reorder()
     reply = "<think>t</think>\n" + answer_json("loop_reorder", c.site.to_json(), dict(c.params),
                                                 format_program(c.program))
-    with pytest.raises(ValueError, match="unknown exactness class 'fuzzy'"):
+    with pytest.raises(ValueError, match="unknown exactness 'fuzzy'"):
         static_judgement(p, p, "fuzzy", reply)
 
 
