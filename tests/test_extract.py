@@ -226,7 +226,8 @@ def test_cli_extract_problems_folder_scaled(tmp_path):
     (probs / "1_linear_relu.py").write_text(PROBLEM)
     (probs / "notes.txt").write_text("not a problem")
     out = tmp_path / "k.parquet"
-    r = CliRunner().invoke(app, ["extract", "--problems", str(probs), "--scale", "0.5", "--out", str(out)])
+    r = CliRunner().invoke(app, ["extract", "--problems", str(probs), "--scale", "0.5", "--out", str(out),
+                                 "--trust"])
     assert r.exit_code == 0, r.output
     recs = read_records(out, KernelRecord)
     assert recs and all(k.raise_ok for k in recs)

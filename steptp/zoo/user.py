@@ -9,7 +9,10 @@
 ``--problems DIR [--scale S]``
     :func:`load_problems` makes one workload per ``*.py`` file in DIR that defines
     ``class Model``, ``get_inputs()`` and ``get_init_inputs()`` (the KernelBench convention).
-    Loading a problem file executes it: it is the user's model, by design.
+    Building a problem executes its file (that is what a problem is). ``steptp extract`` does
+    it only in contained workers (``steptp.measure.sandbox``) and, for folders that are not
+    steptp's own examples (:func:`untrusted_problems`), only with ``--trust``. This module's
+    functions themselves execute the files in the calling process.
 
 Input spec grammar (``parse_inputs``): tensors separated by ``;``, each ``DTYPE[D0,D1,...]`` with
 an optional value range ``@LO:HI``::
@@ -820,6 +823,23 @@ def _fit_time(path: Path, seconds: float, s: float, shapes: dict, min_dim: int, 
         if took <= seconds or s / 2 < MIN_FACTOR:
             return s, shapes, keep
         s /= 2
+
+
+#: folders of problem files that ship with steptp's source (its own examples and test
+#: fixtures): ``steptp extract --problems`` runs these without ``--trust``
+OWN_PROBLEM_FOLDERS = ("benchmarks/problems", "tests/fixtures")
+
+
+def untrusted_problems(directory: str | Path, pattern: str = "*.py") -> list[Path]:
+    """The problem files in ``directory`` that are not steptp's own examples (folders under
+    ``OWN_PROBLEM_FOLDERS`` of the source tree steptp was imported from, symbolic links
+    resolved): running them needs the user's explicit trust."""
+    root = Path(__file__).resolve().parents[2]
+    own = [(root / f).resolve() for f in OWN_PROBLEM_FOLDERS]
+    d = Path(directory).resolve()
+    files = sorted(p for p in d.glob(pattern) if p.is_file() and is_problem_file(p))
+    return [p for p in files
+            if not any(p.resolve().is_relative_to(o) for o in own)]
 
 
 def load_problems(directory: str | Path, scale: "float | str | Scale" = 1.0,
