@@ -428,3 +428,30 @@ def test_cli_extract_problems_with_an_element_target(tmp_path):
     bad = CliRunner().invoke(app, ["extract", "--problems", str(FIXTURES / "problems_literal"),
                                    "--scale", "huge", "--out", str(out)])
     assert bad.exit_code == 2 and "elements=N" in bad.output
+
+
+@pytest.mark.slow
+def test_architecture_patterns_and_the_fixtures_extract_fully_at_a_reduced_scale(tmp_path):
+    """Issue 35: a Swin-style model that asserts its input size and a ShuffleNet unit whose
+    channels must divide its groups, in one folder with the converter fixtures, at scale 0.25:
+    every problem scanned, every kernel raised and checked (no per-problem check bound here)."""
+    import shutil
+
+    d = tmp_path / "mixed"
+    d.mkdir()
+    for sub in ("problems_arch", "problems"):
+        for f in sorted((FIXTURES / sub).glob("*.py")):
+            shutil.copy(f, d / f.name)
+    res = X.extract(X.refs_for_problems(d, scale="0.25"), jobs=2, problem_check_budget_s=None)
+    s = res.summary()
+    assert s["models_ok"] == s["models_tried"] == len(list(d.glob("*.py"))), s["failures"]
+    assert all(not sc.unsupported for sc in res.scans)
+    assert res.records and all(r.raise_ok for r in res.records), \
+        [(r.name, r.raise_reason) for r in res.records if not r.raise_ok]
+    rows = {w["workload"]: w for w in s["workloads"]}
+    swin = rows["swin_fixed_size"]["scale_used"]
+    assert swin["factor"] == 0.25 and swin["kept_globals"] == ["image_size"]
+    assert swin["input_shapes"] == [[8, 3, 32, 32]]
+    shuffle = rows["shufflenet_groups"]
+    assert shuffle["applied_scale"]["default"] == 0.5   # 0.25 leaves 16 channels for 3 groups
+    assert res.options["sandbox"]["network"]

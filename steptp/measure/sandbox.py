@@ -27,6 +27,7 @@ it in its summary and log.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import pwd
@@ -56,25 +57,25 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
+def _call(name: str, *args) -> None:
+    """A libc call that fails with OSError, also where libc lacks it (not Linux)."""
+    try:
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (AttributeError, OSError):
+        raise OSError(errno.ENOSYS, f"{name}: not available on this system") from None
+    if fn(*args) != 0:
         e = ctypes.get_errno()
-        raise OSError(e, f"{what}: {os.strerror(e)}")
+        raise OSError(e, f"{name}: {os.strerror(e)}")
 
 
 def _unshare(flags: int) -> None:
-    _check(_libc().unshare(flags), "unshare")
+    _call("unshare", flags)
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int,
            data: str | None = None) -> None:
     enc = (lambda s: None if s is None else s.encode())
-    _check(_libc().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags),
-                         enc(data)), f"mount {target}")
+    _call("mount", enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
 
 
 def _block_sockets() -> None:
@@ -146,8 +147,7 @@ def _files(scratch: str | None, uid: int, gid: int) -> str:
 
 
 def _drop_to(uid: int, gid: int) -> None:
-    libc = _libc()
-    _check(libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0), "prctl(PR_SET_KEEPCAPS)")
+    _call("prctl", _PR_SET_KEEPCAPS, 1, 0, 0, 0)
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)
@@ -155,8 +155,8 @@ def _drop_to(uid: int, gid: int) -> None:
     data = (_CapData * 2)()
     bit = 1 << _CAP_DAC_READ_SEARCH
     data[0].effective = data[0].permitted = bit
-    _check(libc.capset(ctypes.byref(hdr), data), "capset")
-    _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    _call("capset", ctypes.byref(hdr), data)
+    _call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
 def enter() -> dict:
@@ -178,7 +178,8 @@ def enter() -> dict:
             _drop_to(uid, gid)
             st["user"] = "nobody"
         except OSError as e:
-            st["user"] = f"root (could not switch to nobody: {e})"
+            st["user"] = (f"root (could not switch to nobody: {e})" if os.getuid() == 0 else
+                          f"nobody, without the capability to read root's files: {e}")
     else:
         st.setdefault("user", "the invoking user (not root: no user to switch to)")
     if scratch and "scratch tmpfs" in st["files"]:

@@ -43,8 +43,10 @@ dies, runs out of memory or is killed at its deadline costs only its task, which
 (``crashed``, ``timeout``, ``check-crashed``, over its budget). Before any check runs its cost
 is estimated from the kernel's FLOPs and bytes (``check_estimate``): a problem-file workload
 with a kernel over the budget is scanned again at a reduced scale, a kernel still over it is
-recorded as ``check-skipped`` with the estimate. A log file (``log_path``) gets a line per
-finished workload and kernel check. Results are merged in workload order, so the output does
+recorded as ``check-skipped`` with the estimate; the checks of one problem file together are
+planned within ``problem_check_budget_s``. Problem files are untrusted code: their workers are
+contained (``steptp.measure.sandbox``: no network, read-only files, user ``nobody`` when root).
+A log file (``log_path``) gets a line per finished workload and kernel check. Results are merged in workload order, so the output does
 not depend on ``jobs`` or on timing.
 """
 

@@ -611,6 +611,12 @@ def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes
                 ) -> list[tuple[float, dict, frozenset]]:
     """The (factor, input-shape rewrites, size globals kept unscaled) to build a problem at, in
     order of preference, decided on the meta device before anything is allocated."""
+    none: frozenset[str] = frozenset()
+    if scale.kind == "factor" and scale.value < 1:
+        p = _probe(path, scale.value, min_dim)
+        if p.forward_ok:  # the usual case: the smaller fallbacks need no probe
+            notes["_largest"] = {(scale.value, none): p.largest}
+            return [(s, {}, none) for s in (scale.value, scale.value / 2, scale.value / 4)]
     # a rejection on the meta device only means something when the unscaled model runs there
     # (a model with data-dependent or meta-less operators fails its meta forward pass anyway)
     full = _probe(path, 1.0, min_dim)
@@ -619,11 +625,10 @@ def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes
     def accepts(p: _Probe) -> bool:
         return p.largest >= 0 and (p.forward_ok or not meta_forward)
 
-    none: frozenset[str] = frozenset()
     if scale.kind == "factor":
         s = scale.value
         out = [(s, {}, none)]
-        p = _probe(path, s, min_dim)
+        p = full if s >= 1 else p
         if s < 1:
             for c in (math.sqrt(s), s / 2, s / 4):
                 q = _probe(path, c, min_dim)
@@ -643,6 +648,7 @@ def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes
                     q = _probe(path, s, min_dim, keep=keep)
                     if 0 <= q.largest <= max_elements:
                         out.append((s, {}, keep))
+                        notes.setdefault("_largest", {})[(s, keep)] = q.largest
                         notes["partial_scaling"] = (
                             f"at scale {s:g} the model rejects {', '.join(sorted(keep))} scaled "
                             f"({p.error or 'no forward pass'}): kept unscaled")
@@ -654,7 +660,7 @@ def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes
             else:
                 out.append((1.0, {}, none))
         if p.largest >= 0:
-            notes["largest_elements"] = p.largest
+            notes.setdefault("_largest", {})[(s, none)] = p.largest
         return out
     limit = int(scale.value) if scale.kind == "elements" else max_elements
     ladder = _ladder()
@@ -677,7 +683,7 @@ def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes
         if p.largest < 0:
             continue
         if p.largest <= limit and accepts(p):
-            notes["largest_elements"] = p.largest
+            notes.setdefault("_largest", {})[(c, p.keep)] = p.largest
             if not p.keep:
                 notes.pop("partial_scaling", None)
             return [(c, {}, p.keep)] + [(x, {}, p.keep) for x in ladder[i + 1:i + 3]]
@@ -701,7 +707,7 @@ def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes
             raise RuntimeError(f"{path.name}: does not build at any factor from 1 down to "
                                f"{MIN_FACTOR:g} within {limit} elements (on the meta device: "
                                f"{full.error})")
-        notes["largest_elements"] = best.largest
+        notes.setdefault("_largest", {})[(best.scale, none)] = best.largest
         notes["probed_on"] = "cpu"
         return [(best.scale, {}, none)]
     if not base.keep:
@@ -720,7 +726,7 @@ def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes
                                   f"{p.largest} elements, over the target {limit}")
     if shapes:
         notes["shrunk_inputs"] = [[list(o), list(n)] for o, n in sorted(shapes.items())]
-    notes["largest_elements"] = p.largest
+    notes.setdefault("_largest", {})[(base.scale, base.keep)] = p.largest
     return [(base.scale, shapes, base.keep)]
 
 
@@ -783,6 +789,10 @@ def problem_workload(path: str | Path, scale: "float | str | Scale" = 1.0,
         else:
             raise RuntimeError(f"{path}: could not build at any scale tried: {errors}"
                                + (f"; {notes['not_tried']}" if notes.get("not_tried") else ""))
+        # the largest tensor, where the meta probe measured the candidate that was built
+        largest = notes.pop("_largest", {}).get((s, keep))
+        if largest is not None:
+            notes["largest_elements"] = largest
         meta["applied_scale"][size] = s if changed else 1.0
         meta["scaled_globals"][size] = {k: v[1] for k, v in changed.items()}
         if keep and changed:
