@@ -455,3 +455,23 @@ def test_architecture_patterns_and_the_fixtures_extract_fully_at_a_reduced_scale
     shuffle = rows["shufflenet_groups"]
     assert shuffle["applied_scale"]["default"] == 0.5   # 0.25 leaves 16 channels for 3 groups
     assert res.options["sandbox"]["network"]
+
+
+def test_check_memory_estimate_counts_the_comparisons_float64_copies(monkeypatch):
+    """Issue 35: a check died with ``MemoryError`` allocating 784 MiB (one float64 copy of a
+    98 M-element output): the estimate now counts those copies, so such a kernel is skipped
+    before it runs under a small worker, and a MemoryError that still happens is named."""
+    n = 98 * 2 ** 20
+    sig = [{"name": "A", "dtype": "float32", "shape": [n], "role": "input"},
+           {"name": "B", "dtype": "float32", "shape": [n], "role": "output"}]
+    _s, b = X.check_estimate(n, 8 * n, sig)
+    assert b >= n * 4 * 3 + n * 4 * 3 + n * 8 * X.COMPARE_F64_COPIES
+    k = X.KernelScan(name="big", calls=1, tvmscript="", tir_hash="", script_hash="",
+                     flops=n, bytes_moved=8 * n, signature=sig)
+    # 2.4 GB of inputs and outputs fit half of 8 GB; with the 3.3 GB of float64 copies they do not
+    assert "memory limit of 8192 MB" in X._over_budget(k, 1e9, 8192)
+    monkeypatch.setenv("STEPTP_WORKER_MEMORY_MB", "2500")
+    why = X._crash_reason(MemoryError("Unable to allocate 784. MiB for an array with shape "
+                                      "(102760448,) and data type float64"))
+    assert why.startswith("check-out-of-memory") and "memory limit of 2500 MB" in why
+    assert X._crash_reason(ValueError("bad")).startswith("check-crashed: ValueError")
