@@ -311,13 +311,13 @@ def extract(
     from .zoo.workloads import UnknownName
 
     if params is not None:
-        e = _stage_params(params, "extract")
+        e = _load_params(params).extract
         if model is None and problems is None and not leir:
-            zoo = zoo or e["zoo"]
-        size, jobs = size or e["size"], jobs or e["jobs"]
-        no_check = no_check or not e["check"]
-        memory_limit = memory_limit or e["memory_limit_mb"]
-        check_budget = e["check_budget_s"] if check_budget is None else check_budget
+            zoo = zoo or e.zoo
+        size, jobs = size or e.size, jobs or e.jobs
+        no_check = no_check or not e.check
+        memory_limit = memory_limit or e.memory_limit
+        check_budget = e.check_budget_s if check_budget is None else check_budget
     size, jobs = size or "tiny", jobs or 1
     check_budget = 120.0 if check_budget is None else check_budget
     sources = [x for x in (zoo, model, problems) if x is not None]
@@ -484,7 +484,7 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
     from .records import StepRecord, read_records, table, write_table, write_text_atomic
 
     if params is not None:
-        _cot_from_params(steps, out, {**_stage_params(params, "cot"), "hardware": hardware})
+        _cot_from_params(steps, out, _load_params(params).cot, hardware)
         return
     if writer not in ("template", "anthropic"):
         raise typer.BadParameter(f"--writer must be template or anthropic, got {writer!r}")
@@ -530,7 +530,7 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
     raise typer.Exit(0 if summary["failed"] == 0 else 1)
 
 
-def _cot_from_params(steps: Path, out: Path, c: dict) -> None:
+def _cot_from_params(steps: Path, out: Path, c, hardware: str) -> None:
     from .pipeline import by_trajectory, cot_one
     from .records import StepRecord, read_records, table, write_table, write_text_atomic
 
@@ -540,10 +540,10 @@ def _cot_from_params(steps: Path, out: Path, c: dict) -> None:
         _err(f"{steps}: not a steps table: {e}")
         raise typer.Exit(2) from None
     done: list = []
-    total: dict = {"writer": c["writer"], "errors": []}
+    total: dict = {"writer": c.writer, "errors": []}
     try:
         for _tid, group in by_trajectory(recs):
-            d, summary = cot_one(group, **c)
+            d, summary = cot_one(group, c, hardware)
             done += d
             for k, v in summary.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -558,7 +558,7 @@ def _cot_from_params(steps: Path, out: Path, c: dict) -> None:
     write_text_atomic(summary_path, json.dumps(total, indent=2) + "\n")
     for e in total["errors"][:20]:
         _err(e)
-    console.print(f"cot ({c['writer']}): {sum(1 for s in done if s.cot)} of {len(done)} steps "
+    console.print(f"cot ({c.writer}): {sum(1 for s in done if s.cot)} of {len(done)} steps "
                   f"explained; wrote {out} and {summary_path}", highlight=False)
     raise typer.Exit(0 if not total.get("failed") else 1)
 
@@ -588,26 +588,16 @@ def measure(files: list[Path] = typer.Argument(..., help="LEIR (or TVMScript) fi
 
 
 # ---------------------------------------------------------------------------- release pipeline
-def _load_params(path: Optional[Path]) -> dict:
-    """params.yaml (a mapping), or {} when no file is given (``steptp.params.load``)."""
+def _load_params(path: Optional[Path]):
+    """The settings of params.yaml, or the defaults when no file is given
+    (``steptp.params.load``); a bad file ends the command (exit 2) with every bad key named."""
     from .params import ParamsError, load
 
     try:
         return load(path)
     except ParamsError as e:
-        raise typer.BadParameter(str(e)) from None
-
-
-def _stage_params(path: Path, stage: str):
-    """One stage's settings from params.yaml, read as the Prefect flow reads them."""
-    from . import params as P
-
-    p = _load_params(path)
-    try:
-        return {"extract": P.extract_args, "search": P.search_args, "cot": P.cot_args,
-                "curate": P.curate_config}[stage](p)
-    except (P.ParamsError, ValueError, TypeError) as e:
-        raise typer.BadParameter(f"{path}: {e}") from None
+        _err(str(e))
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -619,22 +609,20 @@ def curate(kernels: Path = typer.Option(..., "--kernels", help="kernels.parquet 
     """Dedup, drop no-ops / shortcuts / noisy steps (each with its reason in rejects.parquet),
     balance strategies and split by workload. Writes OUT/{kernels,steps,trajectories,rejects}.parquet,
     splits.json and report.json."""
-    from .curate import CurateConfig, curate as do_curate, write_curated
+    from . import params as P
+    from .curate import curate as do_curate, write_curated
     from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records
 
+    s = _load_params(params)
     hardware = ""
     if params is not None:
-        from . import params as P
         from .export import hardware_description
 
-        cfg = _stage_params(params, "curate")
-        hardware = hardware_description(P.fingerprint(_load_params(params)))  # as the flow does
-    else:
-        cfg = CurateConfig(seed=0)
+        hardware = hardware_description(P.fingerprint(s))  # as the flow does
     ks = read_records(kernels, KernelRecord)
     ss = read_records(steps, StepRecord)
     ts = read_records(trajectories, TrajectoryRecord) if trajectories else []
-    res = do_curate(ks, ss, ts, cfg, hardware=hardware)
+    res = do_curate(ks, ss, ts, s.curate, hardware=hardware, rule=s.significance)
     write_curated(res, out, ks, ts)
     r = res.report
     console.print(f"kept {r['kept_steps']} of {r['input_steps']} steps -> {escape(str(out))}; rejects: "
@@ -654,9 +642,8 @@ def export(curated: Path = typer.Argument(..., help="a folder written by steptp 
     from .export import export_release
 
     p = _load_params(params)
-    b = P.build(p)
-    stats = export_release(read_curated(curated), out, name=b.name, version=b.version, params=p,
-                           fingerprint=P.fingerprint(p))
+    stats = export_release(read_curated(curated), out, name=p.name, version=p.version,
+                           params=p.source, fingerprint=P.fingerprint(p))
     console.print(f"{escape(str(out))}: {stats['counts']['steps']} examples "
                   f"{escape(json.dumps(stats['counts']['examples_per_split']))}")
 
@@ -704,13 +691,14 @@ def validate(release: Path = typer.Argument(..., help="a release folder (steptp 
     if publish is None:
         console.print(f"Data Docs: {escape(rep.docs)}")
     else:
-        dest = do_publish(target, publish, params=p, validation=rep.to_dict(), move=True)
+        dest = do_publish(target, publish, params=p.source, validation=rep.to_dict(), move=True)
         console.print(f"published {escape(str(dest))}")
         console.print(f"Data Docs: {escape(str(dest / 'data_docs' / 'index.html'))}")
 
 
 @app.command()
-def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="params.yaml"),
+def release(params: Optional[Path] = typer.Option(None, "--params",
+                                                help="params.yaml (default: ./params.yaml)"),
             out: Path = typer.Option(Path("releases"), "--out", "-o", help="releases folder"),
             nightly: bool = typer.Option(False, "--nightly",
                                          help="a nightly build: version <version>+nightly.<UTC date> "
@@ -721,7 +709,11 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
             force: bool = typer.Option(False, "--force", help="replace a published release of the "
                                        "same id whose records differ"),
             no_version: bool = typer.Option(False, "--no-version-control",
-                                            help="skip dvc add/push and the git tag")):
+                                            help="skip dvc add/push and the git tag"),
+            git: Optional[bool] = typer.Option(None, "--git/--no-git",
+                                               help="commit and tag the release's .dvc file in git "
+                                                    "and dvc push it (default: params publish.git, "
+                                                    "off: the commands are printed instead)")):
     """The main job: build a quality-gated release end to end with the Prefect build_release
     flow (extract, search, CoT, curate, export, validate, compare with the previous release,
     publish), cached under OUT/.prefect-results, and print where the release and its Data Docs
@@ -729,18 +721,29 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
 
     A published release is never overwritten: the same records again leave it untouched (exit
     0); other records under the same id are refused (exit 1) unless --force. OUT/latest.json
-    names the newest release. In a DVC project the release is dvc-added and pushed, and tagged
-    release-<id> in git when the tree is clean (what is skipped is said). Progress is also
-    appended to OUT/logs/<id>.log."""
+    names the newest release. In a DVC project the release is dvc-added; only with --git (or
+    params publish.git: true, as in the nightly deployment) is its .dvc file committed and
+    tagged release-<id> (when the tree is clean) and pushed; otherwise the git and dvc push
+    commands are printed for you to run. Progress is also appended to OUT/logs/<id>.log."""
     import os
     import time as _time
 
     from .export import ReleaseExists
-    from .params import ParamsError, build
+    from .params import ParamsError, build, publish_git
+    from .release import ReleaseGateFailed
 
+    if params is None:
+        params = Path("params.yaml")
+        if not params.is_file():
+            # no silent fallback to built-in defaults: they search every kernel of the zoo
+            raise typer.BadParameter(
+                f"no params.yaml in {Path.cwd()}: run in a project folder that has one, or pass "
+                f"--params FILE (the steptp repository's params.yaml builds a small release)",
+                param_hint="--params")
     p = _load_params(params)
     try:
         build(p, nightly, date)
+        publish_git(p, git)
     except ParamsError as e:
         raise typer.BadParameter(str(e)) from None
     out = out.resolve()
@@ -750,11 +753,11 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     t0 = _time.perf_counter()
-    from steptp.flows.build_release import ReleaseGateFailed, build_release
+    from steptp.flows.build_release import build_release
 
     try:
         res = build_release(p, str(out), nightly=nightly, date=date, force=force,
-                            version_control=not no_version)
+                            version_control=not no_version, git=git)
     except (ReleaseGateFailed, ReleaseExists) as e:
         _err(f"{e}" + (f"\nlog: {e.log}" if getattr(e, "log", None) else ""))
         raise typer.Exit(1) from None
@@ -772,6 +775,12 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
     if res.get("previous") and res["status"] != "unchanged":
         console.print(f"changes since {escape(res['previous'])}: {escape(str(Path(res['release']) / 'diff.json'))}"
                       f" ({len(res['regressions'])} regressions beyond the spread)", soft_wrap=True)
+    left = (res.get("versioning") or {}).get("commands")
+    if left:
+        console.print("git and the DVC remote left alone (publish.git off); to record this release "
+                      "in git and push its data, run:", soft_wrap=True)
+        for c in left:
+            console.print(f"    {escape(c)}", soft_wrap=True, highlight=False)
 
 
 @app.command()
@@ -780,7 +789,7 @@ def releases(out: Path = typer.Option(Path("releases"), "--out", "-o", help="rel
              as_json: bool = typer.Option(False, "--json", help="one JSON object per release")):
     """List the published releases: id, version, date, counts, DVC status (untracked, tracked,
     pushed, changed) and git tag; the one latest.json names is marked *."""
-    from .export.versioning import list_releases
+    from .release.versioning import list_releases
 
     rows = list_releases(out, with_status=not no_status)
     latest = ""
@@ -809,7 +818,7 @@ def pull(release_id: str = typer.Argument(..., help="a release id, e.g. steptp-t
     """Restore a published release from the DVC remote (on a fresh clone too: its .dvc file
     comes from the git tag release-ID when the working tree lacks it), then check every file
     against its manifest."""
-    from .export.versioning import RestoreError, pull as do_pull
+    from .release.versioning import RestoreError, pull as do_pull
 
     try:
         dest = do_pull(release_id, out)
@@ -898,13 +907,11 @@ def search(kernels: Optional[Path] = typer.Option(None, "--kernels",
 
 
 def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
-    from . import params as P
     from .pipeline import choose_kernels, search_one
     from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records, table, write_table
 
-    a = _stage_params(params, "search")
     p = _load_params(params)
-    max_age = P.max_age_s(p)
+    a = p.search
     try:
         recs = read_records(kernels, KernelRecord)
     except Exception as e:  # noqa: BLE001 - polars/pydantic errors: say which file
@@ -914,21 +921,18 @@ def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
     def say(msg: str) -> None:
         console.print(escape(msg), highlight=False)
 
-    chosen, every = choose_kernels(recs, P.selection_args(p), P.extract_args(p), a["threads"],
-                                   log=say)
+    chosen, every = choose_kernels(recs, a, p.extract, log=say)
     write_table(table(every, KernelRecord), out / "kernels-selected.parquet")
     console.print(f"search: {len(chosen)} of {len(every)} kernels (max_kernels "
-                  f"{a['max_kernels']}), policy {a['policy']}, {a['measurements']} measurements and "
-                  f"{a['seconds']:g} s per kernel, threads {a['threads']}")
+                  f"{a.max_kernels}), policy {a.policy}, {a.measurements} measurements and "
+                  f"{a.seconds:g} s per kernel, threads {a.threads}")
     from .measure.worker import reuse_workers
 
     steps, trajs = [], []
     with reuse_workers():  # the kernels' searches start their measurement workers once
         for n, k in enumerate(chosen, 1):
-            st, tr = search_one(k, a["policy"], a["measurements"], a["seconds"], a["seed"],
-                                a["threads"], a["max_actions"], a["rule"], a["remeasure_rounds"],
-                                a["remeasure_pairs"], a["remeasure_seconds"], max_age_s=max_age,
-                                log=say, verify_jobs=a["verify_jobs"], devices=a["devices"])
+            st, tr = search_one(k, a, p.significance, p.devices, max_age_s=p.cache.max_age_s,
+                                log=say)
             steps += st
             trajs += tr
             # written after each kernel: an interrupted run keeps what it finished
@@ -1075,11 +1079,15 @@ def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a rele
                                              "(default eval)"),
           run: Optional[str] = typer.Option(None, help="run name (default: policies and mode)"),
           params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (its eval: section)"),
-          no_cache: bool = typer.Option(False, "--no-cache", help="re-verify and re-time everything")):
+          no_cache: bool = typer.Option(False, "--no-cache", help="re-verify and re-time everything"),
+          fresh: bool = typer.Option(False, "--fresh", help="discard OUT/<run>/'s partial file of an "
+                                     "interrupted run instead of resuming it")):
     """Score policies in the closed loop: each proposes steps in the release's chat format, and
-    the verifier and timer that built the data judge them (unparsable, bad_signature, illegal,
-    failed_verification, timeout, verified + speedup). Writes OUT/<run>/proposals.parquet,
-    summary.json, report.md and plots/. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY only.
+    the verifier and timer that built the data judge them (no_reply, unparsable, bad_signature,
+    illegal, failed_verification, unfaithful, timeout, verified + speedup). Writes
+    OUT/<run>/proposals.parquet, summary.json, report.md and plots/; each judged state is kept in
+    OUT/<run>/proposals.partial.jsonl as it completes, and a rerun of an interrupted run resumes
+    from it. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY only.
 
     Examples: steptp eval --release releases/X --policy openai --model M --base-url URL;
     steptp eval --kernels kernels.parquet --policy anthropic --model claude-sonnet-4-6 --mode multi
@@ -1097,7 +1105,7 @@ def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a rele
         summary, folder = run_command(release=release, kernels=kernels, leir=leir,
                                       params=_load_params(params), cli=cli, model=model,
                                       base_url=base_url, run=run, cache=not no_cache,
-                                      llm_cache_dir=None,
+                                      llm_cache_dir=None, resume=not fresh,
                                       on_progress=lambda m: console.print(escape(m)))
     except (EvalInputError, ValueError, LLMError) as e:
         _err(f"steptp eval: {e}")

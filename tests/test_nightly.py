@@ -33,27 +33,29 @@ from steptp.measure.cache import Cache  # noqa: E402
 # ---------------------------------------------------------------------------- params
 def test_params_sections_and_release_ids():
     p = P.load(ROOT / "params.yaml")
-    assert P.build(p).id == f"{p['name']}-{p['version']}"
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert P.build(p).id == f"{raw['name']}-{raw['version']}"
     b = P.build(p, nightly=True, date="20260102")
-    assert b.version == f"{p['version']}+nightly.20260102" and b.night == "20260102"
-    assert b.id == f"{p['name']}-{p['version']}+nightly.20260102"
+    assert b.version == f"{raw['version']}+nightly.20260102" and b.night == "20260102"
+    assert b.id == f"{raw['name']}-{raw['version']}+nightly.20260102"
     # a backfill's clock reads that date; its night starts at 00:00 UTC
     assert abs(b.now() - 1767312000.0) < 60 and b.night_start == 1767312000.0
     assert P.build(p).night_start is None
     today = time.strftime("%Y%m%d", time.gmtime())
     assert P.build(p, nightly=True).night == today and P.build(p, nightly=True).clock_offset_s == 0
-    assert P.build({"name": "x", "version": "1", "nightly": {"version": "{version}.dev{date}"}},
+    assert P.build(P.parse({"name": "x", "version": "1",
+                            "nightly": {"version": "{version}.dev{date}"}}),
                    True, "2026-03-04").version == "1.dev20260304"
     with pytest.raises(P.ParamsError, match="only with a nightly"):
         P.build(p, nightly=False, date="20260102")
     with pytest.raises(P.ParamsError, match="YYYYMMDD"):
         P.build(p, nightly=True, date="tomorrow")
-    s = P.search_args(p)
-    assert s["max_kernels"] == p["search"]["max_kernels"] and s["threads"] == p["search"]["threads"]
-    assert P.max_age_s(p) == p["cache"]["max_age_hours"] * 3600
-    assert P.curate_config(p).seed == p["seed"]
-    with pytest.raises(P.ParamsError, match="curate"):
-        P.curate_config({"curate": {"no_such_option": 1}})
+    s = p.search
+    assert s.max_kernels == raw["search"]["max_kernels"] and s.threads == raw["search"]["threads"]
+    assert p.cache.max_age_s == raw["cache"]["max_age_hours"] * 3600
+    assert p.curate.seed == raw["seed"]
+    with pytest.raises(P.ParamsError, match="curate.no_such_option"):
+        P.parse({"curate": {"no_such_option": 1}})
 
 
 def test_dvc_stages_pass_only_params_and_paths():
@@ -256,7 +258,7 @@ SMALL = {
                "larger_size": ""},
     "cot": {"writer": "template"},
     # a loaded machine times noisily; the significance rule and the gate are tested elsewhere
-    "curate": {"max_spread": 100.0, "min_gain": 0.0, "spread_factor": 0.0},
+    "significance": {"max_spread": 100.0, "min_gain": 0.0, "spread_factor": 0.0},
     "nightly": {"version": "{version}+nightly.{date}"},
     "cache": {"max_age_hours": 20},
 }
@@ -373,15 +375,16 @@ def _norm(df: pl.DataFrame) -> list[tuple]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
+@pytest.mark.timeout(3000)
 def test_dvc_repro_equals_steptp_release_then_versioned_and_restored(tmp_path):
     repo = tmp_path / "proj"
     repo.mkdir()
     for f in ("dvc.yaml", ".gitignore"):
         shutil.copy(ROOT / f, repo / f)
-    shutil.copytree(ROOT / "expectations", repo / "expectations")
+    # the validate stage's dependency (the suites themselves are read from the package)
+    shutil.copytree(ROOT / "steptp/quality/expectations", repo / "steptp/quality/expectations")
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for k in ("name", "version", "extract", "search", "curate"):
+    for k in ("name", "version", "extract", "search", "significance"):
         p[k] = SMALL[k]
     p["search"] = {**SMALL["search"], "measurements": 3}
     (repo / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
@@ -414,18 +417,42 @@ def test_dvc_repro_equals_steptp_release_then_versioned_and_restored(tmp_path):
     assert json.loads((repo / "release/manifest.json").read_text())["counts"] == \
         json.loads((rel / "manifest.json").read_text())["counts"]
 
-    # published: dvc-added, committed and tagged, pushed
+    # `make run`: published and dvc-added, but the user's history and remote are left alone;
+    # the commands that would record it are printed and logged
     assert (repo / "releases" / f"{rid}.dvc").is_file(), log[-3000:]
-    assert f"release-{rid}" in _run(["git", "tag"], repo, env).split()
-    assert any(remote.rglob("*")), log[-3000:]
-    (row,) = [json.loads(line) for line in _run([BIN / "steptp", "releases", "--json"], repo, env)
-              .splitlines() if line.startswith("{")]
-    assert row["id"] == rid and row["dvc"] == "pushed" and row["tag"] == f"release-{rid}"
-    # the same records again: nothing changes (no second commit or tag)
     head = _run(["git", "rev-parse", "HEAD"], repo, env)
+    assert _run(["git", "tag"], repo, env) == "" and not remote.exists()
+    assert _run(["git", "log", "-1", "--format=%s"], repo, env).strip() == "dvc repro"
+    commands = [f"git add -- releases/{rid}.dvc && git commit -m 'release {rid}' -- releases/{rid}.dvc "
+                f"&& git tag release-{rid}", f"dvc push releases/{rid}.dvc"]
+    flat = " ".join(log.split())
+    assert all(c in flat for c in commands), log[-3000:]
+    assert all(c in (repo / "releases/logs" / f"{rid}.log").read_text() for c in commands)
+    # the same records again: nothing changes
     again = _run([BIN / "steptp", "release", "--params", "params.yaml", "--out", "releases"], repo, env)
     assert "already published with the same records" in again
-    assert _run(["git", "rev-parse", "HEAD"], repo, env) == head
+    assert _run(["git", "rev-parse", "HEAD"], repo, env) == head and _run(["git", "tag"], repo, env) == ""
+
+    # the nightly deployment: the flow with prefect.yaml's parameters (git: true) and job env
+    dep = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"][0]
+    assert dep["parameters"]["git"] is True
+    job_env = {k: v.replace("{{ $STEPTP_HOME }}", str(repo))
+               for k, v in dep["work_pool"]["job_variables"]["env"].items()}
+    _run([sys.executable, "-c", "import json, sys; from steptp.flows.build_release import build_release; "
+          "build_release(**json.loads(sys.argv[1]))", json.dumps(dep["parameters"])],
+         repo, {**env, **job_env})
+    rid = json.loads((repo / "releases/latest.json").read_text())["id"]
+    assert rid.startswith("steptp-small-0.0.1+nightly.")
+    rel = repo / "releases" / rid
+    assert f"release-{rid}" in _run(["git", "tag"], repo, env).split()
+    assert _run(["git", "rev-parse", "HEAD~1"], repo, env) == head        # one commit: its .dvc file
+    assert _run(["git", "show", "--name-only", "--format=%s", "HEAD"], repo, env).split() == \
+        ["release", rid, f"releases/{rid}.dvc"]
+    assert any(remote.rglob("*"))
+    rows = [json.loads(line) for line in _run([BIN / "steptp", "releases", "--json"], repo, env)
+            .splitlines() if line.startswith("{")]
+    row = next(r for r in rows if r["id"] == rid)
+    assert row["dvc"] == "pushed" and row["tag"] == f"release-{rid}"
 
     # a fresh clone restores it from the remote
     clone = tmp_path / "clone"

@@ -1,8 +1,9 @@
-"""The README's "A cluster, by hand" section, run as written on loopback: its `dask scheduler`,
-`dask worker`, TVM RPC tracker and server commands and its params block, then `steptp release`.
+"""The "A cluster, by hand" section of docs/scale-out.md, run as written on loopback: its
+`dask scheduler`, `dask worker`, TVM RPC tracker and server commands and its params block, then
+`steptp release`.
 
-The commands and the YAML are read from README.md (only the host names and ports are replaced),
-so a README edit that breaks them breaks this test.
+The commands and the YAML are read from docs/scale-out.md (only the host names and ports are
+replaced), so an edit of that page that breaks them breaks this test.
 """
 
 from __future__ import annotations
@@ -38,9 +39,13 @@ def _free_port(lo: int = 0, hi: int = 0) -> int:
     raise RuntimeError(f"no free port in [{lo}, {hi})")
 
 
+#: the page that documents running on a cluster (README.md links to it)
+PAGE = ROOT / "docs" / "scale-out.md"
+
+
 def readme_cluster() -> tuple[list[str], dict]:
-    """(the shell lines of the README's cluster block, its params YAML)."""
-    text = (ROOT / "README.md").read_text()
+    """(the shell lines of docs/scale-out.md's cluster block, its params YAML)."""
+    text = PAGE.read_text()
     at = text.index("A cluster, by hand")
     blocks = re.findall(r"```(\w*)\n(.*?)```", text[at:], flags=re.S)
     shell = next(body for lang, body in blocks if lang in ("", "sh", "bash"))
@@ -70,7 +75,7 @@ def test_readme_cluster_commands_build_a_release_on_loopback(tmp_path):
 
     lines, readme_params = readme_cluster()
     # TVM's tracker searches [--port, 9199) for a port (its --port-end default): a port below
-    # that end keeps the README's command as written
+    # that end keeps the page's command as written
     sched_port, tracker_port = _free_port(), _free_port(9190, 9199)
     old_sched = readme_params["runner"]["address"].rsplit(":", 1)[1]
     old_tracker = readme_params["devices"]["tracker"].rsplit(":", 1)[1]
@@ -159,7 +164,7 @@ def test_readme_cluster_commands_build_a_release_on_loopback(tmp_path):
         rel = out / "steptp-small-0.0.1"
         man = json.loads((rel / "manifest.json").read_text())
         assert man["counts"]["steps"] >= 1
-        fleet_fp = P.fingerprint(params)
+        fleet_fp = P.fingerprint(P.parse(params))
         assert fleet_fp["machine"] == f"rpc:{key}"
         steps = pl.read_parquet(rel / "data/steps.parquet")
         timed = steps.filter(pl.col("after").is_not_null())

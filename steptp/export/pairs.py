@@ -8,7 +8,7 @@ One JSON object per line in the conversational preference format TRL's ``DPOTrai
      "meta": {"pair_key", "kernel_id", "split", "chosen_step_key", "rejected_step_key",
               "chosen_role", "rejected_role", "rejected_why", "chosen_best_speedup", ...}}
 
-``prompt`` is exactly the system and user turns of ``steptp.export.chat`` for the shared
+``prompt`` is exactly the system and user turns of ``steptp.format.chat`` for the shared
 before-program; ``chosen``/``rejected`` are assistant turns in the same format. Which pairs exist
 is curation's decision (``steptp.curate.pairs``).
 """
@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from ..format import chat
 from ..records import StepRecord
-from . import chat
 
 PAIRS_FORMAT = "steptp-pairs-1"
 
