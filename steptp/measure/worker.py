@@ -154,6 +154,12 @@ def _send(f, obj: Any) -> None:
 
 
 def _worker_main(rfd: int, wfd: int) -> None:
+    if os.environ.get("STEPTP_WORKER_SANDBOX"):
+        # untrusted code (problem files): contained while the process is single-threaded;
+        # the death signal is set after, as a change of user clears it
+        from steptp.measure.sandbox import enter
+
+        print(f"steptp worker sandbox: {enter()}", file=sys.stderr, flush=True)
     _die_with_parent()
     reader = os.fdopen(rfd, "rb", buffering=0)
     writer = os.fdopen(wfd, "wb")
