@@ -115,5 +115,5 @@ def test_cli_errors_name_the_input(tmp_path):
     assert r.returncode == 2 and "OPENAI_API_KEY is not set and no --base-url" in r.stderr
     (tmp_path / "p.yaml").write_text("eval:\n  sampels: 2\n")
     r = run("--leir", "k.leir", "--params", "p.yaml")
-    assert r.returncode == 2 and "unknown keys sampels" in r.stderr
+    assert r.returncode == 2 and "eval.sampels: unknown key (did you mean samples?)" in r.stderr
     assert not (tmp_path / "eval").exists()  # nothing half-written
