@@ -118,10 +118,18 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
     (atol, rtol) fixed per class and dtype (steptp/measure/verify.py: TOLERANCES) and bound the
     reference's own rounding-error bound for that element (steptp/measure/error_bound.py).
     Outputs are pre-filled with NaN, so an element the candidate never writes fails; a
-    candidate also fails when a parallel loop races, when it writes an input, or when an output
-    depends on what its buffer held before the call. The reason names the output and its first
+    candidate also fails when a parallel loop may race (two of its iterations touch one element,
+    one writing it: decided symbolically at any size, exactly by enumeration on small loops, a
+    non-affine subscript counting as a race; a parallel candidate is also run with 2 and 4
+    threads), when it writes an input, or when an output depends on what its buffer held
+    before the call. The reason names the output and its first
     wrong element. Exit code 0 when it passes, 1 when it does not, 2 on invalid input.
     """
+    import os
+
+    # TVM sizes its thread pool once, from this variable: a parallel candidate is also run
+    # with several threads (verify.RACE_THREADS), which a one-thread pool cannot
+    os.environ.setdefault("TVM_NUM_THREADS", str(max(4, os.cpu_count() or 1)))
     from .measure.verify import TOLERANCES, verify as do_verify
 
     if exactness not in TOLERANCES:
@@ -150,7 +158,7 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
         status = "[green]PASS[/green]" if res.passed else "[red]FAIL[/red]"
         console.print(f"{status} {escape(str(candidate))} vs {escape(str(reference))} ({exactness}): "
                       f"max abs err {res.max_abs_err:.3g}, max rel err {res.max_rel_err:.3g}"
-                      + ("" if res.passed else f"\n  {res.reason}"))
+                      + ("" if res.passed else f"\n  {escape(str(res.reason))}"))
     raise typer.Exit(0 if res.passed else 1)
 
 
