@@ -34,10 +34,15 @@ def _err(message: str) -> None:
 
 
 def _read(path: Path) -> str:
+    from .leir.parser import LeirSyntaxError, decode
+
     try:
-        return path.read_text()
+        return decode(path.read_bytes())
     except OSError as e:
         raise typer.BadParameter(f"cannot read {path}: {e.strerror}") from None
+    except LeirSyntaxError as e:   # bytes that are not UTF-8
+        _err(f"{path}: {e}")
+        raise typer.Exit(2) from None
 
 
 def _load_program(path: Path, what: str = "program"):
