@@ -54,8 +54,9 @@ def test_a_shared_row_buffer_races_at_every_size(rows, cols, init):
 def test_the_symbolic_test_agrees_with_enumeration_and_refuses_what_it_cannot_read():
     """Below LIMIT both tests run: on the racy and private row buffers, a fused loop whose
     subscripts are not affine (``i*16 + jk//4``) and a reduction over the parallel axis they
-    agree. A scatter through a non-affine subscript above LIMIT is refused as a possible
-    race; the same fused loop above LIMIT is not a race."""
+    agree, as they do on a split with a tail guard. A scatter through a non-affine subscript
+    above LIMIT is refused as a possible race; the same fused loop and split above LIMIT are
+    not races."""
     from steptp.leir.private import private_to
 
     fused = """kernel f32 k(A[{n},64]) -> B[{n},64]
@@ -64,8 +65,15 @@ def test_the_symbolic_test_agrees_with_enumeration_and_refuses_what_it_cannot_re
       for l in 64:
         B[i*16 + jk//4, jk%4*16 + l] = A[i*16 + jk//4, jk%4*16 + l] * 2.0
 """
+    split = """kernel f32 k(A[{n},64]) -> C[{n},64]
+  for i in {m} parallel, j_o in 4, j_i_o in 2, j_i_i in 3:
+    if j_i_o*3 + j_i_i < {tail}:
+      for l in 64:
+        C[i*16+j_o*4+j_i_o*3+j_i_i, l] = A[i*16+j_o*4+j_i_o*3+j_i_i, l] * 2.0
+"""
     small = [row_buffer(64, 64, False), row_buffer(64, 64, True),
-             fused.format(n=256, m=64),
+             fused.format(n=256, m=64), split.format(n=256, m=16, tail=4),
+             split.format(n=256, m=16, tail=5),
              "kernel f32 k(A[64,32]) -> B[64]\n for j in 32 parallel, i in 64:\n  B[i] += A[i,j]\n"]
     for text in small:
         p = parse(text)
@@ -73,6 +81,11 @@ def test_the_symbolic_test_agrees_with_enumeration_and_refuses_what_it_cannot_re
         path = (len(p.body) - 1,)
         assert bool(enum) == bool(symbolic_race(p, path, private_to(p, path))), text
     assert parallel_races(parse(fused.format(n=65536, m=16384))) == []   # 16M points
+    # a split's tail guard keeps the rows of different i apart (the guard-blind test alone
+    # would call it a race); one row too many and they meet
+    assert parallel_races(parse(split.format(n=65536, m=4096, tail=4))) == []
+    assert "meet for two different values of i" in parallel_races(
+        parse(split.format(n=65536, m=4096, tail=5)))[0]
     scatter = parse("kernel f32 k(A[8192,1024]) -> B[8192,1024]\n"
                     "  for i in 8192 parallel, j in 1024:\n"
                     "    B[(i*7)%8192, j] = A[i,j]\n")

@@ -79,7 +79,7 @@ def symbolic_race(program: A.Program, path, private: Collection[str] = frozenset
     for a, b in D.conflicting_pairs(accs):
         common = D.common_loops(a, b)
         level = next((k for k, lp in enumerate(a.loops) if lp.path == path), None)
-        if level is None or level >= len(common) or _separated(a, b, v):
+        if level is None or level >= len(common) or _separated(program, a, b, v):
             continue
         for d in ("<", ">"):
             vec = ["="] * level + [d] + ["*"] * (len(common) - level - 1)
@@ -88,17 +88,20 @@ def symbolic_race(program: A.Program, path, private: Collection[str] = frozenset
     return None
 
 
-def _separated(a, b, v: str) -> bool:
+def _separated(program: A.Program, a, b, v: str) -> bool:
     """Does some dimension keep two different iterations of ``v`` apart whatever the other
     loops do? ``c*v + r`` against ``c*v' + r'`` with ``r, r'`` free of ``v``: equal only if
     ``c*(v - v') = r' - r``, impossible when ``r' - r`` stays within ``(-|c|, |c|)``. This
     settles the subscripts the affine test gives up on, e.g. a fused loop's
-    ``i*16 + jk//4`` (``jk//4`` in [0, 3]) or a gather in another dimension. Bounds of the
-    other loops are taken independently for the two accesses, which can only widen them."""
+    ``i*16 + jk//4`` (``jk//4`` in [0, 3]) or a gather in another dimension, and those whose
+    rest only an ``if`` bounds (a split's tail guard ``j_o*3 + j_i < 4``, which the affine test
+    ignores). Bounds of the other loops are taken independently for the two accesses, which
+    can only widen them."""
     if len(a.exprs) != len(b.exprs):
         return False
+    ga, gb = _guards_at(program, a.stmt), _guards_at(program, b.stmt)
     for ea, eb in zip(a.exprs, b.exprs):
-        sa, sb = _split_var(ea, v, a.loops), _split_var(eb, v, b.loops)
+        sa, sb = _split_var(ea, v, a.loops, ga), _split_var(eb, v, b.loops, gb)
         if sa is None or sb is None or sa[0] != sb[0] or sa[0] == 0:
             continue
         c, (la, ha) = sa[0], sa[1]
@@ -108,9 +111,71 @@ def _separated(a, b, v: str) -> bool:
     return False
 
 
-def _split_var(e: A.Expr, v: str, loops) -> tuple[int, tuple[int, int]] | None:
-    """``e`` as ``c*v + r``: (c, bounds of r over the other loops), or None when ``v`` appears
-    other than in such a term or ``r`` cannot be bounded (a load, a variable of no loop)."""
+def _guards_at(program: A.Program, path) -> list[tuple[dict[str, int], int, int]]:
+    """The affine guards around the statement at ``path`` as ``(coef, lo, hi)``: where it runs,
+    ``lo <= sum(coef[u] * u) <= hi`` (an unbounded side is +-inf)."""
+    out = []
+    for k in range(1, len(path)):
+        node = A.node_at(program, tuple(path[:k]))
+        if not isinstance(node, A.If):
+            continue
+        conds, todo = [], [node.cond]
+        while todo:
+            e = todo.pop()
+            if isinstance(e, A.Binary) and e.op == "and":
+                todo += [e.lhs, e.rhs]
+            else:
+                conds.append(e)
+        for e in conds:
+            if not (isinstance(e, A.Binary) and e.op in ("<", "<=", ">", ">=")):
+                continue
+            la, ra = affine(e.lhs), affine(e.rhs)
+            if la is None or ra is None:
+                continue
+            coef = dict(la[0])
+            for u, x in ra[0].items():
+                coef[u] = coef.get(u, 0) - x
+            coef = {u: x for u, x in coef.items() if x}
+            k0 = ra[1] - la[1]      # sum(coef*u) OP k0
+            lo, hi = {"<": (-math.inf, k0 - 1), "<=": (-math.inf, k0),
+                      ">": (k0 + 1, math.inf), ">=": (k0, math.inf)}[e.op]
+            if coef:
+                out.append((coef, lo, hi))
+    return out
+
+
+def _affine_bounds(coef: dict[str, int], ranges, guards) -> tuple[float, float] | None:
+    """Bounds of ``sum(coef[u] * u)`` over the box ``ranges``, tightened by each guard whose
+    form is part of it (``coef`` = guard + remainder)."""
+    def box(f):
+        lo = hi = 0
+        for u, x in f.items():
+            if u not in ranges:
+                return None
+            lo += min(x * ranges[u][0], x * ranges[u][1])
+            hi += max(x * ranges[u][0], x * ranges[u][1])
+        return lo, hi
+
+    best = box(coef)
+    if best is None:
+        return None
+    lo, hi = best
+    for gc, glo, ghi in guards:
+        if any(coef.get(u) != x for u, x in gc.items()):
+            continue
+        rest = box({u: x for u, x in coef.items() if u not in gc})
+        part = box(gc)
+        if rest is None or part is None:
+            continue
+        plo, phi = max(part[0], glo), min(part[1], ghi)
+        lo, hi = max(lo, rest[0] + plo), min(hi, rest[1] + phi)
+    return lo, hi
+
+
+def _split_var(e: A.Expr, v: str, loops, guards=()) -> tuple[int, tuple[float, float]] | None:
+    """``e`` as ``c*v + r``: (c, bounds of r over the other loops and the guards), or None when
+    ``v`` appears other than in such a term or ``r`` cannot be bounded (a load, a variable of
+    no loop)."""
     from .analysis import interval
 
     terms: list[tuple[int, A.Expr]] = []
@@ -127,19 +192,28 @@ def _split_var(e: A.Expr, v: str, loops) -> tuple[int, tuple[int, int]] | None:
     flat(e, 1)
     ranges = {lp.var: (0, lp.extent - 1) for lp in loops if lp.var != v}
     c, lo, hi = 0, 0, 0
+    rest: dict[str, int] = {}
     for sign, t in terms:
+        f = affine(t)
         if v in A.free_vars(t):
-            f = affine(t)
             if f is None or set(f[0]) != {v}:
                 return None
             c += sign * f[0][v]
+            lo, hi = lo + sign * f[1], hi + sign * f[1]
+            continue
+        if f is not None:       # affine terms are bounded together, so guards can apply
+            for u, x in f[0].items():
+                rest[u] = rest.get(u, 0) + sign * x
             lo, hi = lo + sign * f[1], hi + sign * f[1]
             continue
         r = interval(t, ranges, strict=True)
         if r is None:
             return None
         lo, hi = (lo + r[0], hi + r[1]) if sign > 0 else (lo - r[1], hi - r[0])
-    return c, (lo, hi)
+    r = _affine_bounds({u: x for u, x in rest.items() if x}, ranges, guards)
+    if r is None:
+        return None
+    return c, (lo + r[0], hi + r[1])
 
 
 def _symbolic_reason(a, b, v: str) -> str:
