@@ -88,7 +88,11 @@ def parse(file: Path = typer.Argument(..., help="a LEIR file"),
 
 @app.command()
 def check(file: Path = typer.Argument(..., help="a LEIR file")):
-    """Check names, shapes, dtypes, ranks, constant subscripts and writes; print every error."""
+    """Check names, shapes, dtypes, ranks, constant subscripts and writes; print every error.
+
+    The file must be UTF-8, at most 1 MiB, nested at most 1000 levels deep
+    (steptp/leir/parser.py: MAX_BYTES, MAX_DEPTH); beyond, the error names the line and column.
+    """
     _load_program(file)
     console.print(f"{file}: ok")
 
@@ -132,9 +136,6 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
     """
     import os
 
-    # TVM sizes its thread pool once, from this variable: a parallel candidate is also run
-    # with several threads (verify.RACE_THREADS), which a one-thread pool cannot
-    os.environ.setdefault("TVM_NUM_THREADS", str(max(4, os.cpu_count() or 1)))
     from .measure.verify import TOLERANCES, verify as do_verify
 
     if exactness not in TOLERANCES:
@@ -156,7 +157,17 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
             ref = ref["main"]
     else:
         ref = _load_program(reference, "reference")
-    res = do_verify(cand, ref, exactness=exactness, target=_target(target), seeds=seed_list)
+    # TVM sizes its thread pool when it first runs one, from this variable: a parallel
+    # candidate is also run with several threads (verify.RACE_THREADS), which a pool of the
+    # default size (one per physical core) may not allow
+    mine = "TVM_NUM_THREADS" not in os.environ
+    if mine:
+        os.environ["TVM_NUM_THREADS"] = str(max(4, os.cpu_count() or 1))
+    try:
+        res = do_verify(cand, ref, exactness=exactness, target=_target(target), seeds=seed_list)
+    finally:
+        if mine:
+            os.environ.pop("TVM_NUM_THREADS", None)
     if as_json:
         print(json.dumps(res.to_dict() if hasattr(res, "to_dict") else res.model_dump(), indent=2))
     else:
