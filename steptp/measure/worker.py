@@ -594,7 +594,7 @@ def parse_in_worker(text: str, timeout_s: float = 10.0, memory_mb: int = 2048,
         finally:
             pool._give(i)
         raise LeirSyntaxError(f"parsing ran out of its {int(memory_mb)} MB (the memory limit of "
-                              f"parsing a reply)")
+                              f"parsing a reply; {r.status}: {r.reason})")
     raise LeirSyntaxError(f"the parsing worker failed: {r.reason}")
 
 
