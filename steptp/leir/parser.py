@@ -496,6 +496,8 @@ def parse(text: str, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> 
     except UnexpectedInput as e:  # pragma: no cover - other lark errors
         raise LeirSyntaxError(str(e).splitlines()[0], getattr(e, "line", None),
                               getattr(e, "column", None), src) from None
+    except MemoryError:
+        raise       # not a syntax error: the caller's limit (``parse_in_worker``) says so
     except Exception as e:  # the indenter raises plain errors on inconsistent dedent
         raise LeirSyntaxError(f"inconsistent indentation ({e})", None, None) from None
     deep = _tree_depth(tree, max_depth)

@@ -185,6 +185,13 @@ def _worker_main(rfd: int, wfd: int) -> None:
         sys.modules[mod] = None  # type: ignore[assignment]
     for mod in filter(None, preload.split(",")):
         importlib.import_module(mod)  # TVM once, before the first deadline starts
+    growth = os.environ.get("STEPTP_WORKER_MEMORY_GROWTH_MB")
+    if growth:
+        # what the task may add to the worker as started: its imports (``steptp.measure``
+        # brings TVM, hundreds of MB of address space) vary with the build, its task does not
+        with open("/proc/self/statm") as f:
+            now = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = str((now >> 20) + int(growth))
     if limit:
         import resource
 
@@ -552,12 +559,13 @@ _PARSE_POOLS: dict[int, "WorkerPool"] = {}
 _PARSE_LOCK = threading.Lock()
 
 
-def parse_in_worker(text: str, timeout_s: float = 10.0, memory_mb: int = 2048,
+def parse_in_worker(text: str, timeout_s: float = 10.0, memory_mb: int = 1024,
                     max_bytes: int | None = None, max_depth: int | None = None,
                     check: bool = True):
     """``leir.parse`` (and ``leir.check`` unless ``check`` is False) of untrusted text, such as a
-    model's reply, in a worker process under a time limit and a memory limit (RLIMIT_AS), as
-    builds run: a reply that parses for minutes or exhausts memory costs one reply. Returns the
+    model's reply, in a worker process under a time limit and a memory limit (RLIMIT_AS: the
+    worker's address space as started plus ``memory_mb``), as builds run: a reply that parses
+    for minutes or exhausts memory costs one reply. Returns the
     ``Program``; raises ``LeirSyntaxError`` (positioned, as ``parse`` does; also for the time
     limit, the memory limit and a crash, unpositioned) or ``LeirCheckError``. Workers (one per
     ``memory_mb``, without TVM) are started once per process and reused."""
@@ -568,8 +576,9 @@ def parse_in_worker(text: str, timeout_s: float = 10.0, memory_mb: int = 2048,
         pool = _PARSE_POOLS.get(int(memory_mb))
         if pool is None or pool._closed:
             pool = _PARSE_POOLS[int(memory_mb)] = WorkerPool(
-                1, num_threads=1, timeout_s=timeout_s, memory_limit_mb=int(memory_mb),
-                env={"STEPTP_WORKER_PRELOAD": "steptp.leir"})
+                1, num_threads=1, timeout_s=timeout_s,
+                env={"STEPTP_WORKER_PRELOAD": "steptp.leir",
+                     "STEPTP_WORKER_MEMORY_GROWTH_MB": str(int(memory_mb))})
     r = pool.run("parse_leir", {"text": text, "max_bytes": max_bytes, "max_depth": max_depth,
                                 "check": check}, timeout_s=timeout_s)
     if r.ok:
