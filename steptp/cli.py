@@ -34,10 +34,15 @@ def _err(message: str) -> None:
 
 
 def _read(path: Path) -> str:
+    from .leir.parser import LeirSyntaxError, decode
+
     try:
-        return path.read_text()
+        return decode(path.read_bytes())
     except OSError as e:
         raise typer.BadParameter(f"cannot read {path}: {e.strerror}") from None
+    except LeirSyntaxError as e:   # bytes that are not UTF-8
+        _err(f"{path}: {e}")
+        raise typer.Exit(2) from None
 
 
 def _load_program(path: Path, what: str = "program"):
@@ -83,7 +88,11 @@ def parse(file: Path = typer.Argument(..., help="a LEIR file"),
 
 @app.command()
 def check(file: Path = typer.Argument(..., help="a LEIR file")):
-    """Check names, shapes, dtypes, ranks, constant subscripts and writes; print every error."""
+    """Check names, shapes, dtypes, ranks, constant subscripts and writes; print every error.
+
+    The file must be UTF-8, at most 1 MiB, nested at most 1000 levels deep
+    (steptp/leir/parser.py: MAX_BYTES, MAX_DEPTH); beyond, the error names the line and column.
+    """
     _load_program(file)
     console.print(f"{file}: ok")
 
@@ -118,10 +127,15 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
     (atol, rtol) fixed per class and dtype (steptp/measure/verify.py: TOLERANCES) and bound the
     reference's own rounding-error bound for that element (steptp/measure/error_bound.py).
     Outputs are pre-filled with NaN, so an element the candidate never writes fails; a
-    candidate also fails when a parallel loop races, when it writes an input, or when an output
-    depends on what its buffer held before the call. The reason names the output and its first
+    candidate also fails when a parallel loop may race (two of its iterations touch one element,
+    one writing it: decided symbolically at any size, exactly by enumeration on small loops, a
+    non-affine subscript counting as a race; a parallel candidate is also run with 2 and 4
+    threads), when it writes an input, or when an output depends on what its buffer held
+    before the call. The reason names the output and its first
     wrong element. Exit code 0 when it passes, 1 when it does not, 2 on invalid input.
     """
+    import os
+
     from .measure.verify import TOLERANCES, verify as do_verify
 
     if exactness not in TOLERANCES:
@@ -143,14 +157,24 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
             ref = ref["main"]
     else:
         ref = _load_program(reference, "reference")
-    res = do_verify(cand, ref, exactness=exactness, target=_target(target), seeds=seed_list)
+    # TVM sizes its thread pool when it first runs one, from this variable: a parallel
+    # candidate is also run with several threads (verify.RACE_THREADS), which a pool of the
+    # default size (one per physical core) may not allow
+    mine = "TVM_NUM_THREADS" not in os.environ
+    if mine:
+        os.environ["TVM_NUM_THREADS"] = str(max(4, os.cpu_count() or 1))
+    try:
+        res = do_verify(cand, ref, exactness=exactness, target=_target(target), seeds=seed_list)
+    finally:
+        if mine:
+            os.environ.pop("TVM_NUM_THREADS", None)
     if as_json:
         print(json.dumps(res.to_dict() if hasattr(res, "to_dict") else res.model_dump(), indent=2))
     else:
         status = "[green]PASS[/green]" if res.passed else "[red]FAIL[/red]"
         console.print(f"{status} {escape(str(candidate))} vs {escape(str(reference))} ({exactness}): "
                       f"max abs err {res.max_abs_err:.3g}, max rel err {res.max_rel_err:.3g}"
-                      + ("" if res.passed else f"\n  {res.reason}"))
+                      + ("" if res.passed else f"\n  {escape(str(res.reason))}"))
     raise typer.Exit(0 if res.passed else 1)
 
 

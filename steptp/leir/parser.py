@@ -2,20 +2,41 @@
 
 LEIR text may come from a language model, so it is only ever parsed, never evaluated, and every
 failure is a ``LeirSyntaxError`` naming the line, the column and what was expected.
+
+It is also bounded before anything walks it: at most ``MAX_BYTES`` of UTF-8 and ``MAX_DEPTH``
+levels of nesting (``parse``'s ``max_bytes``/``max_depth``). Brackets and runs of unary
+operators are counted by a scan of the text before the LALR parse (which takes about 10 us a
+byte, and far longer and hundreds of MB on thousands of nested parentheses); the parse tree's
+depth is measured without recursion after it, and the tree becomes the AST without recursion.
+What walks the AST afterwards (the checker, printer, lowering, analyses) recurses a few frames
+per level, so ``parse`` raises the process's recursion limit (never lowers it) to what a
+program of ``max_depth`` levels needs: a 601-term sum is 601 levels deep and is accepted.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+import sys
 import threading
 from importlib import resources
 
-from lark import Lark, Transformer, v_args
+from lark import Lark, v_args
 from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken,
                              VisitError)
 from lark.indenter import DedentError, Indenter
+from lark.visitors import Transformer_NonRecursive
 
 from . import ast as A
+
+#: The largest LEIR text ``parse`` reads, in bytes of UTF-8 (the largest bundled example is a
+#: few KB; a model's reply is far below).
+MAX_BYTES = 1 << 20
+#: The deepest nesting ``parse`` accepts: loops and ifs in loops, expressions in expressions
+#: (each bracket, unary operator and operand of a chain of binary operators is a level).
+MAX_DEPTH = 1000
+#: Python frames the AST's recursive walkers use per level of nesting, with a margin.
+_FRAMES_PER_LEVEL = 8
 
 
 class LeirSyntaxError(ValueError):
@@ -26,11 +47,102 @@ class LeirSyntaxError(ValueError):
         self.line, self.column, self.detail = line, column, message
         where = f"line {line}, column {column}: " if line is not None else ""
         snippet = ""
-        if source is not None and line is not None:
-            lines = source.splitlines()
-            if 0 < line <= len(lines):
-                snippet = f"\n    {lines[line - 1]}\n    {' ' * max(column - 1, 0)}^"
+        if source is not None and line is not None and column is not None:
+            text = _source_line(source, line)
+            if text is not None:
+                # a line of a hostile text may be megabytes long: show a window of it
+                start = max(0, column - 1 - 60)
+                cut = text[start:start + 120]
+                snippet = (f"\n    {'...' if start else ''}{cut}{'...' if start + 120 < len(text) else ''}"
+                           f"\n    {' ' * (max(column - 1 - start, 0) + (3 if start else 0))}^")
         super().__init__(f"{where}{message}{snippet}")
+
+
+def _source_line(source: str, line: int) -> str | None:
+    """Line ``line`` (1-based) of ``source``, found without splitting the whole text."""
+    pos = 0
+    for _ in range(line - 1):
+        pos = source.find("\n", pos) + 1
+        if pos == 0:
+            return None
+    end = source.find("\n", pos)
+    return source[pos:] if end < 0 else source[pos:end]
+
+
+def _position(src: str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of character ``offset`` of ``src``."""
+    line = src.count("\n", 0, offset) + 1
+    return line, offset - (src.rfind("\n", 0, offset) + 1) + 1
+
+
+def decode(data: bytes) -> str:
+    """LEIR text from bytes (UTF-8, a byte-order mark allowed); bytes that are not UTF-8 are a
+    ``LeirSyntaxError`` naming the first bad byte's line and column (in bytes)."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        k = e.start
+        line = data.count(b"\n", 0, k) + 1
+        column = k - (data.rfind(b"\n", 0, k) + 1) + 1
+        raise LeirSyntaxError(f"the text is not UTF-8: byte 0x{data[k]:02x} at offset {k} "
+                              f"({e.reason})", line, column) from None
+
+
+_BRACKETS = re.compile(r"[()\[\]#]")
+
+
+@functools.lru_cache(maxsize=4)
+def _unary_run(n: int) -> re.Pattern:
+    """``n`` unary operators in a row (``- - -x``, ``not not``; a binary minus before a run
+    counts one too many, which is on the safe side)."""
+    return re.compile(r"(?:(?:-|\bnot\b)[ \t]*){%d}" % n)
+
+
+def _bound(src: str, max_bytes: int, max_depth: int) -> None:
+    """Raise ``LeirSyntaxError`` when ``src`` is over ``max_bytes`` or nests brackets or unary
+    operators more than ``max_depth`` deep; a linear scan, before the parser sees it."""
+    if len(src) > max_bytes or len(src.encode("utf-8", "surrogatepass")) > max_bytes:
+        # the character where the limit is crossed
+        k = len(src.encode("utf-8", "surrogatepass")[:max_bytes].decode("utf-8", "ignore"))
+        line, column = _position(src, k)
+        raise LeirSyntaxError(f"the text is longer than the limit of {max_bytes:,} bytes of "
+                              f"UTF-8 (max_bytes); this is where it passes it", line, column, src)
+    depth, pos = 0, 0
+    while True:
+        m = _BRACKETS.search(src, pos)
+        if m is None:
+            break
+        c = m.group()
+        pos = m.end()
+        if c == "#":
+            nl = src.find("\n", pos)
+            pos = len(src) if nl < 0 else nl
+        elif c in "([":
+            depth += 1
+            if depth > max_depth:
+                line, column = _position(src, m.start())
+                raise LeirSyntaxError(f"brackets nest more than {max_depth} deep (max_depth)",
+                                      line, column, src)
+        else:
+            depth -= 1
+    m = _unary_run(max_depth + 1).search(src)
+    if m is not None:
+        line, column = _position(src, len(src[:m.end()].rstrip()) - 1)
+        raise LeirSyntaxError(f"more than {max_depth} unary operators in a row (max_depth)",
+                              line, column, src)
+
+
+def _tree_depth(tree, max_depth: int):
+    """The first subtree of the parse tree deeper than ``max_depth``, or None (no recursion)."""
+    from lark import Tree
+
+    stack = [(tree, 1)]
+    while stack:
+        t, d = stack.pop()
+        if d > max_depth:
+            return t
+        stack.extend((c, d + 1) for c in t.children if isinstance(c, Tree))
+    return None
 
 
 class _Indenter(Indenter):
@@ -97,7 +209,7 @@ def _describe_expected(expected) -> str:
     return ", ".join(names)
 
 
-class _Build(Transformer):
+class _Build(Transformer_NonRecursive):
     """Lark tree -> AST. Bare names are resolved against declared tensors after the fact."""
 
     def start(self, items):
@@ -344,13 +456,19 @@ def _after_colon(src: str, line: int) -> bool:
     return False
 
 
-def parse(text: str) -> A.Program:
-    """Parse LEIR text into a ``Program``. Raises ``LeirSyntaxError`` on any syntax error.
+def parse(text: str, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> A.Program:
+    """Parse LEIR text into a ``Program``. Raises ``LeirSyntaxError`` on any syntax error and
+    on a text over ``max_bytes`` or nested deeper than ``max_depth`` (see the module
+    docstring). Bytes are for ``decode`` first.
 
     Parsing checks syntax only; run ``steptp.leir.check`` for names, shapes and dtypes.
     """
     if not isinstance(text, str):
         raise TypeError(f"LEIR text must be str, not {type(text).__name__}")
+    _bound(text, max_bytes, max_depth)
+    need = _FRAMES_PER_LEVEL * max_depth + 2000
+    if sys.getrecursionlimit() < need:
+        sys.setrecursionlimit(need)
     src = text if text.endswith("\n") else text + "\n"
     try:
         tree = _lark().parse(src)
@@ -378,8 +496,17 @@ def parse(text: str) -> A.Program:
     except UnexpectedInput as e:  # pragma: no cover - other lark errors
         raise LeirSyntaxError(str(e).splitlines()[0], getattr(e, "line", None),
                               getattr(e, "column", None), src) from None
+    except MemoryError:
+        raise       # not a syntax error: the caller's limit (``parse_in_worker``) says so
     except Exception as e:  # the indenter raises plain errors on inconsistent dedent
         raise LeirSyntaxError(f"inconsistent indentation ({e})", None, None) from None
+    deep = _tree_depth(tree, max_depth)
+    if deep is not None:
+        pos = _p(deep.meta) if not deep.meta.empty else None
+        raise LeirSyntaxError(f"the program nests more than {max_depth} levels deep (max_depth; "
+                              f"loops and ifs, bracketed and unary expressions, and each "
+                              f"operand of a chain like a + b + c count one level)",
+                              pos.line if pos else None, pos.column if pos else None, src)
     try:
         return _Build().transform(tree)
     except VisitError as e:

@@ -1,16 +1,22 @@
-"""Races of ``parallel`` loops, found exactly by enumerating the iteration space.
+"""Races of ``parallel`` loops: two different iterations of the loop touching one element of a
+tensor, at least one of them writing it, for the same iteration of the loops outside it.
 
-A race hides from verification runs (they are single-threaded, and a race that loses an update
-only sometimes is still wrong), so the verifier looks for it statically. The dependence test the
-strategies use to *offer* a parallelization is conservative (it ignores guards, so a split with a
-tail guard under a parallel loop looks carried), which is right for offering moves and wrong for
-judging a given program. Here each statement under a parallel loop is enumerated over its
-iteration domain (guards applied): a race is an element of a tensor that two different iterations
-of the parallel loop touch, for the same iteration of the loops outside it, at least one of them
-writing it; a ``local`` buffer each iteration overwrites before reading is private to it
-(``leir.private``: TVM allocates it inside the loop) and takes no part. Domains above ``LIMIT``
-points, and subscripts that read tensors (gathers), fall back to the definite case only: a
-reduction whose reduction axis is the parallel loop.
+A race hides from verification runs (a race that loses an update only sometimes is still wrong,
+and one thread never loses one), so the verifier looks for it statically, at any size:
+
+* symbolically, with the strategies' dependence test (``strategies._deps``: the subscripts'
+  affine forms, Banerjee bounds, GCD, exact sums): a dependence the parallel loop carries is a
+  race. It is sound (it never misses one), and conservative where it cannot decide: a subscript
+  that is not affine (a gather, ``//``, ``%``) gives no equation, so a write through it counts
+  as a possible race. It ignores ``if`` guards, so a guarded statement may look racy when it
+  is not;
+* exactly, by enumerating each statement under the loop over its iteration domain (guards
+  applied), when the loop's statements have at most ``LIMIT`` points in all. Where it can run
+  it decides (it is exact); the symbolic test decides the rest, so nothing above a size passes
+  unchecked.
+
+A ``local`` buffer each iteration overwrites before reading is private to it (``leir.private``:
+TVM allocates it inside the loop) and takes no part in either test.
 """
 
 from __future__ import annotations
@@ -45,10 +51,186 @@ def parallel_races(program: A.Program) -> list[str]:
     out = []
     for path, loop in sorted(loop_paths.items()):
         under = [si for si in infos if path in si.loop_paths]
-        why = _race_under(loop, path, under, shapes, private_to(program, path))
+        private = private_to(program, path)
+        why = _race_under(loop, path, under, shapes, private)
+        if why is UNDECIDED:
+            why = symbolic_race(program, path, private)
         if why:
             out.append(why)
     return out
+
+
+#: ``_race_under``'s answer when it cannot enumerate (too many points, or a subscript it cannot
+#: evaluate): the symbolic test decides then.
+UNDECIDED = "undecided"
+
+
+def symbolic_race(program: A.Program, path, private: Collection[str] = frozenset()) -> str | None:
+    """A sentence naming a race of the parallel loop at ``path`` by the dependence test (any
+    size; possible races included), or None when no two of its iterations can conflict."""
+    # the strategies' test is the one home of dependence analysis; imported here because
+    # ``steptp.strategies`` imports ``steptp.leir``
+    from ..strategies import _deps as D
+
+    path = tuple(path)
+    loop = A.node_at(program, path)
+    v = loop.var
+    accs = [a for a in D.collect_under(program, path) if a.tensor not in private]
+    for a, b in D.conflicting_pairs(accs):
+        common = D.common_loops(a, b)
+        level = next((k for k, lp in enumerate(a.loops) if lp.path == path), None)
+        if level is None or level >= len(common) or _separated(program, a, b, v):
+            continue
+        for d in ("<", ">"):
+            vec = ["="] * level + [d] + ["*"] * (len(common) - level - 1)
+            if D.feasible(a, b, common, vec):
+                return _symbolic_reason(a, b, v)
+    return None
+
+
+def _separated(program: A.Program, a, b, v: str) -> bool:
+    """Does some dimension keep two different iterations of ``v`` apart whatever the other
+    loops do? ``c*v + r`` against ``c*v' + r'`` with ``r, r'`` free of ``v``: equal only if
+    ``c*(v - v') = r' - r``, impossible when ``r' - r`` stays within ``(-|c|, |c|)``. This
+    settles the subscripts the affine test gives up on, e.g. a fused loop's
+    ``i*16 + jk//4`` (``jk//4`` in [0, 3]) or a gather in another dimension, and those whose
+    rest only an ``if`` bounds (a split's tail guard ``j_o*3 + j_i < 4``, which the affine test
+    ignores). Bounds of the other loops are taken independently for the two accesses, which
+    can only widen them."""
+    if len(a.exprs) != len(b.exprs):
+        return False
+    ga, gb = _guards_at(program, a.stmt), _guards_at(program, b.stmt)
+    for ea, eb in zip(a.exprs, b.exprs):
+        sa, sb = _split_var(ea, v, a.loops, ga), _split_var(eb, v, b.loops, gb)
+        if sa is None or sb is None or sa[0] != sb[0] or sa[0] == 0:
+            continue
+        c, (la, ha) = sa[0], sa[1]
+        lb, hb = sb[1]
+        if -abs(c) < lb - ha and hb - la < abs(c):
+            return True
+    return False
+
+
+def _guards_at(program: A.Program, path) -> list[tuple[dict[str, int], int, int]]:
+    """The affine guards around the statement at ``path`` as ``(coef, lo, hi)``: where it runs,
+    ``lo <= sum(coef[u] * u) <= hi`` (an unbounded side is +-inf)."""
+    out = []
+    for k in range(1, len(path)):
+        node = A.node_at(program, tuple(path[:k]))
+        if not isinstance(node, A.If):
+            continue
+        conds, todo = [], [node.cond]
+        while todo:
+            e = todo.pop()
+            if isinstance(e, A.Binary) and e.op == "and":
+                todo += [e.lhs, e.rhs]
+            else:
+                conds.append(e)
+        for e in conds:
+            if not (isinstance(e, A.Binary) and e.op in ("<", "<=", ">", ">=")):
+                continue
+            la, ra = affine(e.lhs), affine(e.rhs)
+            if la is None or ra is None:
+                continue
+            coef = dict(la[0])
+            for u, x in ra[0].items():
+                coef[u] = coef.get(u, 0) - x
+            coef = {u: x for u, x in coef.items() if x}
+            k0 = ra[1] - la[1]      # sum(coef*u) OP k0
+            lo, hi = {"<": (-math.inf, k0 - 1), "<=": (-math.inf, k0),
+                      ">": (k0 + 1, math.inf), ">=": (k0, math.inf)}[e.op]
+            if coef:
+                out.append((coef, lo, hi))
+    return out
+
+
+def _affine_bounds(coef: dict[str, int], ranges, guards) -> tuple[float, float] | None:
+    """Bounds of ``sum(coef[u] * u)`` over the box ``ranges``, tightened by each guard whose
+    form is part of it (``coef`` = guard + remainder)."""
+    def box(f):
+        lo = hi = 0
+        for u, x in f.items():
+            if u not in ranges:
+                return None
+            lo += min(x * ranges[u][0], x * ranges[u][1])
+            hi += max(x * ranges[u][0], x * ranges[u][1])
+        return lo, hi
+
+    best = box(coef)
+    if best is None:
+        return None
+    lo, hi = best
+    for gc, glo, ghi in guards:
+        if any(coef.get(u) != x for u, x in gc.items()):
+            continue
+        rest = box({u: x for u, x in coef.items() if u not in gc})
+        part = box(gc)
+        if rest is None or part is None:
+            continue
+        plo, phi = max(part[0], glo), min(part[1], ghi)
+        lo, hi = max(lo, rest[0] + plo), min(hi, rest[1] + phi)
+    return lo, hi
+
+
+def _split_var(e: A.Expr, v: str, loops, guards=()) -> tuple[int, tuple[float, float]] | None:
+    """``e`` as ``c*v + r``: (c, bounds of r over the other loops and the guards), or None when
+    ``v`` appears other than in such a term or ``r`` cannot be bounded (a load, a variable of
+    no loop)."""
+    from .analysis import interval
+
+    terms: list[tuple[int, A.Expr]] = []
+
+    def flat(x: A.Expr, sign: int) -> None:
+        if isinstance(x, A.Binary) and x.op in ("+", "-"):
+            flat(x.lhs, sign)
+            flat(x.rhs, sign if x.op == "+" else -sign)
+        elif isinstance(x, A.Unary) and x.op == "-":
+            flat(x.operand, -sign)
+        else:
+            terms.append((sign, x))
+
+    flat(e, 1)
+    ranges = {lp.var: (0, lp.extent - 1) for lp in loops if lp.var != v}
+    c, lo, hi = 0, 0, 0
+    rest: dict[str, int] = {}
+    for sign, t in terms:
+        f = affine(t)
+        if v in A.free_vars(t):
+            if f is None or set(f[0]) != {v}:
+                return None
+            c += sign * f[0][v]
+            lo, hi = lo + sign * f[1], hi + sign * f[1]
+            continue
+        if f is not None:       # affine terms are bounded together, so guards can apply
+            for u, x in f[0].items():
+                rest[u] = rest.get(u, 0) + sign * x
+            lo, hi = lo + sign * f[1], hi + sign * f[1]
+            continue
+        r = interval(t, ranges, strict=True)
+        if r is None:
+            return None
+        lo, hi = (lo + r[0], hi + r[1]) if sign > 0 else (lo - r[1], hi - r[0])
+    r = _affine_bounds({u: x for u, x in rest.items() if x}, ranges, guards)
+    if r is None:
+        return None
+    return c, (lo + r[0], hi + r[1])
+
+
+def _symbolic_reason(a, b, v: str) -> str:
+    t = a.tensor
+    subs = a.index + b.index
+    if any(f is None for f in subs):
+        why = ("a subscript is not affine, so which elements each iteration touches cannot be "
+               "told apart: a possible race, refused")
+    elif not any(v in f[0] for f in subs):
+        why = (f"no subscript of {t} depends on {v}, so every iteration touches the same "
+               f"elements: {t} is shared by the loop's iterations (a buffer private to each "
+               f"iteration is declared `local` and overwritten whole inside the loop first)")
+    else:
+        why = f"the subscripts of {t} meet for two different values of {v}"
+    pair = f"`{a.text}`" if a.text == b.text else f"`{a.text}` and `{b.text}`"
+    return (f"parallel loop {v}: two different iterations may touch the same element of {t} "
+            f"({pair}, one of them writing it): {why}")
 
 
 def _groups(K: np.ndarray) -> tuple[np.ndarray, int]:
@@ -70,6 +252,8 @@ def _groups(K: np.ndarray) -> tuple[np.ndarray, int]:
 
 def _race_under(loop: A.Loop, path, under, shapes, private: frozenset[str] = frozenset()
                 ) -> str | None:
+    """The race found by enumeration, None when there is none, ``UNDECIDED`` when it cannot
+    enumerate."""
     v = loop.var
     tid = {name: k for k, name in enumerate(sorted(shapes))}
     total = sum(math.prod(lp.extent for lp in si.loops) for si in under)
@@ -112,11 +296,7 @@ def _race_under(loop: A.Loop, path, under, shapes, private: frozenset[str] = fro
         except (ValueError, KeyError, TypeError):
             exact = False
     if not exact:
-        for si in under:
-            if si.stmt.is_reduction and v in si.reduction_axes and not si.guards:
-                return (f"parallel loop {v}: it is a reduction axis of the statement writing "
-                        f"{si.stmt.tensor} (every iteration updates the same element)")
-        return None
+        return UNDECIDED
     if not keys:
         return None
     K = np.concatenate(keys, axis=1)

@@ -4,7 +4,8 @@ the output and the first wrong element (or the race, the input written, the buff
 Each case is built to look right: it builds, has the reference's signature, and is close to
 correct on the easy inputs. They follow the public record of exploits of LLM-kernel benchmarks:
 outputs never or partly written, off-by-one bounds, dropped reduction terms, wrong constants,
-answers right only on standard-normal inputs, races in parallel loops, reordered scans, inputs
+answers right only on standard-normal inputs, races in parallel loops (small, large, and in
+TVMScript that only a run with threads exposes), reordered scans, inputs
 ignored or aliased, constant outputs, tolerance gaming with lower precision or approximations,
 kernels that write their inputs or skip work when their output buffer already looks done.
 
@@ -94,6 +95,43 @@ LOGEXP = """kernel f32 logexp(A[64]) -> D[64]
     D[i] = log(exp(A[i]) + 1.0)
 """
 
+# Races above the size the race check used to enumerate (4M iteration points): a row buffer,
+# declared once for the kernel, written and read by every row of a parallel loop.
+ROWBUF_REF = """kernel f32 k(A[{r},{c}]) -> B[{r},{c}]
+  for i in {r}, j in {c}:
+    B[i,j] = A[i,j] * 2.0 + 1.0
+"""
+ROWBUF = """kernel f32 k(A[{r},{c}]) -> B[{r},{c}]
+  T[{c}]
+{init}  for i in {r} parallel:
+    for j in {c}:
+      T[j] = A[i,j] * 2.0
+    for j in {c}:
+      B[i,j] = T[j] + 1.0
+"""
+ROWSUM_BIG = """kernel f32 rowsum(A[2048,2048]) -> D[2048]
+  for i in 2048, j in 2048:
+    D[i] += A[i,j]
+"""
+SCAN_BIG = """kernel f32 scan(A[4194304]) -> B[4194304]
+  B[0] = A[0]
+  for i in 4194303:
+    B[i + 1] = B[i] + A[i + 1]
+"""
+# The parallel loop's iteration reads what the previous one wrote: right on one thread; TVMScript,
+# so only running it with threads can tell.
+SCAN_BIG_PRIMFUNC = '''# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((4194304,), "float32"), B: T.Buffer((4194304,), "float32")):
+    T.func_attr({"tirx.noalias": True})
+    for i in T.parallel(4194304):
+        with T.sblock("B"):
+            vi = T.axis.spatial(4194304, i)
+            T.reads(B[T.max(vi - 1, 0)], A[vi])
+            T.writes(B[vi])
+            B[vi] = T.if_then_else(vi > 0, B[T.max(vi - 1, 0)], T.float32(0.0)) + A[vi]
+'''
+
 _PRIMFUNC_HEAD = '''# from tvm.script import tirx as T
 @T.prim_func(s_tir=True)
 def main(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32"), D: T.Buffer((64,), "float32")):
@@ -108,6 +146,7 @@ class Case:
     reference: str
     candidate: str
     exactness: str = "exact"
+    threads: bool = False    # verified as the Measurer does: one thread, in a pool of four
 
 
 CASES: tuple[Case, ...] = (
@@ -216,6 +255,25 @@ CASES: tuple[Case, ...] = (
          SQMM.replace("D[i,j] += A[i,k] * B[k,j]", "D[j,i] += A[i,k] * B[k,j]")),
     Case("nan_hidden", "returns NaN where the reference is finite (NaN compares false)", ADD,
          ADD.replace("A[i] + B[i]", "where(A[i] > 2.5, sqrt(-1.0 - abs(A[i])), A[i] + B[i])")),
+    Case("large_row_buffer_race", "a row buffer shared by the rows of a parallel loop, "
+         "1024x4096 (8M points: passed as exact before)", ROWBUF_REF.format(r=1024, c=4096),
+         ROWBUF.format(r=1024, c=4096, init="")),
+    Case("large_row_buffer_race_2048", "the same at 2048x2048, the buffer also zeroed before the "
+         "loop (TVM allocates it once: wrong elements with 2 threads)",
+         ROWBUF_REF.format(r=2048, c=2048),
+         ROWBUF.format(r=2048, c=2048, init="  for j in 2048:\n    T[j] = 0.0\n")),
+    Case("large_shared_accumulator_race", "each row of a parallel loop sums into one shared "
+         "scalar, 2048x2048", ROWSUM_BIG, """kernel f32 rowsum(A[2048,2048]) -> D[2048]
+  S[1]
+  for i in 2048 parallel:
+    S[0] = 0.0
+    for j in 2048:
+      S[0] += A[i,j]
+    D[i] = S[0]
+""", "reassociation"),
+    Case("primfunc_parallel_scan_race", "a TVMScript scan whose carried loop is parallel "
+         "(4M elements; no LEIR for the static check)", SCAN_BIG, SCAN_BIG_PRIMFUNC,
+         threads=True),
 )
 
 
@@ -228,15 +286,37 @@ class Row:
 
 
 def run_suite(cases=CASES, target=None) -> list[Row]:
-    """Verify every case against its reference; one row per case."""
+    """Verify every case against its reference; one row per case. Cases marked ``threads``
+    run in a worker whose TVM thread pool has four threads, verified on one as the Measurer
+    does (this process's pool may have one thread, which no run can grow)."""
     from .programs import load_kernel
     from .verify import verify
+    from .worker import WorkerPool
 
     rows = []
-    for c in cases:
-        try:
-            res = verify(load_kernel(c.candidate), load_kernel(c.reference), c.exactness, target)
-            rows.append(Row(c.name, c.what, not res.passed, res.reason or ""))
-        except Exception as e:  # noqa: BLE001 - a case that breaks the verifier is a finding
-            rows.append(Row(c.name, c.what, False, f"verifier raised {type(e).__name__}: {e}"))
+    pool = None
+    try:
+        for c in cases:
+            try:
+                if c.threads:
+                    if pool is None:
+                        pool = WorkerPool(1, num_threads=4, timeout_s=600)
+                    r = pool.run("build_verify", {
+                        "after": c.candidate, "before": c.reference, "exactness": c.exactness,
+                        "verify_threads": 1,
+                        "target": target.to_dict() if target is not None else None})
+                    if not r.ok:
+                        raise RuntimeError(f"worker {r.status}: {r.reason}")
+                    res = r.value["result"]
+                    rows.append(Row(c.name, c.what, not res["passed"], res["reason"] or ""))
+                    continue
+                res = verify(load_kernel(c.candidate), load_kernel(c.reference), c.exactness,
+                             target)
+                rows.append(Row(c.name, c.what, not res.passed, res.reason or ""))
+            except Exception as e:  # noqa: BLE001 - a case that breaks the verifier is a finding
+                rows.append(Row(c.name, c.what, False,
+                                f"verifier raised {type(e).__name__}: {e}"))
+    finally:
+        if pool is not None:
+            pool.close()
     return rows

@@ -50,7 +50,8 @@ Exactness classes:
 from __future__ import annotations
 
 import time
-from typing import Any, Collection, Sequence
+from contextlib import contextmanager
+from typing import Any, Collection, Iterator, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -93,13 +94,23 @@ CANDIDATE_BOUND_CAP = 10.0
 #: Bumped whenever the comparison rule changes, so cached verdicts of the old rule are not reused
 #: (2: the absolute tolerance of the non-exact classes scaled with the output's magnitude;
 #: 3: fixed per-element tolerances + the reference's error bound, five input distributions,
-#: inputs must stay unchanged; 4: a reference NaN is undetermined in every class).
-RULE_VERSION = 4
+#: inputs must stay unchanged; 4: a reference NaN is undetermined in every class; 5: races
+#: decided at any size, parallel candidates also run with several threads).
+RULE_VERSION = 5
 
 #: Input distributions, one per seed (``seed % len``): (name, how float inputs are drawn).
 DISTRIBUTIONS = ("standard normal", "uniform positive", "large magnitude", "small magnitude",
                  "mixed signs")
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+
+#: Thread counts a CPU candidate with a ``parallel`` loop is run with once more, on the first
+#: input set, after it passed: a race the static check (``leir.races``) would miss, or a TVMScript
+#: candidate it cannot read, shows as wrong elements. Runs other than these use the thread count
+#: the caller set (one in the measurement workers). Counts above the size of TVM's thread pool
+#: (``TVM_NUM_THREADS`` when it started) are run at that size; none when it is 1.
+RACE_THREADS = (2, 4)
+#: Runs per thread count: a race loses updates only in some runs.
+RACE_REPEATS = 2
 
 # Intrinsics whose argument should be positive: inputs read inside them are drawn positive.
 _POSITIVE_FUNCS = frozenset({"log", "log2", "log1p", "sqrt", "rsqrt", "pow"})
@@ -470,6 +481,51 @@ def _reference_program(ref_prog, cand_prog):
     return ref_prog if ref_prog is not None else cand_prog
 
 
+@contextmanager
+def tvm_threads(n: int) -> Iterator[int]:
+    """Run TVM's parallel loops on ``n`` threads inside the block (as many as its pool allows:
+    the number is yielded), then go back to the count before."""
+    import tvm_ffi
+
+    config = tvm_ffi.get_global_func("runtime.config_threadpool")
+    count = tvm_ffi.get_global_func("runtime.NumThreads")
+    before = int(count())
+    config(1, int(n))
+    try:
+        yield int(count())
+    finally:
+        config(1, before)
+
+
+def _has_parallel_loop(cb) -> bool:
+    from tvm import tirx
+
+    return any(isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL
+               for s in B._walk_stmts(cb.func.body))
+
+
+def threaded_problem(cb, ref_run, exactness: str, bounds=None) -> str | None:
+    """Run ``cb`` (a CPU build with a parallel loop) on ``ref_run = (label, inputs, reference
+    outputs)`` with each of ``RACE_THREADS``; the reason of the first wrong run, else None."""
+    _label, ins, want = ref_run
+    outs = [p for p in cb.params if p.is_output]
+    tried = set()
+    for n in RACE_THREADS:
+        with tvm_threads(n) as got_n:
+            if got_n < 2 or got_n in tried:
+                continue
+            tried.add(got_n)
+            for _ in range(RACE_REPEATS):
+                got = B.run(cb, ins)
+                for ok, _ae, _re, why in compare_outputs(
+                        outs, got, want, exactness, lambda: B.run(cb, ins, fill=_alt_fill),
+                        bounds):
+                    if not ok:
+                        return (f"race: run with {got_n} threads, {why} (the same inputs pass "
+                                f"on one thread)")
+    return None
+
+
 def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
           stop_at_first: bool = False, cand_prog: A.Program | None = None,
           run_seconds: list[float] | None = None) -> list[SeedResult]:
@@ -544,6 +600,13 @@ def judge(cb, refs, exactness: str, bound_prog: A.Program | None, target,
         results[-1].passed = False
         results[-1].reason = ("the reference computes no finite value on any input: nothing was "
                               "compared")
+    elif results and all(r.passed for r in results) and not target.is_gpu \
+            and _has_parallel_loop(cb):
+        ins0 = refs[0][1]
+        why = threaded_problem(cb, refs[0], exactness, None if bound_prog is None else (
+            lambda: error_bounds(bound_prog, ins0, reorders, target)))
+        if why:
+            results[0].passed, results[0].reason = False, why
     return results
 
 

@@ -50,6 +50,7 @@ TASKS: dict[str, str] = {
     "time_built": "steptp.measure.runner.tasks:time_built_task",
     "rpc_time": "steptp.measure.runner.rpc:rpc_time_task",
     "ping": "steptp.measure.worker:ping_task",
+    "parse_leir": "steptp.measure.worker:parse_task",
     # kernel extraction (steptp.zoo.extract): one workload scan, one raise check
     "extract_scan": "steptp.zoo.extract:scan_task",
     "extract_check": "steptp.zoo.extract:check_task",
@@ -87,6 +88,25 @@ def ping_task(payload: dict) -> dict:
     return {"pid": os.getpid(), "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
             "echo": payload.get("echo"),
             "modules": sorted(m for m in payload.get("modules", ()) if sys.modules.get(m))}
+
+
+def parse_task(payload: dict) -> dict:
+    """Parse (and ``check``) LEIR text: ``{"program": Program}``, or the syntax error's
+    ``(message, line, column)``, or the check's ``(line, column, message)`` problems."""
+    from ..leir import check
+    from ..leir.check import LeirCheckError
+    from ..leir.parser import MAX_BYTES, MAX_DEPTH, LeirSyntaxError, parse
+
+    try:
+        prog = parse(payload["text"], payload.get("max_bytes") or MAX_BYTES,
+                     payload.get("max_depth") or MAX_DEPTH)
+        if payload.get("check", True):
+            check(prog)
+    except LeirSyntaxError as e:
+        return {"syntax": (e.detail, e.line, e.column)}
+    except LeirCheckError as e:
+        return {"check": [(p.line, p.column, p.message) for p in e.problems]}
+    return {"program": prog}
 
 
 def selftest_task(payload: dict) -> Any:
@@ -171,6 +191,13 @@ def _worker_main(rfd: int, wfd: int) -> None:
         sys.modules[mod] = None  # type: ignore[assignment]
     for mod in filter(None, preload.split(",")):
         importlib.import_module(mod)  # TVM once, before the first deadline starts
+    growth = os.environ.get("STEPTP_WORKER_MEMORY_GROWTH_MB")
+    if growth:
+        # what the task may add to the worker as started: its imports (``steptp.measure``
+        # brings TVM, hundreds of MB of address space) vary with the build, its task does not
+        with open("/proc/self/statm") as f:
+            now = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = str((now >> 20) + int(growth))
     if limit:
         import resource
 
@@ -532,6 +559,58 @@ class WorkerPool:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+_PARSE_POOLS: dict[int, "WorkerPool"] = {}
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_in_worker(text: str, timeout_s: float = 10.0, memory_mb: int = 1024,
+                    max_bytes: int | None = None, max_depth: int | None = None,
+                    check: bool = True):
+    """``leir.parse`` (and ``leir.check`` unless ``check`` is False) of untrusted text, such as a
+    model's reply, in a worker process under a time limit and a memory limit (RLIMIT_AS: the
+    worker's address space as started plus ``memory_mb``), as builds run: a reply that parses
+    for minutes or exhausts memory costs one reply. Returns the
+    ``Program``; raises ``LeirSyntaxError`` (positioned, as ``parse`` does; also for the time
+    limit, the memory limit and a crash, unpositioned) or ``LeirCheckError``. Workers (one per
+    ``memory_mb``, without TVM) are started once per process and reused."""
+    from ..leir.check import LeirCheckError, Problem
+    from ..leir.parser import LeirSyntaxError
+
+    with _PARSE_LOCK:
+        pool = _PARSE_POOLS.get(int(memory_mb))
+        if pool is None or pool._closed:
+            pool = _PARSE_POOLS[int(memory_mb)] = WorkerPool(
+                1, num_threads=1, timeout_s=timeout_s,
+                env={"STEPTP_WORKER_PRELOAD": "steptp.leir",
+                     "STEPTP_WORKER_MEMORY_GROWTH_MB": str(int(memory_mb))})
+    r = pool.run("parse_leir", {"text": text, "max_bytes": max_bytes, "max_depth": max_depth,
+                                "check": check}, timeout_s=timeout_s)
+    if r.ok:
+        v = r.value
+        if "program" in v:
+            return v["program"]
+        if "syntax" in v:
+            detail, line, column = v["syntax"]
+            raise LeirSyntaxError(detail, line, column, text if line is not None else None)
+        from ..leir import ast as A
+
+        raise LeirCheckError([Problem(A.Pos(ln, col) if ln is not None else None, msg)
+                              for ln, col, msg in v["check"]])
+    if r.status == "timeout":
+        raise LeirSyntaxError(f"not parsed within {float(timeout_s):g} s (the time limit of "
+                              f"parsing a reply)")
+    if r.reason and "MemoryError" in r.reason:   # raised in the task, or killed the worker
+        # a worker that met its address-space limit may fail every allocation after: restart it
+        i = pool._take(r.worker)
+        try:
+            pool.workers[i].kill()
+        finally:
+            pool._give(i)
+        raise LeirSyntaxError(f"parsing ran out of its {int(memory_mb)} MB (the memory limit of "
+                              f"parsing a reply; {r.status}: {r.reason})")
+    raise LeirSyntaxError(f"the parsing worker failed: {r.reason}")
 
 
 class WorkerShelf:

@@ -54,6 +54,7 @@ class Access:
     text: str           # for messages, e.g. "T0[i] += ..."
     reduction: bool = False
     collapsed: tuple[tuple[int, int, Affine], ...] = ()   # collapsed_dims of the subscripts
+    exprs: tuple[A.Expr, ...] = ()  # the subscripts as written (``leir.races`` bounds the rest)
 
 
 def collect(body: Sequence[A.Stmt], base: Path = (), loops: tuple[LoopRef, ...] = ()) -> list[Access]:
@@ -66,7 +67,7 @@ def collect(body: Sequence[A.Stmt], base: Path = (), loops: tuple[LoopRef, ...] 
         for n in A.walk(e):
             if isinstance(n, A.Load):
                 out.append(Access(n.tensor, tuple(affine(i) for i in n.index), False, loops_, path,
-                                  text, collapsed=_collapsed(n.index)))
+                                  text, collapsed=_collapsed(n.index), exprs=n.index))
 
     for k, s in enumerate(body):
         p = base + (k,)
@@ -83,8 +84,8 @@ def collect(body: Sequence[A.Stmt], base: Path = (), loops: tuple[LoopRef, ...] 
             idx = tuple(affine(i) for i in s.index)
             col = _collapsed(s.index)
             if s.is_reduction:
-                out.append(Access(s.tensor, idx, False, loops, p, text, True, col))
-            out.append(Access(s.tensor, idx, True, loops, p, text, s.is_reduction, col))
+                out.append(Access(s.tensor, idx, False, loops, p, text, True, col, s.index))
+            out.append(Access(s.tensor, idx, True, loops, p, text, s.is_reduction, col, s.index))
     return out
 
 
@@ -136,7 +137,7 @@ def _collect_single(node: A.Stmt, path: Path, loops: tuple[LoopRef, ...]) -> lis
     out = []
     for a in accs:
         out.append(Access(a.tensor, a.index, a.write, a.loops, path + a.stmt[1:], a.text, a.reduction,
-                          a.collapsed))
+                          a.collapsed, a.exprs))
     return out
 
 
