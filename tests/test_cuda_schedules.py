@@ -419,7 +419,7 @@ def test_the_exact_dependence_check_agrees_with_enumeration():
     import itertools
     import random
 
-    from steptp.strategies._deps import Access, LoopRef, feasible
+    from steptp.leir.deps import Access, LoopRef, feasible
     rng = random.Random(7)
     dependent = independent = 0
     for _ in range(300):

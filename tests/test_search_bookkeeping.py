@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 import steptp.analysis.cost_model as CM
-import steptp.strategies._deps as D
+import steptp.leir.deps as D
 from steptp import examples
 from steptp.leir import ast as A
 from steptp.leir import format_program, parse

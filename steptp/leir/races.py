@@ -4,7 +4,7 @@ tensor, at least one of them writing it, for the same iteration of the loops out
 A race hides from verification runs (a race that loses an update only sometimes is still wrong,
 and one thread never loses one), so the verifier looks for it statically, at any size:
 
-* symbolically, with the strategies' dependence test (``strategies._deps``: the subscripts'
+* symbolically, with the dependence test (``leir.deps``: the subscripts'
   affine forms, Banerjee bounds, GCD, exact sums): a dependence the parallel loop carries is a
   race. It is sound (it never misses one), and conservative where it cannot decide: a subscript
   that is not affine (a gather, ``//``, ``%``) gives no equation, so a write through it counts
@@ -28,6 +28,7 @@ from typing import Collection
 import numpy as np
 
 from . import ast as A
+from . import deps as D
 from .analysis import _eval_np, affine, statements
 from .printer import format_stmt
 from .private import private_to
@@ -68,10 +69,6 @@ UNDECIDED = "undecided"
 def symbolic_race(program: A.Program, path, private: Collection[str] = frozenset()) -> str | None:
     """A sentence naming a race of the parallel loop at ``path`` by the dependence test (any
     size; possible races included), or None when no two of its iterations can conflict."""
-    # the strategies' test is the one home of dependence analysis; imported here because
-    # ``steptp.strategies`` imports ``steptp.leir``
-    from ..strategies import _deps as D
-
     path = tuple(path)
     loop = A.node_at(program, path)
     v = loop.var

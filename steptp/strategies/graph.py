@@ -9,7 +9,7 @@ and the statements it holds). Sites name a statement by path (``{"path": [1], "l
 Expressions are named by their canonical text (``{"expr": "T0[i,j] + C[j]"}``), so a language model
 can name them back; the first occurrence in pre-order is meant.
 
-Legality is sound: dependences come from the direction-vector tests of ``_deps`` (a dependence
+Legality is sound: dependences come from the direction-vector tests of ``leir.deps`` (a dependence
 that cannot be ruled out counts as present), and every refusal says why.
 """
 
@@ -22,7 +22,7 @@ from ..leir import ast as A
 from ..leir.private import private_to
 from ..leir.printer import format_expr, format_stmt
 from ..leir.types import LeirTypeError, expr_dtype
-from . import _deps as D
+from ..leir import deps as D
 from ..leir.ast import iter_stmts, node_at
 from ..leir.nav import (Path, band, chain, enclosing_loops, reduction_axes, replace_at, tensors_read,
                         tensors_written)

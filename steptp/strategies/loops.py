@@ -3,7 +3,7 @@ GPU binding, reduction factorization (rfactor) and compute_at.
 
 Sites name loops by path and variable (``{"path": [0, 1], "loops": ["j"]}``); parameters are small
 JSON dicts (``{"factor": 4}``, ``{"order": ["j", "i"]}``). Legality comes from the dependence
-tests of ``_deps`` (sound: a dependence the test cannot rule out counts as present) plus
+tests of ``leir.deps`` (sound: a dependence the test cannot rule out counts as present) plus
 structural rules, and every refusal says why.
 """
 
@@ -18,7 +18,7 @@ from ..leir import ast as A
 from ..leir.printer import format_stmt
 from ..leir.private import private_to
 from ..leir.races import thread_races
-from . import _deps as D
+from ..leir import deps as D
 from ._memo import IdentityMemo
 from ..leir.analysis import affine
 from ..leir.ast import iter_stmts, node_at

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE
 from ..leir.printer import format_expr, format_stmt
-from . import _deps as D
+from ..leir import deps as D
 from ..leir.races import thread_elements
 from ..leir.analysis import affine
 from ..leir.ast import iter_stmts, node_at

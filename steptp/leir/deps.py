@@ -1,5 +1,5 @@
-"""Data-dependence tests for the loop strategies: sound (never misses a dependence), conservative
-(may report one that cannot happen).
+"""Data-dependence tests (the loop strategies' legality, the race check): sound (never misses a
+dependence), conservative (may report one that cannot happen).
 
 Every array access is collected with its enclosing loops. For two accesses to the same tensor, at
 least one a write, we ask whether some pair of their statement instances touches the same element
@@ -29,10 +29,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from ..leir import ast as A
-from ..leir.analysis import affine
-from ..leir.layout import Affine, collapsed_dims, linear
-from ..leir.nav import Path
+from . import ast as A
+from .analysis import affine
+from .layout import Affine, collapsed_dims, linear
+from .nav import Path
 
 DIRS = ("<", "=", ">")
 
@@ -59,7 +59,7 @@ class Access:
 
 def collect(body: Sequence[A.Stmt], base: Path = (), loops: tuple[LoopRef, ...] = ()) -> list[Access]:
     """Every access of a statement list (paths relative to the program root via ``base``)."""
-    from ..leir.printer import format_expr, format_stmt
+    from .printer import format_expr, format_stmt
 
     out: list[Access] = []
 
@@ -116,7 +116,7 @@ def subscript_pairs(a: Access, b: Access) -> list[tuple[Affine | None, Affine | 
 
 def collect_under(program: A.Program, path: Path) -> list[Access]:
     """The accesses of the statement at ``path`` and everything inside it."""
-    from ..leir.nav import chain
+    from .nav import chain
 
     ch = chain(program, path)
     if ch is None:
