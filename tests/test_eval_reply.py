@@ -117,3 +117,28 @@ def test_cli_errors_name_the_input(tmp_path):
     r = run("--leir", "k.leir", "--params", "p.yaml")
     assert r.returncode == 2 and "eval.sampels: unknown key (did you mean samples?)" in r.stderr
     assert not (tmp_path / "eval").exists()  # nothing half-written
+
+
+def test_hostile_programs_are_unparsable_verdicts_from_the_worker():
+    """A reply's program is parsed in a bounded worker: nesting far past the limit, bytes the
+    grammar cannot take and a runaway unary chain are each one ``unparsable`` proposal with a
+    positioned reason, quickly, and the judge (this process) goes on to the next reply."""
+    import time
+
+    p, c = _reorder()
+
+    def judge(program):
+        reply = "<think>t</think>\n" + answer_json("loop_reorder", c.site.to_json(), dict(c.params), program)
+        return static_judgement(p, p, "exact", reply)
+
+    deep = "kernel mm(A: f32[16,16], B: f32[16,16]) -> C: f32[16,16]\n  for i in 16, j in 16:\n    C[i,j] = " \
+        + "(" * 60_000 + "A[i,j]" + ")" * 60_000 + "\n"
+    unary = deep.replace("(" * 60_000 + "A[i,j]" + ")" * 60_000, "-" * 5_000 + "A[i,j]")
+    t0 = time.perf_counter()
+    for prog, why in [(deep, "line 3"), (unary, "unary")]:
+        j, cand = judge(prog)
+        assert j.outcome == "unparsable" and cand is None, j
+        assert why in j.reason, j.reason
+    assert time.perf_counter() - t0 < 60
+    j, cand = judge(format_program(c.program))  # the worker is still there for a good reply
+    assert j.outcome == "unparsable" and j.faithful and cand is not None

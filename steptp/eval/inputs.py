@@ -16,6 +16,7 @@ import polars as pl
 
 from ..leir import check, format_program, parse
 from ..leir.canon import canonical_hash
+from ..leir.parser import decode
 from ..records import StepRecord
 from ..exactness import worse
 from .judge import State
@@ -129,7 +130,7 @@ def from_leir(paths: Sequence[str | Path], target: str = "cpu", hardware: str = 
     here = "" if hardware else this_machine()
     for p in paths:
         try:
-            prog = parse(Path(p).read_text())
+            prog = parse(decode(Path(p).read_bytes()))
             check(prog)
         except OSError as e:
             raise EvalInputError(f"{p}: cannot read ({e.strerror})") from None

@@ -41,11 +41,13 @@ OUTCOMES = ("no_reply", "unparsable", "bad_signature", "illegal", "failed_verifi
 
 
 def parse_untrusted(text: str) -> A.Program:
-    """THE one place a proposed program's text is parsed (a reply is untrusted: a bounded,
-    isolated parse replaces ``steptp.leir.parse`` here, and only here)."""
-    from ..leir import parse
+    """THE one place a proposed program's text is parsed. A reply is untrusted: it is parsed
+    (size and nesting bounded) and checked in a worker process under a time and a memory limit,
+    as builds run, so a reply that would parse for minutes or exhaust memory costs one
+    proposal (``LeirSyntaxError`` / ``LeirCheckError``: an ``unparsable`` verdict)."""
+    from ..measure.worker import parse_in_worker
 
-    return parse(text)
+    return parse_in_worker(text)
 
 
 @dataclass
