@@ -185,8 +185,10 @@ def card_sections(stats: Mapping[str, Any]) -> list[str]:
                        ("trajectories", "one row per search"))
           if counts.get(n)], "",
         "```python",
+        "import os",
         "from datasets import load_dataset",
-        "release = \".\"                                   # this folder, or its Hub repository id",
+        "release = os.getcwd()     # run in this folder; or give its path, or its Hub repository id",
+        "# (not \".\": datasets names the dataset after the folder, and \".\" has no name)",
         "chat = load_dataset(release)                      # the default config: sft",
         *(["pairs = load_dataset(release, \"preference\")      # a DPO dataset: prompt, chosen, rejected"]
           if counts.get("preference") else []),
