@@ -5,6 +5,7 @@ trainers on a tiny local model (docs/train.md's code, executed)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -88,6 +89,23 @@ def test_release_loads_with_datasets_by_config(release, tmp_path):
             + " | ".join(str(fit[str(m)]) for m in MAX_LENGTHS)) in card
     assert fit["8192"] == stats["counts"]["steps"] and fit["1024"] < fit["8192"]
     assert "rejected_why" in card and "parent_step_key" in card
+
+
+def test_a_release_rebuilt_in_the_same_folder_loads_its_own_rows(release, tmp_path):
+    """datasets keys its cache of a local folder by the folder's name and the card's configs: the
+    configs name their files' digest, so a rebuilt release (or the `latest` link moved) is not
+    served the previous release's rows."""
+    path, _, stats = release
+    cur = read_curated(path.parent / "cur")
+    cur["steps"] = [s for s in cur["steps"] if s.kernel_id != cur["steps"][0].kernel_id]
+    other = tmp_path / "rebuilt" / path.name
+    again = export_release(cur, other, name="steptp-test", version="9", params={"seed": 0},
+                           fingerprint={"cpu_model": "Test CPU", "machine": "x86_64", "num_threads": 2})
+    assert again["counts"]["steps"] < stats["counts"]["steps"]
+    cache = tmp_path / "cache"
+    for folder, st in ((path, stats), (other, again)):
+        got = _load(folder, cache=cache)
+        assert {sp: len(v) for sp, v in got.items()} == {sp: n for sp, n in st["counts"]["examples_per_split"].items() if n}
 
 
 def test_parent_step_key_joins_the_trees(release):
@@ -262,3 +280,41 @@ def test_trl_trains_on_the_release_with_no_glue(release, tmp_path):
         if trainer == "GRPOTrainer":
             rewards = [h["reward"] for h in t.state.log_history if "reward" in h]
             assert rewards and all(-1.0 <= r <= 1.0 for r in rewards)
+
+
+@pytest.mark.slow
+def test_measured_reward_builds_verifies_and_times(release, tmp_path):
+    """The measured strength: the release's answer verifies against the original and is timed
+    (a speedup bonus on top of the static score); a program with one operator changed is legal
+    text but fails verification; a second call is answered from the measurer's cache."""
+    import time
+
+    from steptp.measure import MeasureConfig
+    from steptp.rl import SCORES, MeasuredReward, judge_completions, reward
+
+    path, _, _ = release
+    prompts = _load(path, "prompts", tmp_path)
+    state = {r["prompt"][1]["content"]: r for sp in prompts for r in prompts[sp]}
+    sft = _load(path, cache=tmp_path)
+    x = sft["validation"][0]
+    s, a = state[x["messages"][1]["content"]], x["messages"][2]["content"]
+    ans = json.loads(a.split("</think>\n", 1)[1])
+    op = " + " if " + " in ans["program"] else " * "
+    wrong = "<think>\nx\n</think>\n" + json.dumps({**ans, "program": ans["program"].replace(op, " - ", 1)})
+    comps = [a, wrong, "no answer"]
+    cols = {k: [s[k]] * len(comps) for k in ("original", "program", "exactness", "target", "kernel_id")}
+    assert reward(None, comps, **cols) == [SCORES["faithful"], SCORES["unfaithful"], SCORES["unparsable"]]
+    m = MeasuredReward(config=MeasureConfig(min_repeat_ms=10, repeats=5, num_threads=1, timeout_s=60),
+                       cache=tmp_path / "cache.sqlite")
+    try:
+        js = judge_completions(None, comps, judge=m.judge, **cols)
+        assert [j.outcome for j, _ in js] == ["verified", "failed_verification", "unparsable"], js
+        j0 = js[0][0]
+        assert j0.faithful and j0.step_speedup and j0.step_speedup > 0
+        t0 = time.perf_counter()
+        got = m(None, comps, **cols)        # verified and timed above: the cache answers
+        assert time.perf_counter() - t0 < 5.0
+        bonus = max(-1.0, min(1.0, math.log2(j0.step_speedup)))
+        assert got == [pytest.approx(SCORES["faithful"] + bonus), SCORES["failed_verification"], SCORES["unparsable"]]
+    finally:
+        m.close()

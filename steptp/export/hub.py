@@ -34,6 +34,16 @@ MAX_LENGTHS = (1024, 2048, 4096, 8192)
 DEFAULT_LICENSE = "other"
 
 
+def config_digest(out: Path, name: str) -> str:
+    """sha256 (12 hex) over a config's files and their content."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted((out / CONFIG_DIR / name).glob("*.parquet")):
+        h.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()[:12]
+
+
 def write_config(out: Path, name: str, df: pl.DataFrame) -> dict[str, int]:
     """Write ``df`` (with a ``split`` column) as ``configs/<name>/<split>.parquet``, one file per
     split with rows; returns the rows per split written. All splits come from one frame so they
@@ -52,8 +62,12 @@ def frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(list(rows), infer_schema_length=None)
 
 
-def data_files(counts: Mapping[str, Mapping[str, int]]) -> list[dict[str, Any]]:
-    """The ``configs`` entry of the card's front matter."""
+def data_files(counts: Mapping[str, Mapping[str, int]], digests: Mapping[str, str] | None = None,
+               release: str = "") -> list[dict[str, Any]]:
+    """The ``configs`` entry of the card's front matter. Each config's ``description`` names its
+    files' digest: ``datasets`` (5.2) keys its cache of a local folder by the folder's name and
+    the configs' YAML, not by file content, so without it a release rebuilt in place, or the
+    ``latest`` link moved to a new release, would load the previous rows."""
     out = []
     for name in CONFIGS:
         per = counts.get(name) or {}
@@ -62,6 +76,8 @@ def data_files(counts: Mapping[str, Mapping[str, int]]) -> list[dict[str, Any]]:
         c: dict[str, Any] = {"config_name": name}
         if name == DEFAULT_CONFIG:
             c["default"] = True
+        if (digests or {}).get(name):
+            c["description"] = f"{name} rows of {release} (files sha256 {digests[name]})"
         c["data_files"] = [{"split": sp, "path": f"{CONFIG_DIR}/{name}/{sp}.parquet"}
                            for sp in SPLITS if per.get(sp)]
         out.append(c)
@@ -89,7 +105,7 @@ def front_matter(stats: Mapping[str, Any], license_id: str | None) -> str:
         "tags": ["code", "tensor-programs", "compiler-optimization", "chain-of-thought", "sft",
                  "dpo", "grpo", "steptp"],
         "size_categories": [size_category(largest)],
-        "configs": data_files(counts),
+        "configs": data_files(counts, stats.get("config_digests"), f"{stats['name']} {stats['version']}"),
     }
     return "---\n" + yaml.safe_dump(meta, sort_keys=False, default_flow_style=False) + "---\n\n"
 
@@ -233,5 +249,5 @@ def card_sections(stats: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["CONFIGS", "CONFIG_DIR", "DEFAULT_CONFIG", "MAX_LENGTHS", "card_sections", "data_files", "fits",
+__all__ = ["CONFIGS", "CONFIG_DIR", "DEFAULT_CONFIG", "MAX_LENGTHS", "card_sections", "config_digest", "data_files", "fits",
            "frame", "front_matter", "prompt_states", "write_config"]

@@ -256,6 +256,7 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
         "fingerprints": sorted({s.fingerprint for s in steps if s.fingerprint}),
         "plots": plots, "chat_format": chat.FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
         "configs": config_counts, "length_fit": length_fit,
+        "config_digests": {n: hub.config_digest(out, n) for n, c in config_counts.items() if c},
     }
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=1, default=str) + "\n")
     write_text_atomic(out / "README.md", card(stats, params or {}))
