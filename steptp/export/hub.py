@@ -118,10 +118,10 @@ def fits(tokens: Iterable[int], limits: Sequence[int] = MAX_LENGTHS) -> dict[int
 
 def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str], pair_keys: set[str],
                   parents: Mapping[int, int], splits: Mapping[str, str], hardware: str) -> list[dict[str, Any]]:
-    """Every state of the release, once per (kernel, canonical program): the before-program
-    of each SFT example, of each pair, and the unscheduled kernels of each split. Each row has the chat prompt and what a checker needs to judge a reply there
-    (the kernel's original program, the current program, the loosest exactness along the
-    recorded path to it, the target)."""
+    """Every state of the release, once per (kernel, canonical program): the before-program of
+    each SFT example, of each pair, and the unscheduled kernels of each split. Each row has the
+    chat prompt and what a checker needs to judge a reply there (the kernel's original program,
+    the current program, the loosest exactness along the recorded path to it, the target)."""
     from ..leir import format_program, parse
     from ..leir.canon import canonical_hash
     from ..records import step_key
@@ -143,14 +143,12 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str]
         seen.add(key)
         # the text as the examples show it (names as the rewrites gave them): an RL prompt is
         # then the very prompt of the SFT example from that state
-        text = program
-        rows.append({"prompt": chat.prompt_messages(text, hardware or target),
-                     "kernel_id": kernel_id, "split": splits.get(kernel_id),
+        msgs = chat.prompt_messages(program, hardware or target)
+        rows.append({"prompt": msgs, "kernel_id": kernel_id, "split": splits.get(kernel_id),
                      "state_id": key[1][:16], "source": source, "original": originals[kernel_id],
-                     "program": text, "exactness": exactness, "target": target, "hardware": hardware,
+                     "program": program, "exactness": exactness, "target": target, "hardware": hardware,
                      "depth": depth, "parent_step_key": parent,
-                     "prompt_tokens": sum(chat.n_tokens(m["content"])
-                                          for m in chat.prompt_messages(text, hardware or target))})
+                     "prompt_tokens": sum(chat.n_tokens(m["content"]) for m in msgs)})
 
     kdf = kernels.filter(pl.col("split").is_not_null())
     if "raise_ok" in kdf.columns:
