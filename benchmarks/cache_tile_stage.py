@@ -36,7 +36,7 @@ def _staged(program):
 
 
 def _parallel(program, cores: int):
-    from steptp.search.cost_model import score
+    from steptp.analysis.cost_model import score
     from steptp.search.space import actions
 
     cands = actions(program, strategies=["loop_parallelization"])

@@ -268,7 +268,7 @@ class Step:
 
 def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
     from steptp import strategies as S
-    from steptp.search import cost_model as CM
+    from steptp.analysis import cost_model as CM
 
     hw = st.hw
     cores = int(hw["cores"])

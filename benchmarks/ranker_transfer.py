@@ -82,7 +82,7 @@ def metrics(score: list[float], measured: list[float], top: float) -> tuple[floa
 
 def evaluate(data: dict[str, dict[str, float]], min_programs: int, top: float, seed: int):
     from steptp.leir import parse
-    from steptp.search.cost_model import score
+    from steptp.analysis.cost_model import score
     from steptp.search.ranker import LearnedCostModel, Ranker, _prior_row
 
     rows = []

@@ -674,7 +674,8 @@ def validate(release: Path = typer.Argument(..., help="a release folder (steptp 
 
 
 @app.command()
-def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="params.yaml"),
+def release(params: Optional[Path] = typer.Option(None, "--params",
+                                                help="params.yaml (default: ./params.yaml)"),
             out: Path = typer.Option(Path("releases"), "--out", "-o", help="releases folder"),
             nightly: bool = typer.Option(False, "--nightly",
                                          help="a nightly build: version <version>+nightly.<UTC date> "
@@ -685,7 +686,11 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
             force: bool = typer.Option(False, "--force", help="replace a published release of the "
                                        "same id whose records differ"),
             no_version: bool = typer.Option(False, "--no-version-control",
-                                            help="skip dvc add/push and the git tag")):
+                                            help="skip dvc add/push and the git tag"),
+            git: Optional[bool] = typer.Option(None, "--git/--no-git",
+                                               help="commit and tag the release's .dvc file in git "
+                                                    "and dvc push it (default: params publish.git, "
+                                                    "off: the commands are printed instead)")):
     """The main job: build a quality-gated release end to end with the Prefect build_release
     flow (extract, search, CoT, curate, export, validate, compare with the previous release,
     publish), cached under OUT/.prefect-results, and print where the release and its Data Docs
@@ -693,18 +698,29 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
 
     A published release is never overwritten: the same records again leave it untouched (exit
     0); other records under the same id are refused (exit 1) unless --force. OUT/latest.json
-    names the newest release. In a DVC project the release is dvc-added and pushed, and tagged
-    release-<id> in git when the tree is clean (what is skipped is said). Progress is also
-    appended to OUT/logs/<id>.log."""
+    names the newest release. In a DVC project the release is dvc-added; only with --git (or
+    params publish.git: true, as in the nightly deployment) is its .dvc file committed and
+    tagged release-<id> (when the tree is clean) and pushed; otherwise the git and dvc push
+    commands are printed for you to run. Progress is also appended to OUT/logs/<id>.log."""
     import os
     import time as _time
 
     from .export import ReleaseExists
-    from .params import ParamsError, build
+    from .params import ParamsError, build, publish_git
+    from .release import ReleaseGateFailed
 
+    if params is None:
+        params = Path("params.yaml")
+        if not params.is_file():
+            # no silent fallback to built-in defaults: they search every kernel of the zoo
+            raise typer.BadParameter(
+                f"no params.yaml in {Path.cwd()}: run in a project folder that has one, or pass "
+                f"--params FILE (the steptp repository's params.yaml builds a small release)",
+                param_hint="--params")
     p = _load_params(params)
     try:
         build(p, nightly, date)
+        publish_git(p, git)
     except ParamsError as e:
         raise typer.BadParameter(str(e)) from None
     out = out.resolve()
@@ -714,11 +730,11 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     t0 = _time.perf_counter()
-    from steptp.flows.build_release import ReleaseGateFailed, build_release
+    from steptp.flows.build_release import build_release
 
     try:
         res = build_release(p, str(out), nightly=nightly, date=date, force=force,
-                            version_control=not no_version)
+                            version_control=not no_version, git=git)
     except (ReleaseGateFailed, ReleaseExists) as e:
         _err(f"{e}" + (f"\nlog: {e.log}" if getattr(e, "log", None) else ""))
         raise typer.Exit(1) from None
@@ -736,6 +752,12 @@ def release(params: Path = typer.Option(Path("params.yaml"), "--params", help="p
     if res.get("previous") and res["status"] != "unchanged":
         console.print(f"changes since {escape(res['previous'])}: {escape(str(Path(res['release']) / 'diff.json'))}"
                       f" ({len(res['regressions'])} regressions beyond the spread)", soft_wrap=True)
+    left = (res.get("versioning") or {}).get("commands")
+    if left:
+        console.print("git and the DVC remote left alone (publish.git off); to record this release "
+                      "in git and push its data, run:", soft_wrap=True)
+        for c in left:
+            console.print(f"    {escape(c)}", soft_wrap=True, highlight=False)
 
 
 @app.command()
@@ -744,7 +766,7 @@ def releases(out: Path = typer.Option(Path("releases"), "--out", "-o", help="rel
              as_json: bool = typer.Option(False, "--json", help="one JSON object per release")):
     """List the published releases: id, version, date, counts, DVC status (untracked, tracked,
     pushed, changed) and git tag; the one latest.json names is marked *."""
-    from .export.versioning import list_releases
+    from .release.versioning import list_releases
 
     rows = list_releases(out, with_status=not no_status)
     latest = ""
@@ -773,7 +795,7 @@ def pull(release_id: str = typer.Argument(..., help="a release id, e.g. steptp-t
     """Restore a published release from the DVC remote (on a fresh clone too: its .dvc file
     comes from the git tag release-ID when the working tree lacks it), then check every file
     against its manifest."""
-    from .export.versioning import RestoreError, pull as do_pull
+    from .release.versioning import RestoreError, pull as do_pull
 
     try:
         dest = do_pull(release_id, out)
@@ -1039,11 +1061,15 @@ def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a rele
                                              "(default eval)"),
           run: Optional[str] = typer.Option(None, help="run name (default: policies and mode)"),
           params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (its eval: section)"),
-          no_cache: bool = typer.Option(False, "--no-cache", help="re-verify and re-time everything")):
+          no_cache: bool = typer.Option(False, "--no-cache", help="re-verify and re-time everything"),
+          fresh: bool = typer.Option(False, "--fresh", help="discard OUT/<run>/'s partial file of an "
+                                     "interrupted run instead of resuming it")):
     """Score policies in the closed loop: each proposes steps in the release's chat format, and
-    the verifier and timer that built the data judge them (unparsable, bad_signature, illegal,
-    failed_verification, timeout, verified + speedup). Writes OUT/<run>/proposals.parquet,
-    summary.json, report.md and plots/. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY only.
+    the verifier and timer that built the data judge them (no_reply, unparsable, bad_signature,
+    illegal, failed_verification, unfaithful, timeout, verified + speedup). Writes
+    OUT/<run>/proposals.parquet, summary.json, report.md and plots/; each judged state is kept in
+    OUT/<run>/proposals.partial.jsonl as it completes, and a rerun of an interrupted run resumes
+    from it. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY only.
 
     Examples: steptp eval --release releases/X --policy openai --model M --base-url URL;
     steptp eval --kernels kernels.parquet --policy anthropic --model claude-sonnet-4-6 --mode multi
@@ -1061,7 +1087,7 @@ def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a rele
         summary, folder = run_command(release=release, kernels=kernels, leir=leir,
                                       params=_load_params(params), cli=cli, model=model,
                                       base_url=base_url, run=run, cache=not no_cache,
-                                      llm_cache_dir=None,
+                                      llm_cache_dir=None, resume=not fresh,
                                       on_progress=lambda m: console.print(escape(m)))
     except (EvalInputError, ValueError, LLMError) as e:
         _err(f"steptp eval: {e}")

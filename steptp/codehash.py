@@ -14,9 +14,9 @@ PACKAGE = Path(__file__).resolve().parent
 _COMMON = ("leir", "records.py", "params.py", "pipeline.py", "codehash.py")
 STAGE_PARTS: dict[str, tuple[str, ...]] = {
     "extract": ("zoo", "tir", *_COMMON),
-    "search": ("search", "strategies", "measure", "tir", *_COMMON),
-    "cot": ("cot", "curate", *_COMMON),
-    "curate": ("curate", "export", "cot", *_COMMON),
+    "search": ("search", "analysis", "strategies", "measure", "tir", *_COMMON),
+    "cot": ("cot", "format", "analysis", "curate", *_COMMON),
+    "curate": ("curate", "format", "export", "cot", "analysis", *_COMMON),
     # what a timing or a verdict depends on (the measurement cache)
     "measure": ("measure", "tir", "leir", "codehash.py"),
 }

@@ -177,6 +177,18 @@ def regression_gate(p: Mapping[str, Any]) -> bool:
     return bool(_section(p, "nightly").get("regression_gate", False))
 
 
+def publish_git(p: Mapping[str, Any], override: bool | None = None) -> bool:
+    """Whether a published release is committed and tagged in git and pushed with DVC
+    (``publish.git``, off by default: a release built in a user's checkout must not write to
+    their branch); ``override`` (the nightly deployment's flow parameter) wins when given."""
+    if override is not None:
+        return bool(override)
+    v = _section(p, "publish").get("git", False)
+    if not isinstance(v, bool):  # a string "false" would read as true
+        raise ParamsError(f"publish.git must be true or false, not {v!r}")
+    return v
+
+
 # ---------------------------------------------------------------------------- the build
 @dataclass(frozen=True)
 class Build:
@@ -246,5 +258,5 @@ def build(p: Mapping[str, Any], nightly: bool = False, date: str | None = None) 
 
 
 __all__ = ["Build", "ParamsError", "build", "cot_args", "curate_config", "device_args",
-           "extract_args", "fingerprint", "load", "max_age_s", "regression_gate", "runner_args",
-           "search_args", "seed"]
+           "extract_args", "fingerprint", "load", "max_age_s", "publish_git", "regression_gate",
+           "runner_args", "search_args", "seed"]

@@ -129,7 +129,7 @@ def with_template_cot(step: StepRecord, seed: int = 0) -> StepRecord:
     states the cache sizes the reasoning cites. No ``measured`` side: curation would then judge
     the predictions against these few quick timings."""
     from steptp.cot.facts import GENERIC
-    from steptp.cot.schema import answer_json, cot_record, render
+    from steptp.format.cot_schema import answer_json, cot_record, render
     from steptp.cot.template import TemplateWriter
 
     cot = TemplateWriter(seed=seed, hardware=GENERIC).write(step)

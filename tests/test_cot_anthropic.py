@@ -9,12 +9,13 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from steptp.cot import Cot, write_cot
+from steptp.cot import write_cot
 from steptp.cot.anthropic_writer import TOOL_NAME, AnthropicWriter, CotWriterError
 from steptp.cot.config import AnthropicConfig
 from steptp.cot.run import _custom_id
 from steptp.cot.facts import facts
 from steptp.cot.samples import make_step
+from steptp.format.cot_schema import Cot
 
 FIX = Path(__file__).parent / "fixtures" / "anthropic"
 FAKE_KEY = "sk-ant-api03-FAKE-test-key-0123456789abcdef"

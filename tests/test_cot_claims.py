@@ -8,7 +8,7 @@ import pytest
 from cot_steps import step
 from steptp.cot import CotInvalid, TemplateWriter, facts, validate
 from steptp.cot.validate import sft_problems
-from steptp.cot.schema import Cot
+from steptp.format.cot_schema import Cot
 
 
 def problems(raw, st, **kw):

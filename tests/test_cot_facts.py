@@ -14,7 +14,7 @@ from leir_gen import programs
 from steptp.cot.facts import GENERIC, Hardware, prediction, program_facts, site_facts
 from steptp.leir import format_program
 from steptp.leir.parser import parse
-from steptp.search import cost_model as CM
+from steptp.analysis import cost_model as CM
 
 _spec = importlib.util.spec_from_file_location(
     "cot_audit", Path(__file__).resolve().parents[1] / "benchmarks" / "cot_audit.py")

@@ -6,10 +6,9 @@ from collections import Counter
 
 import pytest
 
-from steptp.cot import (SCHEMA_VERSION, TemplateWriter, cot_from_record, facts, render, validate,
-                        write_cot)
+from steptp.cot import TemplateWriter, facts, validate, write_cot
 from steptp.cot.samples import sample_steps
-from steptp.cot.schema import think_text
+from steptp.format.cot_schema import SCHEMA_VERSION, cot_from_record, render, think_text
 from steptp.records import StepRecord, read_records, table, write_table
 
 
@@ -180,7 +179,7 @@ def test_every_step_on_a_staged_register_tile_gets_a_valid_cot():
     template called it "no reuse" and the validator disagreed."""
     import steptp.strategies as S
     from steptp.cot.samples import make_step
-    from steptp.cot.schema import cot_record
+    from steptp.format.cot_schema import cot_record
     from test_private_buffers import TILE, _parallel_i, _tile_accumulator
 
     staged = _tile_accumulator(TILE).program
@@ -228,7 +227,7 @@ def test_a_nest_too_large_to_count_claims_no_overlap_figures():
     import steptp.strategies as S
     from steptp.cot.facts import MAX_POINTS
     from steptp.cot.samples import make_step
-    from steptp.cot.schema import cot_record
+    from steptp.format.cot_schema import cot_record
     from steptp.leir import parse
 
     big = parse("kernel f32 k(A[2048,4096], F[2048,4096]) -> B[2048,4096]\n"
@@ -305,7 +304,7 @@ def test_a_window_unrolled_whole_names_the_loops_inside_it_and_validates():
     site's loop, on a fused max pooling's padding copy and its taps."""
     import steptp.strategies as S
     from steptp.cot.samples import make_step
-    from steptp.cot.schema import cot_record
+    from steptp.format.cot_schema import cot_record
     from steptp.leir import parse
     from strategy_helpers import FUSED_MAXPOOL
 
@@ -330,7 +329,7 @@ def test_an_operator_fusion_of_two_parallel_nests_says_it_makes_one_parallel_reg
     validates."""
     import steptp.strategies as S
     from steptp.cot.samples import make_step
-    from steptp.cot.schema import cot_record
+    from steptp.format.cot_schema import cot_record
     from steptp.leir import parse
 
     two = parse("""kernel f32 own(A[64,16]) -> C[64,16]
@@ -357,7 +356,7 @@ def test_a_register_tiles_rows_unrolled_say_what_the_unroll_buys_and_validate():
     the rows' accumulators keep their registers and shared loads are made once, names the row
     loop and the vector loop with their extents (checked claims), for both wordings."""
     from steptp.cot.samples import make_step
-    from steptp.cot.schema import cot_record
+    from steptp.format.cot_schema import cot_record
     from steptp.leir import parse
     from test_search_settle import GROUPED_TILE
 
@@ -380,7 +379,7 @@ def test_a_register_tile_that_fixes_the_innermost_stride_says_so_and_validates()
     1. A release
     example (2.9x) had said "no read of this nest is reused, so nothing is kept for later"."""
     from steptp.cot.samples import make_step
-    from steptp.cot.schema import cot_record
+    from steptp.format.cot_schema import cot_record
     from steptp.leir import parse
 
     rows = parse("kernel f32 sum(A[16,256,256]) -> B[16,256]\n B[i,j] += A[i,k,j]\n")
@@ -404,7 +403,7 @@ def test_a_cache_tile_names_the_shared_block_it_keeps_and_validates():
     and the number of row tiles that use it (loop extents: checked claims), both wordings. The
     nearest-reuse sentence said "the reuse of C across k does not get closer", a non-reason."""
     from steptp.cot.samples import make_step
-    from steptp.cot.schema import cot_record
+    from steptp.format.cot_schema import cot_record
     from steptp.leir import parse
 
     tile = parse("kernel f32 mm(A[64,256], B[256,128]) -> C[64,128]\n"
@@ -458,7 +457,7 @@ def test_a_cache_tiles_staged_block_says_it_lives_in_l1_not_in_registers():
     sentence, and so does a stage as large over no cache tile. All validate, with every seed
     tried."""
     from steptp.cot.samples import make_step
-    from steptp.cot.schema import cot_record
+    from steptp.format.cot_schema import cot_record
     from steptp.leir import parse
 
     cached = parse("kernel f32 mm(A[256,1024], B[1024,512]) -> C[256,512]\n"

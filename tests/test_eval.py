@@ -13,11 +13,11 @@ import pytest
 from _openai_server import OpenAIServer
 
 from steptp import strategies as S
-from steptp.cot.schema import answer_json
 from steptp.eval.inputs import from_leir, from_release
 from steptp.eval.loop import EvalConfig
 from steptp.eval.run import evaluate
-from steptp.export import chat
+from steptp.format import chat
+from steptp.format.cot_schema import answer_json
 from steptp.leir import format_program, parse
 from steptp.measure.service import Measurer
 from steptp.measure.significance import interleaved, uncached_timer
@@ -165,9 +165,9 @@ def _replies():
     return [
         ("unparsable", "I would reorder the loops."),
         ("bad_signature", r("loop_reorder", good.replace("f32", "f64"))),
-        ("verified-unfaithful", r(other.strategy, good, other.site.to_json(), dict(other.params))),
+        ("unfaithful", r(other.strategy, good, other.site.to_json(), dict(other.params))),
         ("failed_verification", r("loop_reorder", good.replace("A[i,k] * B[k,j]", "A[i,k] + B[k,j]"))),
-        ("timeout", "SLEEP"),
+        ("no_reply", "SLEEP"),
         ("verified", r("loop_reorder", good)),
     ]
 
@@ -182,9 +182,10 @@ def test_openai_policy_outcomes(kernel, measurer, tmp_path, monkeypatch):
         s = evaluate(from_leir([kernel]), ["openai"], tmp_path / "o", EvalConfig(samples=len(want)),
                      measurer=measurer, llm=llm)
     rows = pl.read_parquet(tmp_path / "o/proposals.parquet").sort("sample").to_dicts()
-    assert [r["outcome"] for r in rows] == [w.split("-")[0] for w, _ in want[:2]] + [
-        "verified", "failed_verification", "timeout", "verified"]
-    assert rows[2]["faithful"] is False and rows[5]["faithful"] is True and rows[5]["legal"]
+    assert [r["outcome"] for r in rows] == [w for w, _ in want]
+    # the correct program under another step's name is not verified (nor timed)
+    assert rows[2]["faithful"] is False and rows[2]["after_s"] is None and rows[2]["exactness"] == "exact"
+    assert rows[5]["faithful"] is True and rows[5]["legal"] and "timed out" in rows[4]["reason"]
     assert rows[5]["step_speedup"] > 1.0 and rows[3]["faithful"] is False
     # the prompt is the release's chat format, the model and sampling as configured
     path, headers, body = srv.requests[0]
@@ -192,7 +193,7 @@ def test_openai_policy_outcomes(kernel, measurer, tmp_path, monkeypatch):
     assert body["messages"][0] == {"role": "system", "content": chat.SYSTEM_PROMPT}
     assert "```leir\n" + format_program(parse(MM)) in body["messages"][1]["content"]
     u = s["policies"]["openai"]
-    assert u["outcomes"]["verified"] == 2 and u["parse_rate"] == 5 / 6
+    assert u["outcomes"]["verified"] == 1 and u["outcomes"]["unfaithful"] == 1 and u["parse_rate"] == 4 / 6
     assert s["usage"]["openai"]["requests"] == 5 and s["usage"]["openai"]["output_tokens"] == 100
 
 
@@ -200,7 +201,7 @@ def test_anthropic_client_through_httpx2(tmp_path, monkeypatch):
     """The shared client layer's anthropic backend: system turn as a cached block, the key in the
     authorization header only, responses cached on disk, HTTP errors as LLMError with the key scrubbed."""
     from steptp.eval.judge import State
-    from steptp.eval.policies.llm import LLMPolicy
+    from steptp.eval.policies.llm import LLMProposer
     from steptp.llm.chat import LLMError, make_client
 
     key = "sk-ant-test-0123456789abcdef"
@@ -219,7 +220,7 @@ def test_anthropic_client_through_httpx2(tmp_path, monkeypatch):
             "stop_reason": "end_turn", "usage": {"input_tokens": 50, "output_tokens": 7}})
 
     http = httpx2.Client(transport=httpx2.MockTransport(handler))
-    pol = LLMPolicy("anthropic", "claude-haiku-4-5", http_client=http, max_retries=0,
+    pol = LLMProposer("anthropic", "claude-haiku-4-5", http_client=http, max_retries=0,
                     cache_dir=str(tmp_path / "c"))
     st = State("k", MM, MM, hardware="Test CPU")
     a = pol.propose(st, 2)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from steptp import strategies as S
-from steptp.cot.schema import answer_json
+from steptp.format.cot_schema import answer_json
 from steptp.eval.judge import static_judgement
 from steptp.eval.reply import ReplyError, parse_reply
 from steptp.leir import format_program, parse
@@ -61,11 +61,35 @@ def test_static_outcomes():
     assert j.outcome == "illegal" and "unknown strategy" in j.reason
     j, _ = judge("loop_reorder", good, {"order": ["i", "q", "j"]})
     assert j.outcome == "illegal" and j.legal is False
-    # legal stated step, different program: not faithful, judged on its own at the loosest class
+    # legal stated step, different program: not faithful; verified (to tell unfaithful from
+    # wrong) at the STATED step's class, never at a looser one it did not claim
     other = next(o for o in S.candidates(p, "loop_split"))
     j, cand = judge(other.strategy, good, dict(other.params), other.site.to_json())
-    assert j.legal and j.faithful is False and cand == good and j.exactness == "algebraic"
+    assert j.legal and j.faithful is False and cand == good and j.exactness == "exact"
+    # ... and a path that already reassociated keeps its looser class
+    reply = "<think>t</think>\n" + answer_json(other.strategy, other.site.to_json(), dict(other.params), good)
+    assert static_judgement(p, p, "reassociation", reply)[0].exactness == "reassociation"
     assert json.loads(json.dumps(site)) == site
+
+
+def test_one_exactness_order_and_unknown_classes_are_errors():
+    """The search's paths and the eval's judge take the looser class by one function; a class
+    outside the three is refused, never read as exact (nor as anything else)."""
+    from steptp.search import run as search_run
+    from steptp.eval import judge as eval_judge
+
+    assert search_run.worse is S.worse and eval_judge.worse is S.worse
+    assert S.worse("exact", "reassociation") == "reassociation" == S.worse("reassociation", "exact")
+    assert S.worse("algebraic", "reassociation") == "algebraic"
+    assert list(S.EXACT_ORDER) == list(S.EXACTNESS) == ["exact", "reassociation", "algebraic"]
+    for a, b in [("exact", "bitwise"), ("Exact", "exact"), ("", "algebraic")]:
+        with pytest.raises(ValueError, match="unknown exactness class"):
+            S.worse(a, b)
+    p, c = _reorder()
+    reply = "<think>t</think>\n" + answer_json("loop_reorder", c.site.to_json(), dict(c.params),
+                                                format_program(c.program))
+    with pytest.raises(ValueError, match="unknown exactness class 'fuzzy'"):
+        static_judgement(p, p, "fuzzy", reply)
 
 
 @pytest.mark.slow

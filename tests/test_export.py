@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 
 from steptp.curate import CurateConfig, curate, read_curated, write_curated
-from steptp.export import check_line, example, export_release, publish, verify_checksums
-from steptp.export.chat import SYSTEM_PROMPT, answer, think
+from steptp.export import export_release, publish, verify_checksums
+from steptp.format.chat import SYSTEM_PROMPT, answer, check_line, example, think
 from steptp.records import StepRecord, Timing
 
 

@@ -373,13 +373,14 @@ def _norm(df: pl.DataFrame) -> list[tuple]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
+@pytest.mark.timeout(3000)
 def test_dvc_repro_equals_steptp_release_then_versioned_and_restored(tmp_path):
     repo = tmp_path / "proj"
     repo.mkdir()
     for f in ("dvc.yaml", ".gitignore"):
         shutil.copy(ROOT / f, repo / f)
-    shutil.copytree(ROOT / "expectations", repo / "expectations")
+    # the validate stage's dependency (the suites themselves are read from the package)
+    shutil.copytree(ROOT / "steptp/quality/expectations", repo / "steptp/quality/expectations")
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
     for k in ("name", "version", "extract", "search", "curate"):
         p[k] = SMALL[k]
@@ -414,18 +415,42 @@ def test_dvc_repro_equals_steptp_release_then_versioned_and_restored(tmp_path):
     assert json.loads((repo / "release/manifest.json").read_text())["counts"] == \
         json.loads((rel / "manifest.json").read_text())["counts"]
 
-    # published: dvc-added, committed and tagged, pushed
+    # `make run`: published and dvc-added, but the user's history and remote are left alone;
+    # the commands that would record it are printed and logged
     assert (repo / "releases" / f"{rid}.dvc").is_file(), log[-3000:]
-    assert f"release-{rid}" in _run(["git", "tag"], repo, env).split()
-    assert any(remote.rglob("*")), log[-3000:]
-    (row,) = [json.loads(line) for line in _run([BIN / "steptp", "releases", "--json"], repo, env)
-              .splitlines() if line.startswith("{")]
-    assert row["id"] == rid and row["dvc"] == "pushed" and row["tag"] == f"release-{rid}"
-    # the same records again: nothing changes (no second commit or tag)
     head = _run(["git", "rev-parse", "HEAD"], repo, env)
+    assert _run(["git", "tag"], repo, env) == "" and not remote.exists()
+    assert _run(["git", "log", "-1", "--format=%s"], repo, env).strip() == "dvc repro"
+    commands = [f"git add -- releases/{rid}.dvc && git commit -m 'release {rid}' -- releases/{rid}.dvc "
+                f"&& git tag release-{rid}", f"dvc push releases/{rid}.dvc"]
+    flat = " ".join(log.split())
+    assert all(c in flat for c in commands), log[-3000:]
+    assert all(c in (repo / "releases/logs" / f"{rid}.log").read_text() for c in commands)
+    # the same records again: nothing changes
     again = _run([BIN / "steptp", "release", "--params", "params.yaml", "--out", "releases"], repo, env)
     assert "already published with the same records" in again
-    assert _run(["git", "rev-parse", "HEAD"], repo, env) == head
+    assert _run(["git", "rev-parse", "HEAD"], repo, env) == head and _run(["git", "tag"], repo, env) == ""
+
+    # the nightly deployment: the flow with prefect.yaml's parameters (git: true) and job env
+    dep = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"][0]
+    assert dep["parameters"]["git"] is True
+    job_env = {k: v.replace("{{ $STEPTP_HOME }}", str(repo))
+               for k, v in dep["work_pool"]["job_variables"]["env"].items()}
+    _run([sys.executable, "-c", "import json, sys; from steptp.flows.build_release import build_release; "
+          "build_release(**json.loads(sys.argv[1]))", json.dumps(dep["parameters"])],
+         repo, {**env, **job_env})
+    rid = json.loads((repo / "releases/latest.json").read_text())["id"]
+    assert rid.startswith("steptp-small-0.0.1+nightly.")
+    rel = repo / "releases" / rid
+    assert f"release-{rid}" in _run(["git", "tag"], repo, env).split()
+    assert _run(["git", "rev-parse", "HEAD~1"], repo, env) == head        # one commit: its .dvc file
+    assert _run(["git", "show", "--name-only", "--format=%s", "HEAD"], repo, env).split() == \
+        ["release", rid, f"releases/{rid}.dvc"]
+    assert any(remote.rglob("*"))
+    rows = [json.loads(line) for line in _run([BIN / "steptp", "releases", "--json"], repo, env)
+            .splitlines() if line.startswith("{")]
+    row = next(r for r in rows if r["id"] == rid)
+    assert row["dvc"] == "pushed" and row["tag"] == f"release-{rid}"
 
     # a fresh clone restores it from the remote
     clone = tmp_path / "clone"

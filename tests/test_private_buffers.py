@@ -202,7 +202,7 @@ def test_cost_model_sees_a_staged_tiles_updates_as_a_register_tile():
     serial. The model sees staging as about neutral either way (it does not model the parallel
     slowdown, which a 512^3 matmul's tile does not show: the search stages before it
     parallelizes instead)."""
-    from steptp.search import cost_model as cm
+    from steptp.analysis import cost_model as cm
 
     conv = [c for c in S.candidates(CONV1D_TILE, "loop_parallelization", seed=None)
             if "for i in 8 parallel, j in 32" in c.text]

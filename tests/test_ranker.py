@@ -15,7 +15,7 @@ from scipy.stats import spearmanr
 from steptp.leir import parse
 from steptp.leir.canon import canonical_text
 from steptp.measure.cache import Cache, program_hash
-from steptp.search.cost_model import features, predict
+from steptp.analysis.cost_model import features, predict
 from steptp.search.ranker import PRIOR_WEIGHT, LearnedCostModel, Ranker
 
 CORES = 2

@@ -10,7 +10,7 @@ from steptp.leir import parse
 from steptp.leir.ast import walk
 from steptp.records import StepRecord, TrajectoryRecord, read_records, table, write_table
 from steptp.search import Budget, InProcessEvaluator, Search, make_policy, search_kernel
-from steptp.search.cost_model import features, predict, score
+from steptp.analysis.cost_model import features, predict, score
 from steptp.search.ranker import LearnedCostModel, Ranker
 from steptp.search.run import trajectory_id
 
@@ -189,7 +189,7 @@ def test_action_space_offers_cache_tiles_over_a_register_tile():
     tiles: an outer row loop and the reduction loop tiled with the point loops right above
     the tile's rows, the reduction block by the tile's columns within half of L1, the factors
     dividing. Not over an elementwise nest, and not when the tile's columns alone fill L1."""
-    from steptp.search.cost_model import L1_BYTES
+    from steptp.analysis.cost_model import L1_BYTES
     from steptp.search.space import actions
 
     def cache_tiles(text):
@@ -222,8 +222,9 @@ def test_a_cache_tiles_block_of_accumulators_is_a_stage_within_half_of_l1():
     vector registers; under a cache tile (row tiles between the reduction's blocks) the stage
     at the loop around the reduction holds every row tile's, up to half of L1 (16 row tiles
     of 4x64 f32: 64 KiB of registers would spill, 16 KiB of L1 is fine)."""
-    from steptp.search.cost_model import L1_BYTES, REGISTERS
-    from steptp.search.space import VECTOR_BYTES, actions, stages_tile_accumulators
+    from steptp.analysis.cost_model import L1_BYTES, REGISTERS
+    from steptp.analysis.tiles import VECTOR_BYTES
+    from steptp.search.space import actions, stages_tile_accumulators
 
     def stages(text):
         p = parse(text)
@@ -304,7 +305,7 @@ def test_an_epilogue_moves_into_its_producer_only_once_the_producer_is_vectorize
 
 
 def test_cost_model_reads_an_epilogue_inside_its_producers_tile_from_cache():
-    from steptp.search import cost_model as cm
+    from steptp.analysis import cost_model as cm
 
     head = ("kernel f32 mmb(A[256,256], B[256,256], C[256]) -> D[256,256]\n T0[256,256]\n")
     mm = "T0[i*16+l,j] += A[i*16+l,k] * B[k,j]"
@@ -316,7 +317,7 @@ def test_cost_model_reads_an_epilogue_inside_its_producers_tile_from_cache():
 
 
 def test_cost_model_reads_a_collapsed_subscript_pair_as_one_unit_stride_dimension():
-    from steptp.search import cost_model as cm
+    from steptp.analysis import cost_model as cm
 
     text = ("kernel f32 pw(A[8,8,12], B[4,8]) -> C[4,8,12]\n"
             " for j in 4, x in 6, m in 8, xi in 16{v}:\n"
@@ -333,7 +334,7 @@ def test_cost_model_reads_dimensions_of_one_element_as_no_break_in_a_contiguous_
     the model read every channel as its own cache line (16x the footprint of ``B[64,256]``),
     and preferred copying the weights into a local buffer that pinned the channel-tile loop
     outermost, re-streaming the input once per channel tile."""
-    from steptp.search import cost_model as cm
+    from steptp.analysis import cost_model as cm
 
     text = ("kernel f32 pw(A[256,56,56], B[64,256{ones}]) -> C[64,56,56]\n"
             " for k in 56, l_o in 4, j_o in 4, m in 256, j_i in 16, l_i in 14 vectorized:\n"
@@ -348,7 +349,7 @@ def test_cost_model_reads_dimensions_of_one_element_as_no_break_in_a_contiguous_
 
 
 def test_cost_model_reads_a_groups_base_channel_as_the_channel_it_rounds_down():
-    from steptp.search import cost_model as cm
+    from steptp.analysis import cost_model as cm
 
     # a grouped conv (4 channels a group) as the import writes it, ``j//4*4+m``, and the same
     # computation with the group as its own loop (every subscript affine): the same work and
@@ -371,7 +372,7 @@ def test_cost_model_reads_a_groups_base_channel_as_the_channel_it_rounds_down():
 
 
 def test_cost_model_vectorizes_a_row_read_a_few_elements_apart():
-    from steptp.search import cost_model as cm
+    from steptp.analysis import cost_model as cm
 
     # a stride-2 conv's register tile (8 output channels x 14 output columns, MetaSchedule's
     # tile): the input row is read 2 apart, which two loads and a shuffle assemble per vector
@@ -392,7 +393,7 @@ def test_cost_model_vectorizes_a_row_read_a_few_elements_apart():
 
 
 def test_cost_model_counts_an_inlined_bounds_test_as_one_select():
-    from steptp.search import cost_model as cm
+    from steptp.analysis import cost_model as cm
 
     # a padded max pool with its padding inlined: the where's condition tests loop indices
     # only (integer work and one mask per vector), so inlining saves the padded copy's pass
@@ -476,7 +477,7 @@ def test_band_dependences_are_shared_between_orders_of_one_band():
 
 
 def test_cost_model_prefers_a_register_tile_that_fits():
-    from steptp.search import cost_model as cm
+    from steptp.analysis import cost_model as cm
 
     def tiled(ti: int, tj: int) -> str:
         return (f"kernel f32 mm(A[512,512], B[512,512]) -> C[512,512]\n"
@@ -552,7 +553,7 @@ class _TileTimes:
 
     def time(self, program, **kw):
         from steptp.records import Timing
-        from steptp.search import cost_model as cm
+        from steptp.analysis import cost_model as cm
         from steptp.search.evaluator import TimeOutcome
 
         p = parse(program)
@@ -732,7 +733,7 @@ def test_rows_keep_the_names_their_site_and_reasoning_use(evaluator):
     the reasoning "`k` becomes the innermost loop" would contradict the answer's program); a
     split's loops are ``i_o``/``i_i``; the child's row starts from its parent's written text."""
     from steptp.cot import TemplateWriter, validate
-    from steptp.cot.schema import think_text
+    from steptp.format.cot_schema import think_text
     from steptp.cot.facts import program_facts
     from steptp.leir.canon import canonical_text
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import steptp.search.cost_model as CM
+import steptp.analysis.cost_model as CM
 import steptp.strategies._deps as D
 from steptp.leir import ast as A
 from steptp.leir import format_program, parse

@@ -38,7 +38,7 @@ class _BusyCores:
         return self.real.verify(original, candidate, exactness)
 
     def _model(self, program: str) -> float:
-        from steptp.search import cost_model as cm
+        from steptp.analysis import cost_model as cm
 
         return cm.predict(parse(program))
 

@@ -1,6 +1,7 @@
-"""Step reasoning (chain of thought) for Step-TP records: schema, facts, writers, validation.
+"""Step reasoning (chain of thought) for Step-TP records: facts, writers, validation. The
+versioned schema and ``render`` (``<think>…</think>`` + answer) are a shared contract, in
+:mod:`steptp.format.cot_schema`.
 
-* :mod:`.schema` — the versioned pydantic schema and ``render`` (``<think>…</think>`` + answer);
 * :mod:`.facts` — ``facts(step)``: the one source of citable numbers and names;
 * :mod:`.template` — the deterministic offline writer (the default);
 * :mod:`.anthropic_writer` — the LLM writer (``anthropic`` SDK, cached, batched, metered);
@@ -12,10 +13,8 @@
 
 from .facts import GENERIC, Facts, Hardware, facts
 from .run import with_cot, write_cot
-from .schema import SCHEMA_VERSION, Cot, cot_from_record, cot_record, render
 from .template import TemplateWriter
 from .validate import CotInvalid, measured_side, sft_problems, validate
 
-__all__ = ["SCHEMA_VERSION", "Cot", "Facts", "Hardware", "GENERIC", "facts", "sft_problems",
-           "measured_side", "render", "cot_record", "cot_from_record",
+__all__ = ["Facts", "Hardware", "GENERIC", "facts", "sft_problems", "measured_side",
            "TemplateWriter", "CotInvalid", "validate", "write_cot", "with_cot"]

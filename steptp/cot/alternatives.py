@@ -56,7 +56,7 @@ def _key(strategy: str, site: dict, params: dict) -> str:
 @functools.lru_cache(maxsize=256)
 def _ranked(text: str, target: str, cores: int,
             only: Optional[tuple[str, ...]] = None) -> tuple[tuple[Alternative, ...], tuple[Refusal, ...]]:
-    from ..search import cost_model as CM
+    from ..analysis import cost_model as CM
 
     try:
         prog = parse(text)

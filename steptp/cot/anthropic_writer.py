@@ -27,12 +27,12 @@ import time
 from typing import Any, Callable, Optional
 
 # one error type for every LLM call: the client layer's
+from ..format.cot_schema import SCHEMA_VERSION, Cot
 from ..llm.cache import cache_key
 from ..llm.chat import AnthropicChat, LLMError as CotWriterError
 from ..records import StepRecord
 from .config import AnthropicConfig
 from .facts import Facts
-from .schema import SCHEMA_VERSION, Cot
 
 WRITER_VERSION = f"anthropic-2/{SCHEMA_VERSION}"
 TOOL_NAME = "write_step_reasoning"

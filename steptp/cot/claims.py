@@ -3,7 +3,7 @@ model, checked against ``facts(step)``.
 
 Claims come from two places, and both are checked:
 
-* the structured ``Cot.claims`` (kinds in :data:`steptp.cot.schema.ClaimKind`) — what the
+* the structured ``Cot.claims`` (kinds in :data:`steptp.format.cot_schema.ClaimKind`) — what the
   template writes and what the LLM is asked to fill;
 * the prose of every text field, where :func:`prose_claims` recognises the common sentence
   shapes ("innermost loop `k`", "`B[j,i]` ... stride 32", "makes `j` innermost", "reduces into
@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from ..format.cot_schema import Claim, Cot
 from .facts import Facts, StmtFact
-from .schema import Claim, Cot
 
 SHORT_LOOP = 16     # a loop this short or shorter is "short" (its control is a visible share)
 REL_TOL = 0.01      # predicted seconds must match the cost model within 1%
@@ -195,7 +195,7 @@ def check_claim(c: Claim, f: Facts) -> list[str]:
         if p is not None and p.after_s:
             import math
 
-            from ..search.cost_model import blend
+            from ..analysis.cost_model import blend
             chosen_score = blend(math.log(p.after_s), math.log(p.after_potential_s or p.after_s))
 
         def score(name):

@@ -406,7 +406,7 @@ class Hardware:
                    int(num_threads or available_cores()))
 
 
-# The cost model's generic core (steptp.search.cost_model): the default where no machine is named,
+# The cost model's generic core (steptp.analysis.cost_model): the default where no machine is named,
 # so tests and sample data do not depend on the machine they run on.
 GENERIC = Hardware("generic x86-64 core (AVX-512)", 48 * 1024, 2 * 1024 * 1024, 16 * 1024 * 1024,
                    512, 2)
@@ -782,7 +782,7 @@ def staging(after_text: str) -> Optional[tuple[str, str, int, int]]:
 # ============================================================================ cost model
 @dataclass(frozen=True)
 class Prediction:
-    """The analytic cost model's view (steptp.search.cost_model), known before measuring."""
+    """The analytic cost model's view (steptp.analysis.cost_model), known before measuring."""
 
     before_s: float
     after_s: Optional[float]
@@ -800,7 +800,7 @@ LOW_INTENSITY = 1.0   # operations per byte below which the accesses, not the ar
 
 @functools.lru_cache(maxsize=512)
 def _predict(text: str, cores: int) -> tuple[float, float]:
-    from ..search import cost_model as CM
+    from ..analysis import cost_model as CM
 
     p = parse(text)
     pred = CM.predict(p, cores=cores)

@@ -17,12 +17,12 @@ import json
 from types import SimpleNamespace
 from typing import Any, Optional
 
+from ..format.cot_schema import SCHEMA_VERSION, Cot
 from ..llm.chat import OpenAIChat
 from ..llm.jsontext import first_json_object
 from ..records import StepRecord
 from .anthropic_writer import SYSTEM_PROMPT as _TOOL_PROMPT, TOOL_NAME, user_prompt
 from .facts import Facts
-from .schema import SCHEMA_VERSION, Cot
 
 WRITER_VERSION = f"openai-1/{SCHEMA_VERSION}"
 

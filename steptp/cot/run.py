@@ -18,9 +18,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
+from ..format.cot_schema import Cot, cot_record, render
 from ..records import StepRecord
 from .facts import Facts, facts as compute_facts
-from .schema import Cot, cot_record, render
 from .template import TemplateWriter
 from .validate import CotInvalid, measured_side, validate
 
@@ -197,4 +197,17 @@ def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int =
     return [s for s in out if s is not None], summary
 
 
-__all__ = ["write_cot", "with_cot", "template_counts", "skeleton"]
+def explained(step: StepRecord, seed: int = 0) -> Optional[StepRecord]:
+    """``step`` with reasoning: itself when it has some, else the offline template writer's; None
+    when none can be written. The rejected answers of preference pairs need it: failed candidates
+    are not explained by the CoT stage."""
+    if step.cot or step.cot_text.strip():
+        return step
+    try:
+        done, _ = write_cot([step], None, seed=seed)
+    except Exception:  # noqa: BLE001 - no CoT, no pair
+        return None
+    return done[0] if done and done[0].cot else None
+
+
+__all__ = ["write_cot", "with_cot", "explained", "template_counts", "skeleton"]

@@ -21,10 +21,10 @@ import re
 from typing import Any, Optional
 
 from .. import strategies as S
+from ..format.cot_schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, ExpectedEffect,
+                                 Observation)
 from ..records import StepRecord
 from .facts import Facts, SiteAccess, facts as compute_facts
-from .schema import (Bottleneck, Candidate, Check, Claim, Cot, Decision, ExpectedEffect,
-                     Observation)
 
 WRITER_VERSION = "template-4"
 MAX_ALTERNATIVES = 2
@@ -114,11 +114,11 @@ def _new_innermost(claims: list[Claim], loop: str, accs: list[SiteAccess],
 
 def _holds_tile_block(f: Facts, nbytes: int) -> bool:
     """Is a staged buffer of ``nbytes`` at the step's site a cache tile's block of accumulators:
-    larger than the vector registers (the search's ``cost_model.REGISTERS``), at the loop right
-    around a cache tile's reduction (``search.space.around_cache_tile``)? It lives in L1."""
+    larger than the vector registers (``analysis.cost_model.REGISTERS``), at the loop right
+    around a cache tile's reduction (``analysis.tiles.around_cache_tile``)? It lives in L1."""
+    from ..analysis.cost_model import REGISTERS
+    from ..analysis.tiles import around_cache_tile
     from ..leir import parse
-    from ..search.cost_model import REGISTERS
-    from ..search.space import around_cache_tile
 
     if f.hardware is None or nbytes <= REGISTERS * f.hardware.vector_bits // 8:
         return False
@@ -129,10 +129,10 @@ def _holds_tile_block(f: Facts, nbytes: int) -> bool:
 
 
 def _tile_row(f: Facts, lp) -> bool:
-    """Is the step's loop the row loop of a staged register tile (``search.space.tile_row``)?"""
+    """Is the step's loop the row loop of a staged register tile (``analysis.tiles.tile_row``)?"""
+    from ..analysis.tiles import tile_row
     from ..leir import parse
-    from ..search.space import tile_row
-    from ..strategies._ir import node_at
+    from ..leir.ast import node_at
 
     try:
         program = parse(f.before_text)
@@ -617,7 +617,7 @@ class TemplateWriter:
         p = f.predicted
         chosen_score = None
         if p is not None and p.after_s:
-            from ..search.cost_model import blend
+            from ..analysis.cost_model import blend
             chosen_score = blend(math.log(p.after_s), math.log(p.after_potential_s or p.after_s))
         out: list[Candidate] = []
         n_alt = self.max_alternatives - (1 if f.refusals else 0)

@@ -1,6 +1,6 @@
 """Checks a step's reasoning: the schema first, then the semantics against ``facts(step)``.
 
-``validate(raw, step)`` returns the :class:`~steptp.cot.schema.Cot` or raises :class:`CotInvalid`
+``validate(raw, step)`` returns the :class:`~steptp.format.cot_schema.Cot` or raises :class:`CotInvalid`
 whose message lists every problem, one per line, each naming the field — the text fed back to an
 LLM on a retry. The semantic checks:
 
@@ -32,11 +32,11 @@ from typing import Any, Iterable, Optional
 from pydantic import ValidationError
 
 from .. import strategies as S
+from ..format.cot_schema import SIDE_FIELDS, Cot
 from ..leir import ast as A
 from ..records import StepRecord
 from .facts import Facts, facts as compute_facts, measured_numbers
 from .claims import check_claims
-from .schema import SIDE_FIELDS, Cot
 
 
 class CotInvalid(ValueError):

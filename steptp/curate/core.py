@@ -141,7 +141,7 @@ def _cot_problem(step: StepRecord) -> tuple[str, str] | None:
         return ("no_cot", "")
     if step.cot:
         try:
-            from ..cot.schema import cot_from_record
+            from ..format.cot_schema import cot_from_record
 
             cot_from_record(step.cot)
         except Exception as e:  # noqa: BLE001 - pydantic / version errors
@@ -326,7 +326,7 @@ def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateCo
         return cp
     if s.kernel_id not in known:
         return "unknown_kernel", s.kernel_id
-    from ..export.chat import example_tokens
+    from ..format.chat import example_tokens
 
     n = example_tokens(s, hardware)
     if n > cfg.max_tokens:

@@ -14,7 +14,7 @@ Children of a prompt are the rows whose ``before_leir`` is that program. A pair
 Pairs whose ``chosen`` is the prompt's SFT answer come first; then the others; within each a
 seeded hash orders them; at most ``cfg.max_pairs_per_state`` per prompt, so one state cannot
 dominate. Rejected answers without a chain of thought (failed candidates are not explained by
-the CoT stage) get one from the offline template writer; one whose CoT cannot be written, or
+the CoT stage) get one from the offline template writer (``steptp.cot.run.explained``); one whose CoT cannot be written, or
 whose chat example is too long, is not used.
 
 Each pair is a dict of step keys and labels (``steptp.export.pairs`` renders the messages).
@@ -35,23 +35,12 @@ def _h(*parts: Any) -> str:
     return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()
 
 
-def _with_cot(s: StepRecord, seed: int) -> StepRecord | None:
-    if s.cot or s.cot_text.strip():
-        return s
-    from ..cot.run import write_cot
-
-    try:
-        done, _ = write_cot([s], None, seed=seed)
-    except Exception:  # noqa: BLE001 - no CoT, no pair
-        return None
-    return done[0] if done and done[0].cot else None
-
-
 def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str],
                  rule: SignificanceRule, cfg, hardware: str = "") -> tuple[list[StepRecord], list[dict[str, Any]]]:
     """Returns (``steps`` with template CoT filled in for the rejected answers that lacked one,
     the pairs)."""
-    from ..export.chat import example_tokens
+    from ..cot.run import explained
+    from ..format.chat import example_tokens
 
     steps = list(steps)
     tree = Tree(steps)
@@ -88,7 +77,7 @@ def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str
         for _, _, c, r, why in cand:
             if used >= cap:
                 break
-            rej = _with_cot(steps[r], cfg.seed)
+            rej = explained(steps[r], cfg.seed)
             if rej is None or example_tokens(rej, hardware) > cfg.max_tokens:
                 continue
             steps[r] = rej

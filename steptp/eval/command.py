@@ -54,7 +54,8 @@ def policy_names(values: Sequence[str]) -> list[str]:
 
 def run_command(*, release, kernels, leir, params: Mapping[str, Any] | None, cli: Mapping[str, Any],
                 model: Optional[str], base_url: Optional[str], run: Optional[str],
-                cache: bool, llm_cache_dir: Optional[str], on_progress=None) -> tuple[dict, Path]:
+                cache: bool, llm_cache_dir: Optional[str], on_progress=None,
+                resume: bool = True) -> tuple[dict, Path]:
     from .run import evaluate
 
     s = settings(cli, params)
@@ -83,7 +84,7 @@ def run_command(*, release, kernels, leir, params: Mapping[str, Any] | None, cli
            "max_tokens": int(s["reply_tokens"]), "timeout_s": float(s["timeout_s"]),
            "cache_dir": llm_cache_dir or str(Path(s["out"]) / "llm-cache")}
     summary = evaluate(inputs, pols, out, cfgs, run=run, seed=int(s["seed"]), cache=cache, llm=llm,
-                       on_progress=on_progress)
+                       on_progress=on_progress, resume=resume)
     return summary, out
 
 

@@ -17,7 +17,8 @@ import polars as pl
 from ..leir import check, format_program, parse
 from ..leir.canon import canonical_hash
 from ..records import StepRecord
-from .judge import State, worse
+from ..strategies import worse
+from .judge import State
 
 
 class EvalInputError(ValueError):
@@ -85,7 +86,11 @@ def from_release(folder: str | Path, split: str = "test", target: str = "cpu") -
         exact, cur, path, hops = "exact", s.before_leir, [], 0
         while hops <= s.step_index and (s.trajectory_id, cur) in by_after:
             parent = by_after[(s.trajectory_id, cur)]
-            exact, cur, hops = worse(exact, parent.exactness), parent.before_leir, hops + 1
+            try:
+                exact = worse(exact, parent.exactness)
+            except ValueError as e:
+                raise EvalInputError(f"{folder}: step {parent.trajectory_id}/{parent.step_index}: {e}") from None
+            cur, hops = parent.before_leir, hops + 1
             path.append(parent.strategy)
         prog = format_program(parse(s.before_leir))
         key = (s.kernel_id, canonical_hash(parse(prog)))

@@ -2,20 +2,27 @@
 
 For each reply, in order, the first check that fails is its outcome:
 
+0. ``no_reply`` — the proposer produced no reply at all (the server answered no choices, an
+   error status after the SDK's retries, a body that is not a completion, or nothing in time);
+   the reason says which;
 1. ``unparsable`` — no ``<think>`` + answer JSON (``steptp.eval.reply``), or the program does not
    parse / check with the LEIR grammar;
 2. ``bad_signature`` — the program's inputs and outputs (count, dtype, shape, role) differ from
    the kernel's;
 3. ``illegal`` — the stated (strategy, site, params) is not a legal registry action at the state
    (unknown strategy, refused, or a no-op). When it is legal, the registry's result is compared
-   with the program by canonical form: ``faithful`` says the program IS the stated step; an
-   unfaithful program is still judged on its own;
+   with the program by canonical form: ``faithful`` says the program IS the stated step;
 4. ``failed_verification`` — it does not build, or its outputs differ from the kernel's ORIGINAL
-   program (not only from the previous state) on the verifier's inputs, within the tolerance of
-   the loosest exactness along the path;
-5. ``timeout`` — verification or timing ran out of time (also: the model did not answer in time);
-6. ``verified`` — with the measured time, ``step_speedup`` over the state and ``speedup`` over
-   the unscheduled kernel; ``faster`` applies the dataset's significance rule (beyond spread).
+   program (not only from the previous state) on the release's verification inputs (all of
+   ``measure.verify.DEFAULT_SEEDS``, one per input distribution), within the tolerance of the
+   loosest of the path's classes and the STATED strategy's class (a reply cannot loosen its
+   own tolerance by claiming nothing or something else);
+5. ``unfaithful`` — it verifies, but it is not the step it states: correct, yet not the step the
+   model said it made, so it is neither timed nor counted as verified or fast;
+6. ``timeout`` — verification or timing ran out of time;
+7. ``verified`` — faithful and correct, with the measured time, ``step_speedup`` over the state
+   and ``speedup`` over the unscheduled kernel; ``faster`` applies the dataset's significance
+   rule (beyond spread), and only a ``faster`` step counts in the report's ``fast_p``.
 """
 
 from __future__ import annotations
@@ -26,14 +33,19 @@ from typing import Any, Optional, Sequence
 from ..leir import ast as A
 from ..leir.canon import canonical_hash
 from ..records import Timing
+from ..strategies import worse
 from .reply import ReplyError, parse_reply
 
-OUTCOMES = ("unparsable", "bad_signature", "illegal", "failed_verification", "timeout", "verified")
-EXACT_ORDER = {"exact": 0, "reassociation": 1, "algebraic": 2}
+OUTCOMES = ("no_reply", "unparsable", "bad_signature", "illegal", "failed_verification",
+            "unfaithful", "timeout", "verified")
 
 
-def worse(a: str, b: str) -> str:
-    return a if EXACT_ORDER.get(a, 2) >= EXACT_ORDER.get(b, 2) else b
+def parse_untrusted(text: str) -> A.Program:
+    """THE one place a proposed program's text is parsed (a reply is untrusted: a bounded,
+    isolated parse replaces ``steptp.leir.parse`` here, and only here)."""
+    from ..leir import parse
+
+    return parse(text)
 
 
 @dataclass
@@ -99,7 +111,7 @@ def static_judgement(state_prog: A.Program, original: A.Program, exactness: str,
     """Checks 1-3 (no TVM). Returns the judgement so far and the candidate text to verify
     (None when the reply already has its outcome)."""
     from .. import strategies as S
-    from ..leir import LeirCheckError, LeirSyntaxError, check, format_program, parse
+    from ..leir import LeirCheckError, LeirSyntaxError, check, format_program
 
     try:
         ans = parse_reply(reply)
@@ -107,7 +119,7 @@ def static_judgement(state_prog: A.Program, original: A.Program, exactness: str,
         return Judgement("unparsable", f"reply: {e}"), None
     j = Judgement("unparsable", strategy=ans.strategy[:80])
     try:
-        cand = parse(ans.program)
+        cand = parse_untrusted(ans.program)
         check(cand)
     except (LeirSyntaxError, LeirCheckError) as e:
         j.reason = f"program: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
@@ -137,8 +149,10 @@ def static_judgement(state_prog: A.Program, original: A.Program, exactness: str,
         return j, None
     j.legal = True
     j.faithful = S.canonical(new) == S.canonical(cand)
-    # an unfaithful program is judged on its own, at the loosest class it could claim
-    j.exactness = worse(exactness, step_exact if j.faithful else "algebraic")
+    # the tolerance the reply asked for by naming its step, faithful or not: judging an
+    # unfaithful program at the loosest class would let a mislabelled rewrite pass on slack
+    # its stated step never had
+    j.exactness = worse(exactness, step_exact)
     if not j.faithful:
         j.reason = f"the program is not what {ans.strategy} at the stated site and params gives"
     return j, text
@@ -147,11 +161,15 @@ def static_judgement(state_prog: A.Program, original: A.Program, exactness: str,
 class Judge:
     """Judges replies at a state with one :class:`~steptp.measure.service.Measurer`."""
 
-    def __init__(self, measurer, seeds: Sequence[int] = (0, 1, 2), rule=None, retime_rounds: int = 3):
+    def __init__(self, measurer, seeds: Optional[Sequence[int]] = None, rule=None,
+                 retime_rounds: int = 3):
+        """``seeds``: the verifier's inputs; by default the release's (one per input
+        distribution), so a proposal passes only what a recorded step had to pass."""
         from ..measure.significance import SignificanceRule
+        from ..measure.verify import DEFAULT_SEEDS
 
         self.measurer = measurer
-        self.seeds = tuple(seeds)
+        self.seeds = tuple(DEFAULT_SEEDS if seeds is None else seeds)
         self.rule = rule or SignificanceRule()
         self.retime_rounds = int(retime_rounds)
         self._timer = None
@@ -184,6 +202,7 @@ class Judge:
         from ..leir import parse
         from ..measure.service import VerifyJob
 
+        # the state and the kernel are the loop's own (canonical) texts, not a reply's
         state_prog, original = parse(state.program), parse(state.original)
         out: list[Judgement] = []
         todo: list[tuple[int, str]] = []
@@ -206,6 +225,8 @@ class Judge:
             elif not v.passed:
                 j.outcome = "failed_verification"
                 j.reason = (v.reason or v.status or "verification failed")[:500]
+            elif not j.faithful:
+                j.outcome = "unfaithful"    # keeps the reason static_judgement gave
             else:
                 timed.append((i, cand))
         timings = self.measurer.time_many([c for _, c in timed]) if timed else []
@@ -227,4 +248,4 @@ class Judge:
         return out
 
 
-__all__ = ["OUTCOMES", "State", "Judgement", "Judge", "static_judgement", "worse"]
+__all__ = ["OUTCOMES", "State", "Judgement", "Judge", "static_judgement", "parse_untrusted"]

@@ -25,9 +25,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ..leir.canon import canonical_hash
-from .judge import Judge, Judgement, State, worse
+from ..strategies import worse
+from .judge import Judge, Judgement, State
+from .journal import Journal, unit_key
 from .mcts import C_DEFAULT, Tree
-from .policies.base import Policy, Proposal
+from .reply import MAX_REPLY_CHARS
+from .policies.base import Proposal, Proposer
 
 log = logging.getLogger("steptp.eval")
 MODES = ("single", "chain", "beam", "mcts")
@@ -119,7 +122,7 @@ def _row(run: str, mode: str, policy: str, state: State, k: int, p: Proposal, j:
             "recorded_paired_step_speedup": p.meta.get("recorded_paired_step_speedup"),
             "within_spread": _within_spread(j.step_speedup, j, state, p),
             "chosen": chosen, "program_hash": (canonical_hash(_parse(j.program))[:16] if j.program else ""),
-            "reply": p.reply}
+            "reply": p.reply[:MAX_REPLY_CHARS]}
 
 
 ROW_COLUMNS = (
@@ -128,8 +131,8 @@ ROW_COLUMNS = (
     "step_speedup", "speedup", "faster", "max_abs_err", "tokens", "reply_cached",
     "recorded_step_speedup", "paired_step_speedup", "recorded_paired_step_speedup", "within_spread", "chosen", "program_hash", "reply")
 KERNEL_COLUMNS = ("run", "mode", "policy", "kernel_id", "steps", "path", "proposals", "baseline_s",
-                  "final_s", "final_speedup", "final_paired_speedup", "dataset_best_speedup",
-                  "ratio_to_dataset_best")
+                  "final_s", "final_speedup", "final_paired_speedup", "final_faster",
+                  "dataset_best_speedup", "ratio_to_dataset_best")
 
 
 def _parse(text: str):
@@ -139,19 +142,21 @@ def _parse(text: str):
 
 
 def _no_reply(p: Proposal) -> Judgement:
-    if p.error == "timeout":
-        return Judgement("timeout", f"no reply: {p.error_reason}"[:500])
-    return Judgement("unparsable", f"no reply: {p.error_reason}"[:500])
+    return Judgement("no_reply", f"no reply ({p.error}): {p.error_reason}"[:500])
 
 
 class Loop:
     """One run: ``policies`` x states, judged by ``judge``."""
 
-    def __init__(self, judge: Judge, policies: dict[str, Policy], config: EvalConfig = EvalConfig(),
-                 run: str = "eval", on_progress: Optional[Callable[[str], None]] = None):
+    def __init__(self, judge: Judge, policies: dict[str, Proposer], config: EvalConfig = EvalConfig(),
+                 run: str = "eval", on_progress: Optional[Callable[[str], None]] = None,
+                 journal: Optional[Journal] = None):
+        """``journal``: each judged unit is recorded there as it completes, and a unit it
+        already holds is taken from it instead of judged again (:mod:`.journal`)."""
         self.judge, self.policies, self.cfg, self.run = judge, policies, config, run
         self.rows: list[dict[str, Any]] = []
         self.kernels: list[dict[str, Any]] = []
+        self.journal = journal
         self._say = on_progress or (lambda msg: log.info("%s", msg))
 
     # ------------------------------------------------------------------ states
@@ -172,12 +177,17 @@ class Loop:
                     return None
         return state
 
-    def _expand(self, name: str, pol: Policy, state: State, budget: _Budget, offset: int = 0
+    def _expand(self, name: str, pol: Proposer, state: State, budget: _Budget, offset: int = 0
                 ) -> list[tuple[int, Proposal, Judgement]]:
         n = min(self.cfg.samples, budget.left())
         if n <= 0:
             return []
-        props = pol.propose(state, n, offset=offset)
+        try:
+            props = list(pol.propose(state, n, offset=offset))[:n]
+        except Exception as e:  # noqa: BLE001 - a proposer's failure is this state's outcome, not the run's end
+            log.warning("[%s] %s: the proposer failed", name, state.kernel_id, exc_info=True)
+            why = f"{type(e).__name__}: {e}"[:300]
+            props = [Proposal(error="error", error_reason=why) for _ in range(n)]
         budget.spend(props)
         have = [(k, p) for k, p in enumerate(props, start=offset) if p.error is None]
         # proposals with a recorded speedup (replay) are re-timed interleaved to compare like with like
@@ -199,9 +209,14 @@ class Loop:
             budgets: dict[str, _Budget] = {}
             for i, st in enumerate(states):
                 b = budgets.setdefault(st.kernel_id, _Budget(self.cfg))
+                key = unit_key("single", name, st.kernel_id, st.state_id, st.depth)
+                if self._resumed(key, b):
+                    continue
                 res = self._expand(name, pol, st, b)
-                for k, p, j in res:
-                    self.rows.append(_row(self.run, "single", name, st, k, p, j))
+                rows = [_row(self.run, "single", name, st, k, p, j) for k, p, j in res]
+                self.rows += rows
+                if self.journal is not None:
+                    self.journal.record(key, rows)
                 ok = sum(1 for _, _, j in res if j.verified)
                 self._say(f"[{name}] state {i + 1}/{len(states)} ({st.kernel_id} depth {st.depth}): "
                           f"{ok}/{len(res)} verified")
@@ -212,6 +227,10 @@ class Loop:
         for name, pol in self.policies.items():
             for root in roots:
                 b = _Budget(self.cfg)
+                key = unit_key(self.cfg.mode, name, root.kernel_id)
+                if self._resumed(key, b):
+                    continue
+                first = len(self.rows)
                 best = self._mcts(name, pol, root, b) if self.cfg.mode == "mcts" else \
                     self._frontier(name, pol, root, b)
                 final = root.baseline.median_s / best.timing.median_s
@@ -227,10 +246,26 @@ class Loop:
                     "run": self.run, "mode": self.cfg.mode, "policy": name, "kernel_id": root.kernel_id,
                     "steps": best.depth, "path": list(best.path), "proposals": b.proposals,
                     "baseline_s": root.baseline.median_s, "final_s": best.timing.median_s,
-                    "final_speedup": final, "final_paired_speedup": paired, "dataset_best_speedup": ref,
-                    "ratio_to_dataset_best": (mine / ref) if ref else None})
+                    "final_speedup": final, "final_paired_speedup": paired,
+                    "final_faster": self.judge.rule.faster(root.baseline, best.timing),
+                    "dataset_best_speedup": ref, "ratio_to_dataset_best": (mine / ref) if ref else None})
+                if self.journal is not None:
+                    self.journal.record(key, self.rows[first:], self.kernels[-1:])
 
-    def _frontier(self, name: str, pol: Policy, root: State, b: _Budget) -> State:
+    def _resumed(self, key: str, b: _Budget) -> bool:
+        """Takes a unit the journal already holds (its rows in their place, its proposals and
+        tokens charged to the budget as when it was judged); False when it is still to judge."""
+        got = self.journal.done(key) if self.journal is not None else None
+        if got is None:
+            return False
+        rows, kernels = got
+        self.rows += rows
+        self.kernels += kernels
+        b.proposals += len(rows)
+        b.tokens += sum(int(r.get("tokens") or 0) for r in rows)
+        return True
+
+    def _frontier(self, name: str, pol: Proposer, root: State, b: _Budget) -> State:
         """chain (width 1) and beam: depth by depth; returns the fastest state reached."""
         width = 1 if self.cfg.mode == "chain" else self.cfg.width
         frontier, best = [root], root
@@ -262,7 +297,7 @@ class Loop:
                 break
         return best
 
-    def _mcts(self, name: str, pol: Policy, root: State, b: _Budget) -> State:
+    def _mcts(self, name: str, pol: Proposer, root: State, b: _Budget) -> State:
         """UCT over states (:class:`.mcts.Tree`); returns the fastest state in the tree and marks
         the proposals along the path to it ``chosen``."""
         first = len(self.rows)

@@ -1,5 +1,7 @@
-"""``mcts``: a seeded, deterministic UCT over program states whose children are the policy's
-verified proposals.
+"""``mcts``: a seeded, deterministic UCT over program states whose children are the proposer's
+verified proposals. The UCT core (reward, exploration bonus) is the trajectory search's
+(``steptp.search.uct``); this tree differs in what a child is (a proposal, not a registry action)
+and in backing up the best reward, not the mean.
 
 * **Expansion** asks the policy for ``samples`` more proposals at a node (draws ``offset`` on, so a
   node expanded again gets new draws); each verified proposal that reaches a state not yet in the
@@ -24,11 +26,11 @@ takes the same path (``tests/test_eval_mcts.py``).
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..search.uct import exploration, log_speedup
 from .judge import State
 
 #: default exploration constant. Rewards are natural-log speedups, so 0.1 gives a sibling seen
@@ -61,7 +63,7 @@ Expand = Callable[[State, int], tuple[int, int, list[State]]]
 
 
 def reward(state: State) -> float:
-    return math.log(state.baseline.median_s / state.timing.median_s)
+    return log_speedup(state.baseline.median_s, state.timing.median_s)
 
 
 class Tree:
@@ -80,8 +82,7 @@ class Tree:
             n.exhausted = n.done = True
 
     def _uct(self, parent: Node, child: Node) -> tuple[float, float]:
-        explore = self.c * math.sqrt(math.log(parent.visits) / child.visits) if parent.visits > 1 else 0.0
-        return child.value + explore, self.rng.random()
+        return child.value + exploration(self.c, parent.visits, child.visits), self.rng.random()
 
     def select(self) -> Node:
         node = self.root

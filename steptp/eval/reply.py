@@ -14,6 +14,9 @@ from typing import Any
 from ..llm.jsontext import first_json_object
 
 ANSWER_KEYS = ("strategy", "site", "params", "program")
+#: a reply longer than this is not read (nor kept whole in the report): the release's longest
+#: answers are a few thousand characters, and a server can send anything
+MAX_REPLY_CHARS = 200_000
 
 
 class ReplyError(ValueError):
@@ -39,6 +42,8 @@ def _first_object(text: str) -> dict[str, Any]:
 def parse_reply(text: str) -> Answer:
     if not isinstance(text, str) or not text.strip():
         raise ReplyError("empty reply")
+    if len(text) > MAX_REPLY_CHARS:
+        raise ReplyError(f"reply of {len(text)} characters, over the {MAX_REPLY_CHARS} read")
     think, body = "", text
     if "<think>" in text:
         start = text.index("<think>") + len("<think>")
@@ -61,4 +66,4 @@ def parse_reply(text: str) -> Answer:
     return Answer(think, obj["strategy"], obj["site"], obj["params"], obj["program"])
 
 
-__all__ = ["Answer", "ReplyError", "parse_reply", "ANSWER_KEYS"]
+__all__ = ["Answer", "ReplyError", "parse_reply", "ANSWER_KEYS", "MAX_REPLY_CHARS"]

@@ -3,9 +3,11 @@
 * ``proposals.parquet`` — one row per proposal (``steptp.eval.loop.ROW_COLUMNS``);
 * ``kernels.parquet`` — multi-step modes: one row per (policy, kernel) with the final speedup over
   the unscheduled kernel and its ratio to the dataset's best trajectory for that kernel;
-* ``summary.json`` — per policy: outcome counts; parse / signature / legal / faithful / verified /
-  faster rates; step-speedup distribution; best-of-n; ``fast_p`` for p in ``FAST_P`` (share of
-  states — single — or kernels — multi — strictly above p x); replay's reproduction rate;
+* ``summary.json`` — per policy: outcome counts; reply / parse / signature / legal / faithful /
+  verified / faster rates; step-speedup distribution; best-of-n; ``fast_p`` for p in ``FAST_P``
+  (share of states — single — or kernels — multi — strictly above p x, counting only a step
+  (single) or a final state (multi) that the significance rule calls faster than where it
+  started) and ``fast_p_raw`` (the same without the rule); replay's reproduction rate;
 * ``report.md`` — the same side by side, with the plots under ``plots/``; a run comparing
   multi-step searches (chain, beam, mcts at equal proposals) reports each ``policy/mode``.
 
@@ -27,8 +29,9 @@ from .judge import OUTCOMES
 
 FAST_P = (1.0, 1.5, 2.0, 5.0)
 ALL_OUTCOMES = OUTCOMES
-_COLORS = {"unparsable": "#9e9e9e", "bad_signature": "#ff9800", "illegal": "#9c27b0",
-           "failed_verification": "#e53935", "timeout": "#795548", "verified": "#43a047"}
+_COLORS = {"no_reply": "#424242", "unparsable": "#9e9e9e", "bad_signature": "#ff9800",
+           "illegal": "#9c27b0", "failed_verification": "#e53935", "unfaithful": "#fdd835",
+           "timeout": "#795548", "verified": "#43a047"}
 
 
 def _geomean(xs: Sequence[float]) -> Optional[float]:
@@ -48,23 +51,34 @@ def _rate(num: int, den: int) -> Optional[float]:
     return num / den if den else None
 
 
+def _fast_p(speedups) -> dict[str, Optional[float]]:
+    xs = list(speedups)
+    return {str(p): _rate(sum(1 for x in xs if x is not None and x > p), len(xs)) for p in FAST_P}
+
+
 def policy_summary(rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mapping[str, Any]] = ()
                    ) -> dict[str, Any]:
     n = len(rows)
     oc = Counter(r["outcome"] for r in rows)
-    parsed = [r for r in rows if r["outcome"] != "unparsable"]
+    replied = [r for r in rows if r["outcome"] != "no_reply"]
+    parsed = [r for r in replied if r["outcome"] != "unparsable"]
     sig_ok = [r for r in parsed if r["outcome"] != "bad_signature"]
     legal = [r for r in sig_ok if r["legal"]]
     ver = [r for r in rows if r["outcome"] == "verified"]
     steps = [r["step_speedup"] for r in ver if r["step_speedup"]]
-    best: dict[str, float] = {}
+    best: dict[str, float] = {}       # per state: its best verified step speedup
+    best_sig: dict[str, float] = {}   # ... among the steps the significance rule calls faster
     for r in rows:
         key = f"{r['kernel_id']}|{r['state_id']}|{r['depth']}"
         best.setdefault(key, 0.0)
+        best_sig.setdefault(key, 0.0)
         if r["outcome"] == "verified" and r["step_speedup"]:
             best[key] = max(best[key], r["step_speedup"])
+            if r["faster"]:
+                best_sig[key] = max(best_sig[key], r["step_speedup"])
     out: dict[str, Any] = {
         "proposals": n, "states": len(best), "outcomes": {o: oc.get(o, 0) for o in ALL_OUTCOMES},
+        "reply_rate": _rate(len(replied), n),
         "parse_rate": _rate(len(parsed), n), "signature_rate": _rate(len(sig_ok), n),
         "legal_rate": _rate(len(legal), n),
         "faithful_rate": _rate(sum(1 for r in legal if r["faithful"]), n),
@@ -73,8 +87,7 @@ def policy_summary(rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mapping[
         "step_speedup": {"geomean": _geomean(steps), "median": _median(steps),
                          "min": min(steps) if steps else None, "max": max(steps) if steps else None},
         "best_of_n": {"geomean": _geomean([b for b in best.values() if b > 0]),
-                      "fast_p": {str(p): _rate(sum(1 for b in best.values() if b > p), len(best))
-                                 for p in FAST_P}},
+                      "fast_p": _fast_p(best_sig.values()), "fast_p_raw": _fast_p(best.values())},
         "tokens": sum(int(r["tokens"] or 0) for r in rows),
     }
     rec = [r["within_spread"] for r in rows if r.get("within_spread") is not None]
@@ -83,9 +96,10 @@ def policy_summary(rows: Sequence[Mapping[str, Any]], kernels: Sequence[Mapping[
     if kernels:
         finals = [k["final_speedup"] for k in kernels]
         ratios = [k["ratio_to_dataset_best"] for k in kernels if k["ratio_to_dataset_best"]]
+        # a final state the rule cannot tell from the unscheduled kernel counts as 1x
+        sig = [k["final_speedup"] if k.get("final_faster") else 1.0 for k in kernels]
         out["multi"] = {"kernels": len(kernels), "final_speedup_geomean": _geomean(finals),
-                        "fast_p": {str(p): _rate(sum(1 for f in finals if f > p), len(finals))
-                                   for p in FAST_P},
+                        "fast_p": _fast_p(sig), "fast_p_raw": _fast_p(finals),
                         "ratio_to_dataset_best_geomean": _geomean(ratios),
                         "mean_steps": sum(k["steps"] for k in kernels) / len(kernels)}
     return out
@@ -122,18 +136,21 @@ def _pct(x: Any) -> str:
 
 def table_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     """The side-by-side table (header first): one row per policy."""
-    head = ["policy", "proposals", "parse", "signature", "legal", "faithful", "verified", "faster",
-            "step x (geomean)", "best-of-n x"] + [f"fast_{p:g}" for p in FAST_P]
+    head = ["policy", "proposals", "reply", "parse", "signature", "legal", "faithful", "verified",
+            "faster", "step x (geomean)", "best-of-n x"] + [f"fast_{p:g}" for p in FAST_P] \
+        + [f"fast_{p:g}_raw" for p in FAST_P]
     multi = any("multi" in s for s in summary["policies"].values())
     if multi:
         head += ["final x (geomean)", "ratio to dataset best"]
     out = [head]
     for name, s in summary["policies"].items():
-        fp = (s.get("multi") or {}).get("fast_p") or s["best_of_n"]["fast_p"]
-        row = [name, str(s["proposals"]), _pct(s["parse_rate"]), _pct(s["signature_rate"]),
-               _pct(s["legal_rate"]), _pct(s["faithful_rate"]), _pct(s["verified_rate"]),
-               _pct(s["faster_rate"]), _f(s["step_speedup"]["geomean"]), _f(s["best_of_n"]["geomean"])]
-        row += [_pct(fp[str(p)]) for p in FAST_P]
+        fast = s.get("multi") or s["best_of_n"]
+        row = [name, str(s["proposals"]), _pct(s["reply_rate"]), _pct(s["parse_rate"]),
+               _pct(s["signature_rate"]), _pct(s["legal_rate"]), _pct(s["faithful_rate"]),
+               _pct(s["verified_rate"]), _pct(s["faster_rate"]), _f(s["step_speedup"]["geomean"]),
+               _f(s["best_of_n"]["geomean"])]
+        row += [_pct(fast["fast_p"][str(p)]) for p in FAST_P]
+        row += [_pct(fast["fast_p_raw"][str(p)]) for p in FAST_P]
         if multi:
             m = s.get("multi") or {}
             row += [_f(m.get("final_speedup_geomean")), _f(m.get("ratio_to_dataset_best_geomean"))]
@@ -240,7 +257,9 @@ def write_report(out: str | Path, rows: Sequence[Mapping[str, Any]],
                       schema_overrides=schema) if rows else pl.DataFrame({c: [] for c in ROW_COLUMNS})
     write_table(df, out / "proposals.parquet")
     if kernels:
-        floats = {c: pl.Float64 for c in ("final_paired_speedup", "dataset_best_speedup", "ratio_to_dataset_best")}
+        floats: dict[str, Any] = {c: pl.Float64 for c in ("final_paired_speedup", "dataset_best_speedup",
+                                                          "ratio_to_dataset_best")}
+        floats["final_faster"] = pl.Boolean
         write_table(pl.DataFrame([{c: k.get(c) for c in KERNEL_COLUMNS} for k in kernels],
                                  infer_schema_length=None, schema_overrides=floats), out / "kernels.parquet")
     summary = summarize(rows, kernels, meta)
@@ -250,10 +269,13 @@ def write_report(out: str | Path, rows: Sequence[Mapping[str, Any]],
     for k in ("source", "mode", "samples", "steps", "width", "hardware", "fingerprint"):
         if summary.get(k) not in (None, ""):
             md.append(f"- **{k}**: {summary[k]}")
-    md += ["", "Rates are shares of all proposals; `faster` is beyond the measured spread "
-           "(the dataset's significance rule); `fast_p` is the share of "
-           + ("kernels whose final speedup over the unscheduled kernel" if kernels else
-              "states whose best verified step speedup") + " is above p.", "",
+    md += ["", "Rates are shares of all proposals; `verified` is faithful to its stated step and "
+           "correct on the release's verification inputs (a correct program that is not its stated "
+           "step is `unfaithful`); `faster` is beyond the measured spread (the dataset's "
+           "significance rule); `fast_p` is the share of "
+           + ("kernels whose final speedup over the unscheduled kernel, significant by that rule,"
+              if kernels else "states whose best significantly faster verified step speedup")
+           + " is above p; `fast_p_raw` the same without the rule.", "",
            markdown_table(summary), ""]
     md += ["| policy | " + " | ".join(ALL_OUTCOMES) + " |", "|---|" + "---|" * len(ALL_OUTCOMES)]
     for name, s in summary["policies"].items():

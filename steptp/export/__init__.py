@@ -8,7 +8,7 @@
       data/steps.parquet     StepRecord rows + `split`
       data/trajectories.parquet  TrajectoryRecord rows + `split`
       data/rejects.parquet   RejectRecord rows (every dropped step and why)
-      chat/{train,validation,test}.jsonl   the chat format (``steptp.export.chat``)
+      chat/{train,validation,test}.jsonl   the chat format (``steptp.format.chat``)
       chat/pairs-{split}.jsonl             preference pairs (``steptp.export.pairs``)
       configs/<config>/<split>.parquet     the ``datasets`` configs the card declares (``steptp.export.hub``)
       plots/*.png            strategy histogram, speedup and token distributions
@@ -18,16 +18,14 @@
 quality gates pass) writes the manifest and moves the folder to its final place atomically;
 ``publish_release`` never overwrites a published release (same records: a no-op; other
 records: refused unless forced) and points ``latest.json`` at it. ``diff`` compares a release
-with the previous one (``diff.json`` + a card section); ``versioning`` tracks releases with DVC
-and git tags and restores them.
+with the previous one (``diff.json`` + a card section). Gating, publishing and versioning a
+release build: ``steptp.release``.
 """
 
-from .chat import FORMAT_VERSION, SYSTEM_PROMPT, check_line, example, messages
 from .release import (Publication, ReleaseExists, content_digest, export_release, file_checksums,
                       hardware_description, previous_release, publish, publish_release,
                       published_releases, verify_checksums, write_manifest)
 
-__all__ = ["FORMAT_VERSION", "SYSTEM_PROMPT", "check_line", "example", "messages", "export_release",
-           "file_checksums", "hardware_description", "publish", "verify_checksums", "write_manifest",
-           "Publication", "ReleaseExists", "content_digest", "previous_release", "publish_release",
-           "published_releases"]
+__all__ = ["export_release", "file_checksums", "hardware_description", "publish", "verify_checksums",
+           "write_manifest", "Publication", "ReleaseExists", "content_digest", "previous_release",
+           "publish_release", "published_releases"]

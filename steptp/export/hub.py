@@ -125,11 +125,9 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str]
     from ..leir import format_program, parse
     from ..leir.canon import canonical_hash
     from ..records import step_key
-    from ..strategies.base import EXACTNESS
-    from . import chat
-
-    def loosest(a: str, b: str) -> str:
-        return max(a, b, key=lambda e: EXACTNESS.index(e) if e in EXACTNESS else len(EXACTNESS))
+    from ..strategies import worse
+    from ..format import chat
+    from ..format.tokens import n_tokens
 
     originals: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
@@ -148,7 +146,7 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str]
                      "state_id": key[1][:16], "source": source, "original": originals[kernel_id],
                      "program": program, "exactness": exactness, "target": target, "hardware": hardware,
                      "depth": depth, "parent_step_key": parent,
-                     "prompt_tokens": sum(chat.n_tokens(m["content"]) for m in msgs)})
+                     "prompt_tokens": sum(n_tokens(m["content"]) for m in msgs)})
 
     kdf = kernels.filter(pl.col("split").is_not_null())
     if "raise_ok" in kdf.columns:
@@ -163,7 +161,7 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str]
             s, exact, j, hops = all_steps[i], "exact", i, 0
             while j in parents and hops <= len(all_steps):
                 j, hops = parents[j], hops + 1
-                exact = loosest(exact, all_steps[j].exactness)
+                exact = worse(exact, all_steps[j].exactness)
             p = parents.get(i)
             add(s.kernel_id, s.before_leir, source, s.target, exact, s.step_index,
                 step_key(all_steps[p]) if p is not None else None)

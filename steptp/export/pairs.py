@@ -9,7 +9,7 @@ One JSON object per line in the conversational preference format TRL's ``DPOTrai
               "chosen_role", "rejected_role", "rejected_why", "chosen_best_speedup",
               "parent_step_key", "tokens": {"prompt", "chosen", "rejected"}, ...}}
 
-``prompt`` is exactly the system and user turns of ``steptp.export.chat`` for the shared
+``prompt`` is exactly the system and user turns of ``steptp.format.chat`` for the shared
 before-program; ``chosen``/``rejected`` are assistant turns in the same format. Which pairs exist
 is curation's decision (``steptp.curate.pairs``).
 """
@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from ..format import chat
+from ..format.tokens import n_tokens
 from ..records import StepRecord
-from . import chat
 
 PAIRS_FORMAT = "steptp-pairs-1"
 
@@ -40,8 +41,8 @@ def pair_example(pair: Mapping[str, Any], chosen: StepRecord, rejected: StepReco
             "chosen_best_speedup": chosen.best_descendant_speedup,
             "rejected_best_speedup": rejected.best_descendant_speedup,
             "parent_step_key": parent_step_key,
-            "tokens": {"prompt": sum(chat.n_tokens(m["content"]) for m in msgs[:2]),
-                       "chosen": chat.n_tokens(c_turn), "rejected": chat.n_tokens(r_turn)}}
+            "tokens": {"prompt": sum(n_tokens(m["content"]) for m in msgs[:2]),
+                       "chosen": n_tokens(c_turn), "rejected": n_tokens(r_turn)}}
     return {"prompt": msgs[:2],
             "chosen": [{"role": "assistant", "content": c_turn}],
             "rejected": [{"role": "assistant", "content": r_turn}],

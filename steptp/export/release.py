@@ -19,6 +19,7 @@ import polars as pl
 
 from ..records import (SCHEMA_VERSION, KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, parent_links,
                        step_key, table, write_table, write_text_atomic)
+from ..format import chat as chat_format
 from . import chat, hub
 
 SPLITS = ("train", "validation", "test")
@@ -170,7 +171,7 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
     sft_rows: list[dict[str, Any]] = []
     for s in chat.interleaved(steps):
         sp = splits.get(s.kernel_id, "train")
-        ex = chat.example(s, hw, sp)
+        ex = chat_format.example(s, hw, sp)
         tokens.append(ex["meta"]["tokens"]["total"])
         by_split.setdefault(sp, []).append(chat.to_line(ex))
         sft_rows.append({**ex, "split": sp})
@@ -254,7 +255,7 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
         "cot_variety": _cot_variety(steps),
         "fingerprint": dict(fingerprint or {}),
         "fingerprints": sorted({s.fingerprint for s in steps if s.fingerprint}),
-        "plots": plots, "chat_format": chat.FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
+        "plots": plots, "chat_format": chat_format.FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
         "configs": config_counts, "length_fit": length_fit,
         "config_digests": {n: hub.config_digest(out, n) for n, c in config_counts.items() if c},
     }
@@ -471,7 +472,7 @@ def write_manifest(folder: str | Path, *, params: Mapping[str, Any] | None = Non
     man = {
         "name": stats.get("name"), "version": stats.get("version"),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "schema_version": SCHEMA_VERSION, "chat_format": chat.FORMAT_VERSION,
+        "schema_version": SCHEMA_VERSION, "chat_format": chat_format.FORMAT_VERSION,
         "versions": _versions(), "params": p, "seeds": seeds,
         "fingerprints": {"hardware": stats.get("fingerprint"), "step_fingerprints": stats.get("fingerprints", [])},
         "counts": stats.get("counts"), "validation": dict(validation or {}),

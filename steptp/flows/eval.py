@@ -7,8 +7,8 @@ kernel) in multi-step modes.
 Caching: tasks use ``INPUTS + TASK_SOURCE`` and persist their rows, so a rerun (after a crash,
 or with one more policy) judges only what is new. Retries: a task whose policy could not get a
 reply (rate limit, 5xx, a timed-out request: ``Proposal.error``) raises and is retried; after
-the last retry the proposals are recorded with their outcome (``timeout`` / ``unparsable``:
-no reply) and the run goes on.
+the last retry the proposals are recorded with their outcome (``no_reply``, with the reason)
+and the run goes on.
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ def _measurer(cache: Optional[str]):
 def _loop(policy: str, spec: dict[str, Any], cfg: dict[str, Any], cache: Optional[str], sft_rows):
     from steptp.eval.judge import Judge
     from steptp.eval.loop import EvalConfig, Loop
-    from steptp.eval.policies.base import make_policy
+    from steptp.eval.policies import make_proposer
     from steptp.records import StepRecord
 
     steps = [StepRecord(**r) for r in sft_rows]
-    pol = make_policy(policy, steps=steps, **spec)
+    pol = make_proposer(policy, steps=steps, **spec)
     return Loop(Judge(_measurer(cache)), {policy: pol}, EvalConfig(**cfg), run=spec.get("run", "eval"))
 
 

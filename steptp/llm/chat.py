@@ -101,8 +101,9 @@ class ChatClient:
         self._limiter.wait()
         choices, usage = self._guarded(lambda: self._call(msgs, int(n)))
         self.meter.add(usage, self.prices)
-        self.cache.put(key, {"choices": [{"text": t, "finish_reason": f} for t, f in choices],
-                             "usage": usage})
+        if choices:  # an empty answer is a server's hiccup, not a draw: asked again, not replayed
+            self.cache.put(key, {"choices": [{"text": t, "finish_reason": f} for t, f in choices],
+                                 "usage": usage})
         return [Reply(t, usage, False, f) for t, f in choices]
 
     def _guarded(self, fn: Callable[[], Any]) -> Any:

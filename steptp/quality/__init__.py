@@ -1,4 +1,5 @@
-"""Quality gates: the Great Expectations suites in ``expectations/`` run on a release folder.
+"""Quality gates: the Great Expectations suites in ``steptp/quality/expectations/`` (shipped
+with the package; ``$STEPTP_EXPECTATIONS`` names other ones) run on a release folder.
 
     report = validate_release("releases/.staging/steptp-tiny", params)
     report.success            # False: do not publish

@@ -1,4 +1,5 @@
-"""Build GX suites from ``expectations/*.json``, derive the checked columns, run, write Data Docs."""
+"""Build GX suites from ``expectations/*.json`` (``expectations_dir``), derive the checked columns,
+run, write Data Docs."""
 
 from __future__ import annotations
 
@@ -28,14 +29,12 @@ DEFAULT_PARAMS: dict[str, Any] = {
 
 
 def expectations_dir() -> Path:
-    """``$STEPTP_EXPECTATIONS``, else ``./expectations`` (a project run from its root, e.g. by
-    ``dvc repro``), else ``expectations/`` of the source checkout."""
+    """``$STEPTP_EXPECTATIONS`` (a project's own suites), else the suites shipped in the package
+    (``steptp/quality/expectations``): an installed steptp gates releases wherever it runs."""
     env = os.environ.get("STEPTP_EXPECTATIONS")
     if env:
         return Path(env)
-    if (Path.cwd() / "expectations" / "steps.json").is_file():
-        return Path.cwd() / "expectations"
-    return Path(__file__).resolve().parents[2] / "expectations"
+    return Path(__file__).resolve().parent / "expectations"
 
 
 def _lookup(params: Mapping[str, Any], dotted: str) -> Any:
@@ -84,7 +83,7 @@ def _cap(steps: pl.DataFrame, params: Mapping[str, Any]) -> int | None:
 
 def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None) -> dict[str, pl.DataFrame]:
     """The three tables the suites check, with their derived columns."""
-    from ..export.chat import check_line
+    from ..format.chat import check_line
 
     release = Path(release)
     params = params or {}
@@ -257,7 +256,7 @@ def _cot_valid(cot: str | None, cot_text: str | None) -> bool:
     if not d:
         return False
     try:
-        from ..cot.schema import cot_from_record
+        from ..format.cot_schema import cot_from_record
 
         cot_from_record(d)
     except Exception:  # noqa: BLE001

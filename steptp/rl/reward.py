@@ -124,7 +124,7 @@ class MeasuredReward:
 
     __name__ = "steptp_measured_reward"      # TRL logs a reward function by its name
 
-    def __init__(self, measurer: Any = None, *, seeds: Sequence[int] = (0, 1, 2), jobs: int = 1,
+    def __init__(self, measurer: Any = None, *, seeds: Optional[Sequence[int]] = None, jobs: int = 1,
                  memory_limit_mb: Optional[int] = None, cache: Any = True, config: Any = None):
         from ..eval.judge import Judge
 

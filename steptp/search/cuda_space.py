@@ -27,7 +27,8 @@ from ..leir import ast as A
 from ..leir.analysis import affine
 from ..leir.races import thread_races
 from ..strategies import registry
-from ..strategies._ir import band, iter_stmts, node_at, tensors_read, tensors_written
+from ..leir.ast import iter_stmts, node_at
+from ..leir.nav import band, tensors_read, tensors_written
 from ..strategies.base import Site
 
 #: Binding choices tried per nest, best first.

@@ -21,7 +21,8 @@ measured times.
   register tile, vectorized, the cost model scores ``PROMOTE_MARGIN`` better than the state's
   own best is measured first, followed by that tile and its vectorization (each a recorded
   step): alone it measures slower than its parent and would never stay in the beam.
-* :class:`MCTS` — UCT over measured states with progressive widening (a node with ``n`` visits
+* :class:`MCTS` — UCT (the bonus shared with ``steptp eval``'s tree: ``.uct``) over measured
+  states with progressive widening (a node with ``n`` visits
   has at most ``ceil(widen * n ** alpha)`` children, opened in rank order). Reward: log speedup
   over the unscheduled kernel, normalized by the best so far; a failed or timed-out candidate is
   a visit with reward 0.
@@ -40,8 +41,9 @@ from typing import Optional
 
 from ..leir import ast as A
 from .run import Node, Search, has_loop_kind
-from .cost_model import score
+from ..analysis.cost_model import score
 from .space import finished_tilings, stages_tile_accumulators, unrolls_tile_rows, unrolls_window
+from .uct import exploration, log_speedup
 
 
 class Policy:
@@ -529,7 +531,7 @@ class MCTS(Policy):
     def _reward(self, s: Search, node: Optional[Node]) -> float:
         if node is None:
             return 0.0
-        return max(0.0, math.log(s.root.seconds / node.seconds))
+        return max(0.0, log_speedup(s.root.seconds, node.seconds))
 
     def run(self, s: Search) -> None:
         root = s.root
@@ -543,13 +545,12 @@ class MCTS(Policy):
                         or node.depth >= self.max_depth:
                     break
                 scale = max(math.log(s.root.seconds / s.best.seconds), 1e-3)
-                lnN = math.log(max(node.visits, 1))
 
-                def uct(ch: Node) -> float:
+                def uct(ch: Node, parent: Node = node) -> float:
                     if ch.visits == 0:
                         return math.inf
                     q = 0.5 * (ch.value / ch.visits) + 0.5 * max(ch.best_reward, 0.0)
-                    return q / scale + self.c * math.sqrt(lnN / ch.visits)
+                    return q / scale + exploration(self.c, parent.visits, ch.visits)
 
                 node = max(node.children, key=lambda ch: (uct(ch), -ch.seconds))
                 path.append(node)

@@ -1,5 +1,5 @@
 """The learned side of candidate ranking: an XGBoost model on the analytic features of
-:mod:`steptp.search.cost_model`, and the :class:`Ranker` the search orders candidates with.
+:mod:`steptp.analysis.cost_model`, and the :class:`Ranker` the search orders candidates with.
 
 * :class:`LearnedCostModel` — an optional XGBoost regressor of the analytic model's error
   (``log measured - log predict``) from the features; it predicts log seconds;
@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..leir import ast as A
-from .cost_model import LOG_POTENTIAL, LOG_PREDICT, _cores, blend, features, score
+from ..analysis.cost_model import LOG_POTENTIAL, LOG_PREDICT, _cores, blend, features, score
 
 # Rows read from the cache, newest first: enough to cover many kernels, while the first
 # featurization (about 2.5 ms a program) and each retraining stay a few seconds / tenths.

@@ -49,14 +49,13 @@ from ..leir import ast as A
 from ..leir.canon import canonical_hash, canonical_text, canonicalize
 from ..leir.printer import format_program
 from ..records import StepRecord, Timing, TrajectoryRecord
-from ..strategies import Candidate, get
+from ..strategies import Candidate, get, worse
 from ..measure.significance import SignificanceRule
-from .cost_model import potential, predict
+from ..analysis.cost_model import potential, predict
 from .ranker import Ranker
 from .evaluator import Evaluator
 from .space import actions
 
-EXACT_ORDER = {"exact": 0, "reassociation": 1, "algebraic": 2}
 #: a step's ``improved`` outcome: significantly faster than its parent, by the one rule (the
 #: release's roles re-decide with the params' rule and any interleaved re-timing)
 IMPROVE_RULE = SignificanceRule()
@@ -95,10 +94,6 @@ def _is_parallel(program: A.Program) -> bool:
 
 def trajectory_id(kernel_id: str, policy: str, seed: int) -> str:
     return hashlib.sha256(f"{kernel_id}|{policy}|{seed}".encode()).hexdigest()[:16]
-
-
-def _worse(a: str, b: str) -> str:
-    return a if EXACT_ORDER.get(a, 0) >= EXACT_ORDER.get(b, 0) else b
 
 
 @dataclass(eq=False)
@@ -334,7 +329,7 @@ class Search:
             return None  # the state could not be timed again in full: nothing rests on it
         self.seen[cand.text] = None
         s = get(cand.strategy)
-        path_exact = _worse(node.exactness, cand.exactness)
+        path_exact = worse(node.exactness, cand.exactness)
         self._prefetch(node, cand, path_exact)
         # a child keeps its parent's names (the canonical renaming would give a reordered loop
         # another loop's name, and the reasoning, which cites the site's names, would not match)
@@ -457,11 +452,11 @@ class Search:
         # the next ``depth`` the evaluator has not taken yet: a batch is full even when the
         # previous one verified the first of them
         if self._plan:
-            nxt = ((c.text, _worse(n.exactness, c.exactness)) for n, c in self._plan)
+            nxt = ((c.text, worse(n.exactness, c.exactness)) for n, c in self._plan)
         elif self._planning:
             nxt = iter(())   # the plan is used up: the policy decides what follows
         else:
-            nxt = ((c.text, _worse(node.exactness, c.exactness)) for c in self.untried(node))
+            nxt = ((c.text, worse(node.exactness, c.exactness)) for c in self.untried(node))
         items += list(itertools.islice((it for it in nxt if it[0] not in self._sent), depth))
         if items:
             took = pre(self.original_text, items)

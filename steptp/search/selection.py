@@ -6,7 +6,7 @@
 
 * **score** = occurrence weight x unscheduled time: the measured time (``times``, the search
   evaluator's timing of the unscheduled program) when there is one, else the analytic estimate
-  from FLOPs and bytes (``steptp.search.cost_model.predict``). Weight alone picks the many
+  from FLOPs and bytes (``steptp.analysis.cost_model.predict``). Weight alone picks the many
   25 ns reshapes of an architecture; time alone picks one big kernel that occurs once;
 * **floor**: below ``floor_s`` a timing is mostly call overhead and a step's gain is noise, so
   such a kernel is not searched at that size (``search_status`` says so; the release flow then
@@ -69,7 +69,7 @@ def kernel_family(k: KernelRecord) -> str:
 def estimate_s(k: KernelRecord) -> Optional[float]:
     """The analytic run-time estimate of the unscheduled kernel (None when it does not parse)."""
     from ..leir import parse
-    from .cost_model import predict
+    from ..analysis.cost_model import predict
 
     try:
         return float(predict(parse(k.leir)))

@@ -27,10 +27,14 @@ from typing import Iterable
 
 from ..leir import ast as A
 from ..leir.analysis import ITEMSIZE, affine
-from ..strategies._ir import (band, enclosing_loops, iter_stmts, layout_forms, node_at, perfect_nest,
-                             reduction_axes, statement_instances, tensors_read, tensors_written)
+from ..leir.ast import iter_stmts, node_at
+from ..leir.layout import layout_forms
+from ..leir.nav import (band, enclosing_loops, perfect_nest, reduction_axes, statement_instances, tensors_read,
+                        tensors_written)
 from ..strategies.loops import MAX_UNROLL
-from .cost_model import L1_BYTES, REGISTERS, _cores
+from ..analysis.cost_model import L1_BYTES, REGISTERS, _cores
+from ..analysis.tiles import (VECTOR_BYTES, lanes_of, reduction_right_inside, rows_between, tile_row,
+                              vars_of)
 from ..strategies import Candidate, IllegalRewrite, Site, candidates, canonical, get
 
 LONG_BAND = 4   # bands with more loops than this get the structured reorders
@@ -116,7 +120,6 @@ def _offer(out: list[Candidate], s, program: A.Program, site: Site, params: dict
 
 
 ROW_TILES = (2, 4, 8, 16)   # rows of a register tile
-VECTOR_BYTES = 64           # one AVX-512 register; the column tile is half of one to four of them
 
 
 def _tiling_bands(program: A.Program, min_loops: int):
@@ -135,8 +138,8 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
         stmt = _single_assign(loops[-1])
         if stmt is None or stmt.op == "=":
             continue
-        lhs_vars = _vars_of(stmt.index)
-        lanes = _lanes(program, stmt.tensor)
+        lhs_vars = vars_of(stmt.index)
+        lanes = lanes_of(program, stmt.tensor)
         # the column loop: the one the output is unit-stride in (it becomes the vector loop)
         shape = program.tensors[stmt.tensor].shape
         unit = [lp for lp in loops if lp.var in lhs_vars and _unit_stride(stmt, lp.var, shape)]
@@ -147,7 +150,7 @@ def _register_tilings(program: A.Program, existing: set[str]) -> list[Candidate]
             if a.var not in lhs_vars:
                 continue
             # an operand every row of the tile reads alike (B of C[i,j] += A[i,k] * B[k,j])
-            shared_by_rows = any(a.var not in _vars_of(ld.index) for ld in A.loads(stmt.value))
+            shared_by_rows = any(a.var not in vars_of(ld.index) for ld in A.loads(stmt.value))
             for fb in column_tiles(b.extent, lanes):
                 for fa in ROW_TILES:
                     if a.extent % fa or fa > a.extent:
@@ -188,7 +191,7 @@ def _cache_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
         if nest is None or not nest[1].is_reduction:
             continue
         all_loops, stmt = nest
-        lhs = _vars_of(stmt.index)
+        lhs = vars_of(stmt.index)
         shape = program.tensors[stmt.tensor].shape
         col = all_loops[-1]
         if col.var not in lhs or not _unit_stride(stmt, col.var, shape):
@@ -196,7 +199,7 @@ def _cache_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
         row = all_loops[-2]
         if row not in loops or row.var not in lhs or row.extent > max(ROW_TILES):
             continue
-        lanes = _lanes(program, stmt.tensor)
+        lanes = lanes_of(program, stmt.tensor)
         if col.extent < lanes // 2:
             continue
         item = ITEMSIZE.get(program.tensors[stmt.tensor].dtype, 4)
@@ -213,7 +216,7 @@ def _cache_tilings(program: A.Program, existing: set[str]) -> list[Candidate]:
                     continue
                 # the operand the rows share: read along r, alike for every s
                 shared = [ld for ld in loads
-                          if s.var not in _vars_of(ld.index) and r.var in _vars_of(ld.index)]
+                          if s.var not in vars_of(ld.index) and r.var in vars_of(ld.index)]
                 if not shared:
                     continue
                 for fr in CACHE_BLOCKS:
@@ -261,51 +264,15 @@ def stages_tile_accumulators(program: A.Program, c: Candidate) -> bool:
     if c.strategy != "cache_read_write" or c.site.get("mode") != "write" \
             or c.params.get("scope") != "local":
         return False
-    nest = _reduction_right_inside(program, tuple(c.site.path))
+    nest = reduction_right_inside(program, tuple(c.site.path))
     if nest is None or nest[1].tensor != c.site.get("tensor"):
         return False
     loops, _, lhs = nest
     new = [t for t in c.program.intermediates if t.name not in program.tensors]
     if len(new) != 1:
         return False
-    limit = L1_BYTES // 2 if _rows_between(loops, lhs) else (REGISTERS - 4) * VECTOR_BYTES
+    limit = L1_BYTES // 2 if rows_between(loops, lhs) else (REGISTERS - 4) * VECTOR_BYTES
     return new[0].size * ITEMSIZE[new[0].dtype] <= limit
-
-
-def _rows_between(loops: list[A.Loop], lhs: set[str]) -> bool:
-    """Does a loop the result is indexed by (a row loop) lie between the reduction loops of a
-    perfect nest (``loops``, outermost first): a cache tile's row tiles inside a block of the
-    reduction?"""
-    reduced = [k for k, lp in enumerate(loops) if lp.var not in lhs]
-    return bool(reduced) and any(lp.var in lhs for lp in loops[reduced[0]:reduced[-1]])
-
-
-def _reduction_right_inside(program: A.Program, path: tuple[int, ...]):
-    """The loop at ``path`` holding one perfect nest of a reduction that starts with a
-    reduction loop: (its loops, the statement, the variables of its left-hand side); else
-    None."""
-    loop = node_at(program, path)
-    if not isinstance(loop, A.Loop) or len(loop.body) != 1:
-        return None
-    nest = perfect_nest(loop.body[0])
-    if nest is None or not nest[0] or not nest[1].is_reduction:
-        return None
-    loops, st = nest
-    lhs = {v for e in st.index for v in A.free_vars(e)}
-    return None if loops[0].var in lhs else (loops, st, lhs)
-
-
-def around_cache_tile(program: A.Program, path: tuple[int, ...]) -> bool:
-    """Is the loop at ``path`` right around a cache tile's reduction (its body one perfect
-    nest of a reduction, starting with a reduction loop, with a row loop between the reduction
-    loops)? Its stage holds the accumulators of every row tile inside it."""
-    nest = _reduction_right_inside(program, path)
-    return nest is not None and _rows_between(nest[0], nest[2])
-
-
-def _lanes(program: A.Program, tensor: str) -> int:
-    """Elements of ``tensor`` one vector register holds."""
-    return max(1, VECTOR_BYTES // ITEMSIZE.get(program.tensors[tensor].dtype, 4))
 
 
 def unrolls_window(program: A.Program, c: Candidate) -> bool:
@@ -339,7 +306,7 @@ def unrolls_window(program: A.Program, c: Candidate) -> bool:
     produced = [t for t in tensors_written(loop) if t in read and t not in updated]
     if not produced:
         return False
-    lanes = min(_lanes(program, t) for t in produced)
+    lanes = min(lanes_of(program, t) for t in produced)
     return all(x.extent < lanes // 2 for x in inner if not any(isinstance(b, A.Loop) for b in x.body))
 
 
@@ -356,26 +323,6 @@ def unrolls_tile_rows(program: A.Program, c: Candidate) -> bool:
     if c.strategy != "loop_unrolling" or c.params.get("inner"):
         return False
     return tile_row(program, node_at(program, tuple(c.site.path)))
-
-
-def tile_row(program: A.Program, loop) -> bool:
-    """Is ``loop`` the row loop of a staged register tile (see ``unrolls_tile_rows``)?"""
-    if not isinstance(loop, A.Loop) or loop.kind != "serial" or len(loop.body) != 1:
-        return False
-    vec = loop.body[0]
-    if not isinstance(vec, A.Loop) or vec.kind != "vectorized" \
-            or not all(isinstance(b, A.Assign) for b in vec.body):
-        return False
-    for st in vec.body:
-        t = program.tensors.get(st.tensor)
-        if t is None or getattr(t, "scope", None) != "local" or loop.var not in _vars_of(st.index):
-            return False
-        if not any(ld.tensor == st.tensor and ld.index == st.index for ld in A.loads(st.value)):
-            return False
-        regs = loop.extent * math.ceil(vec.extent / _lanes(program, st.tensor))
-        if regs > REGISTERS - 4:
-            return False
-    return True
 
 
 def column_tiles(extent: int, lanes: int) -> list[int]:
@@ -409,11 +356,6 @@ def _single_assign(loop: A.Loop) -> A.Assign | None:
     return loop.body[0] if len(loop.body) == 1 and isinstance(loop.body[0], A.Assign) else None
 
 
-def _vars_of(index) -> set[str]:
-    """The loop variables a subscript tuple mentions."""
-    return {v for e in index for v in A.free_vars(e)}
-
-
 def collapse_reason(program: A.Program, site: Site, cores: int | None = None) -> str | None:
     """Why the search offers ``loop_collapse`` of the nest ``a, b`` at ``site`` (None: it
     does not). Two rules, neither keyed on a shape:
@@ -442,7 +384,7 @@ def collapse_reason(program: A.Program, site: Site, cores: int | None = None) ->
     cores = cores or _cores()
     if (not enclosing_loops(program, site.path) and outer.extent % cores
             and outer.extent < PARALLEL_WORK * cores
-            and all(a in _vars_of(st.index) and b in _vars_of(st.index) for st in stmts)):
+            and all(a in vars_of(st.index) and b in vars_of(st.index) for st in stmts)):
         n = outer.extent * inner.extent
         if n % cores == 0 or n >= PARALLEL_WORK * cores:
             return "parallel"
@@ -455,11 +397,11 @@ PARALLEL_WORK = 8   # iterations per core below which an outer loop balances poo
 def _vector_collapse(program, stmts, a, b, na, nb, unit_ext) -> bool:
     lanes = None
     for st in stmts:
-        if b not in _vars_of(st.index):
+        if b not in vars_of(st.index):
             return False
         accs = [(st.tensor, st.index)] + [(ld.tensor, ld.index) for ld in A.loads(st.value)]
         for t, idx in accs:
-            used = _vars_of(idx)
+            used = vars_of(idx)
             if not used & {a, b}:
                 continue
             forms = [affine(e) for e in idx]
@@ -473,7 +415,7 @@ def _vector_collapse(program, stmts, a, b, na, nb, unit_ext) -> bool:
                 return False
             if any(f is None or a in f[0] or b in f[0] for f in forms[:-2]):
                 return False
-        n = _lanes(program, st.tensor)
+        n = lanes_of(program, st.tensor)
         lanes = n if lanes is None else max(lanes, n)
     return lanes is not None and nb % lanes != 0 and (na * nb) % lanes == 0
 

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from ..leir import ast as A
-from ._ir import Affine, Path, affine, collapsed_dims, linear
+from ..leir.analysis import affine
+from ..leir.layout import Affine, collapsed_dims, linear
+from ..leir.nav import Path
 
 DIRS = ("<", "=", ">")
 
@@ -113,7 +115,7 @@ def subscript_pairs(a: Access, b: Access) -> list[tuple[Affine | None, Affine | 
 
 def collect_under(program: A.Program, path: Path) -> list[Access]:
     """The accesses of the statement at ``path`` and everything inside it."""
-    from ._ir import chain
+    from ..leir.nav import chain
 
     ch = chain(program, path)
     if ch is None:

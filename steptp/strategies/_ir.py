@@ -1,8 +1,9 @@
-"""AST plumbing shared by the rewrite strategies: paths, substitution, fresh names, affine forms.
+"""The rewriting plumbing the strategies share: fresh names, substitution of loop variables,
+tensor renaming, building affine subscripts, and the numerical-safety test of exp splits.
 
-A **path** is a tuple of body indices from the program root: ``(0,)`` is ``program.body[0]`` and
-``(0, 1)`` is ``program.body[0].body[1]``. Nothing here mutates its input; every edit returns a
-new tree (the AST is made of frozen dataclasses anyway).
+Paths and structural queries (``chain``, ``band``, ``tensors_read``, ...) live in
+:mod:`steptp.leir.nav`, affine layouts in :mod:`steptp.leir.layout`. Nothing here mutates its
+input; every edit returns a new tree.
 """
 
 from __future__ import annotations
@@ -11,78 +12,13 @@ from dataclasses import fields, replace
 from typing import Callable, Mapping, Sequence
 
 from ..leir import ast as A
-from ..leir.analysis import affine  # noqa: F401 - one home for affine forms; re-exported
-
-Path = tuple[int, ...]
-
-
-# ----------------------------------------------------------------------------- navigation
-def chain(program: A.Program, path: Sequence[int]) -> list[A.Stmt] | None:
-    """Every statement from the root down to ``path`` (inclusive), or None."""
-    body: tuple = program.body
-    out = []
-    for k in path:
-        if not isinstance(k, int) or k < 0 or k >= len(body):
-            return None
-        node = body[k]
-        out.append(node)
-        body = node.body if isinstance(node, (A.Loop, A.If)) else ()
-    return out
-
-
-def enclosing_loops(program: A.Program, path: Sequence[int]) -> list[A.Loop]:
-    """Loops strictly enclosing the statement at ``path``, outermost first."""
-    ch = chain(program, path) or []
-    return [s for s in ch[:-1] if isinstance(s, A.Loop)]
-
-
-def replace_at(program: A.Program, path: Sequence[int], new: Sequence[A.Stmt]) -> A.Program:
-    """A copy of ``program`` where the statement at ``path`` is replaced by the statements
-    ``new`` (zero, one or several)."""
-    path = tuple(path)
-    if not path:
-        raise ValueError("empty path")
-
-    def go(body: tuple, rest: tuple) -> tuple:
-        k = rest[0]
-        if len(rest) == 1:
-            return body[:k] + tuple(new) + body[k + 1:]
-        node = body[k]
-        return body[:k] + (replace(node, body=go(node.body, rest[1:])),) + body[k + 1:]
-
-    return replace(program, body=go(program.body, path))
-
-
-iter_stmts = A.iter_stmts   # one home (leir.ast); re-exported for the strategies
-node_at = A.node_at
-
-
-def band(program: A.Program, path: Sequence[int], kinds: tuple[str, ...] = ("serial",)) -> list[A.Loop]:
-    """The perfectly nested loop band starting at ``path``: the loop there, then its only child
-    while that child is a loop, stopping at a loop whose kind is not in ``kinds``."""
-    node = node_at(program, path)
-    out: list[A.Loop] = []
-    while isinstance(node, A.Loop) and node.kind in kinds:
-        out.append(node)
-        node = node.body[0] if len(node.body) == 1 else None
-    return out
-
-
-def perfect_nest(s: A.Stmt | None) -> tuple[tuple[A.Loop, ...], A.Assign] | None:
-    """A perfect nest ``for a: for b: ... X[..] op e`` (loops of any kind) -> (its loops, the
-    assignment); None when some loop holds more than one statement or it ends in no
-    assignment."""
-    loops = []
-    while isinstance(s, A.Loop) and len(s.body) == 1:
-        loops.append(s)
-        s = s.body[0]
-    return (tuple(loops), s) if isinstance(s, A.Assign) else None
+from ..leir.analysis import affine
 
 
 # ----------------------------------------------------------------------------- names
 def loop_vars(program: A.Program) -> list[str]:
     seen: dict[str, None] = {}
-    for _, s in iter_stmts(program.body):
+    for _, s in A.iter_stmts(program.body):
         if isinstance(s, A.Loop):
             seen.setdefault(s.var, None)
     return list(seen)
@@ -114,20 +50,6 @@ def fresh_tensor(program: A.Program, prefix: str = "T") -> str:
 
 
 # ----------------------------------------------------------------------------- affine forms
-Affine = tuple[dict[str, int], int]
-
-
-def linear(*terms: tuple[int, Affine]) -> Affine:
-    """``sum(k * f)`` of affine forms ``f``, zero coefficients dropped (first-appearance order)."""
-    coef: dict[str, int] = {}
-    const = 0
-    for k, (c, b) in terms:
-        for v, x in c.items():
-            coef[v] = coef.get(v, 0) + k * x
-        const += k * b
-    return {v: x for v, x in coef.items() if x}, const
-
-
 def affine_expr(coef: Mapping[str, int], const: int) -> A.Expr:
     """Build ``sum(c*v) + const`` with the fewest nodes (``v``, ``v*c``, ``- v*c``, ``+ k``)."""
     out: A.Expr | None = None
@@ -213,48 +135,12 @@ def map_body(body: Sequence[A.Stmt], f: Callable[[A.Stmt], A.Stmt]) -> tuple[A.S
     return tuple(f(s) for s in body)
 
 
-def tensors_read(node: object) -> list[str]:
-    seen: dict[str, None] = {}
-    for n in A.walk(node):
-        if isinstance(n, A.Load):
-            seen.setdefault(n.tensor, None)
-        elif isinstance(n, A.Assign) and n.is_reduction:
-            seen.setdefault(n.tensor, None)
-    return list(seen)
-
-
-def tensors_written(node: object) -> list[str]:
-    seen: dict[str, None] = {}
-    for n in A.walk(node):
-        if isinstance(n, A.Assign):
-            seen.setdefault(n.tensor, None)
-    return list(seen)
-
-
-def statement_instances(node: A.Stmt) -> int:
-    """Statement instances ``node`` runs: the copies unrolling all of it writes out."""
-    if isinstance(node, A.Loop):
-        return node.extent * sum(statement_instances(b) for b in node.body)
-    if isinstance(node, A.If):
-        return sum(statement_instances(b) for b in node.body)
-    return 1
-
-
-def reduction_axes(stmt: A.Assign, loops: Sequence[A.Loop]) -> list[str]:
-    """The enclosing loop variables a reduction statement reduces over (absent from its LHS)."""
-    if not stmt.is_reduction:
-        return []
-    used = set()
-    for i in stmt.index:
-        used.update(A.free_vars(i))
-    return [lp.var for lp in loops if lp.var not in used]
-
-
+# ----------------------------------------------------------------------------- numerical safety
 def stabilizers(program: A.Program) -> frozenset[str]:
     """Tensors holding a running maximum: written by a ``max=`` reduction or a ``max(...)`` scan,
     or copied from one (the maxima subtracted before an exp so that it cannot overflow: softmax,
     log-sum-exp, online attention)."""
-    assigns = [s for _, s in iter_stmts(program.body) if isinstance(s, A.Assign)]
+    assigns = [s for _, s in A.iter_stmts(program.body) if isinstance(s, A.Assign)]
     out = {s.tensor for s in assigns if s.op == "max=" or s.op == "=" and isinstance(
         s.value, A.Call) and s.value.func == "max"}
     while True:
@@ -283,70 +169,3 @@ def stabilized_exp(program: A.Program, value: A.Expr) -> str | None:
                             f"exp of the unshifted value overflows (f32: above 88) where the "
                             f"shifted one cannot")
     return None
-
-
-# ----------------------------------------------------------------------------- collapsed dims
-def _sum_terms(e: A.Expr, sign: int = 1) -> list[tuple[int, A.Expr]]:
-    """``e`` as signed terms of a sum (``a + b - c`` -> ``[(1, a), (1, b), (-1, c)]``)."""
-    if isinstance(e, A.Binary) and e.op in ("+", "-"):
-        return _sum_terms(e.lhs, sign) + _sum_terms(e.rhs, sign if e.op == "+" else -sign)
-    return [(sign, e)]
-
-
-def _divmod_part(e: A.Expr, op: str) -> tuple[Affine, int, Affine] | None:
-    """``e`` written ``q op M + f`` (one ``op`` term with a positive constant ``M``, ``q`` and
-    the rest ``f`` affine): ``(q, M, f)``; None otherwise."""
-    hit, rest = None, []
-    for sgn, t in _sum_terms(e):
-        if isinstance(t, A.Binary) and t.op == op and isinstance(t.rhs, A.Const) \
-                and t.rhs.kind == "int" and int(t.rhs.value) > 0 and sgn == 1 and hit is None:
-            q = affine(t.lhs)
-            if q is None:
-                return None
-            hit = (q, int(t.rhs.value))
-        else:
-            rest.append((sgn, t))
-    if hit is None:
-        return None
-    forms = [(sgn, affine(t)) for sgn, t in rest]
-    if any(a is None for _, a in forms):
-        return None
-    return hit[0], hit[1], linear(*forms)
-
-
-def collapsed_dims(index: Sequence[A.Expr]) -> list[tuple[int, int, Affine]]:
-    """Pairs of adjacent subscripts written ``q // M + f`` and ``q % M + g`` with the same
-    affine ``q`` (what ``loop_collapse`` makes of ``A[i, j]`` with ``i, j`` fused into one loop):
-    ``(d, M, q + M*f + g)`` for the pair at dimensions ``d, d+1``.
-
-    ``q + M*f + g`` equals ``index[d] * M + index[d+1]`` identically (floor division), so two
-    accesses that touch the same element have equal combined forms: a sound extra equation for
-    the dependence tests. When the tensor's dimension ``d+1`` has extent ``M`` it is also the
-    pair's offset in the row-major layout (for the cost model's strides)."""
-    out = []
-    for d in range(len(index) - 1):
-        hi, lo = _divmod_part(index[d], "//"), _divmod_part(index[d + 1], "%")
-        if hi is None or lo is None or hi[0] != lo[0] or hi[1] != lo[1]:
-            continue
-        (q, m, f), g = hi, lo[2]
-        out.append((d, m, linear((1, q), (m, f), (1, g))))
-    return out
-
-
-def layout_forms(index: Sequence[A.Expr], shape: Sequence[int]
-                 ) -> tuple[list[Affine | None], list[int], list[A.Expr]]:
-    """Per-dimension affine forms of an access and the dimension extents they range over, with
-    each collapsed pair (``collapsed_dims``) over a dimension of extent ``M`` read as ONE
-    dimension of extent ``shape[d] * M`` indexed by its combined (affine) form: the row-major
-    offset is the same, and the access's strides become visible. Third: the subscripts still
-    not understood (neither affine nor such a pair)."""
-    forms: list[Affine | None] = [affine(e) for e in index]
-    dims = list(shape)
-    exprs: list[A.Expr | None] = [None if f is not None else e for f, e in zip(forms, index)]
-    if any(f is None for f in forms) and len(shape) == len(index):
-        for d, m, comb in reversed(collapsed_dims(index)):
-            if shape[d + 1] == m and forms[d] is None and forms[d + 1] is None:
-                forms[d:d + 2] = [comb]
-                dims[d:d + 2] = [shape[d] * m]
-                exprs[d:d + 2] = [None]
-    return forms, dims, [e for e in exprs if e is not None]

@@ -30,7 +30,9 @@ from sympy.core.function import AppliedUndef
 
 from ..leir import ast as A
 from . import _sympy as SY
-from ._ir import enclosing_loops, iter_stmts, node_at, replace_at, stabilized_exp
+from ..leir.ast import iter_stmts, node_at
+from ..leir.nav import enclosing_loops, replace_at
+from ._ir import stabilized_exp
 from .base import OK, Site, Strategy, refuse
 from .registry import register
 

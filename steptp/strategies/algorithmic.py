@@ -56,9 +56,10 @@ from typing import Sequence
 
 from ..leir import ast as A
 from ..leir.printer import format_expr
-from ._ir import (Path, enclosing_loops, fresh_tensor, iter_stmts, node_at, perfect_nest,
-                  reduction_axes, replace_at, stabilized_exp, subst_expr, tensors_read,
-                  tensors_written)
+from ..leir.ast import iter_stmts, node_at
+from ..leir.nav import (Path, enclosing_loops, perfect_nest, reduction_axes, replace_at, tensors_read,
+                        tensors_written)
+from ._ir import fresh_tensor, stabilized_exp, subst_expr
 from .base import OK, Site, Strategy, refuse
 from .registry import register
 

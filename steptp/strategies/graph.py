@@ -23,9 +23,10 @@ from ..leir.private import private_to
 from ..leir.printer import format_expr, format_stmt
 from ..leir.types import LeirTypeError, expr_dtype
 from . import _deps as D
-from ._ir import (Path, all_names, band, chain, enclosing_loops, fresh_name, fresh_tensor, iter_stmts,
-                  node_at, reduction_axes, rename_tensors, replace_at, subst_expr, subst_stmt,
-                  tensors_read, tensors_written)
+from ..leir.ast import iter_stmts, node_at
+from ..leir.nav import (Path, band, chain, enclosing_loops, reduction_axes, replace_at, tensors_read,
+                        tensors_written)
+from ._ir import all_names, fresh_name, fresh_tensor, rename_tensors, subst_expr, subst_stmt
 from .base import OK, Site, Strategy, Verdict, refuse
 from .registry import register
 

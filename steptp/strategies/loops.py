@@ -20,10 +20,11 @@ from ..leir.private import private_to
 from ..leir.races import thread_races
 from . import _deps as D
 from ._memo import IdentityMemo
-from ._ir import (Path, affine, affine_expr, all_names, band, chain, enclosing_loops, fresh_name,
-                  fresh_tensor, iter_stmts, node_at, perfect_nest, reduction_axes, replace_at,
-                  statement_instances,
-                  subst_expr, subst_stmt, tensors_read, tensors_written)
+from ..leir.analysis import affine
+from ..leir.ast import iter_stmts, node_at
+from ..leir.nav import (Path, band, chain, enclosing_loops, perfect_nest, reduction_axes, replace_at,
+                        statement_instances, tensors_read, tensors_written)
+from ._ir import affine_expr, all_names, fresh_name, fresh_tensor, subst_expr, subst_stmt
 from .base import OK, Site, Strategy, Verdict, refuse
 from .registry import register
 

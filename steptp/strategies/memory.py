@@ -19,9 +19,11 @@ from ..leir.analysis import ITEMSIZE
 from ..leir.printer import format_expr, format_stmt
 from . import _deps as D
 from ..leir.races import thread_elements
-from ._ir import (Path, affine, affine_expr, all_names, chain as _chain, enclosing_loops,
-                  fresh_name, fresh_tensor, iter_stmts, node_at, reduction_axes, replace_at,
-                  tensors_read, tensors_written)
+from ..leir.analysis import affine
+from ..leir.ast import iter_stmts, node_at
+from ..leir.nav import (Path, chain as _chain, enclosing_loops, reduction_axes, replace_at, tensors_read,
+                        tensors_written)
+from ._ir import affine_expr, all_names, fresh_name, fresh_tensor
 from .base import OK, Site, Strategy, Verdict, refuse
 from .graph import load_sites, map_expr, map_stmt_exprs, value_nodes, writers
 from .registry import register

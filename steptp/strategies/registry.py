@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..leir import ast as A
 from ..leir.printer import format_program
-from .base import Candidate, IllegalRewrite, Rejected, Site, Strategy, Verdict
+from .base import EXACTNESS, Candidate, IllegalRewrite, Rejected, Site, Strategy, Verdict
 
 _REGISTRY: dict[str, Strategy] = {}
 
@@ -24,7 +24,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     """Class decorator: instantiate and register a strategy under its ``name``."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} has no name")
-    if cls.exactness not in ("exact", "reassociation", "algebraic"):
+    if cls.exactness not in EXACTNESS:
         raise ValueError(f"{cls.name}: unknown exactness {cls.exactness!r}")
     if cls.name in _REGISTRY and type(_REGISTRY[cls.name]) is not cls:
         raise ValueError(f"strategy {cls.name!r} registered twice")

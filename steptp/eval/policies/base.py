@@ -1,18 +1,19 @@
-"""The policy interface: ``propose(state, n) -> [Proposal]``, replies in the chat format."""
+"""The proposer interface: ``propose(state, n) -> [Proposal]``, replies in the chat format."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ...cot.schema import answer_json
+from ...format.cot_schema import answer_json
 from ..judge import State
 
 
 @dataclass
 class Proposal:
-    """One reply. ``error`` (``timeout`` | ``http`` | ``error``) when the policy produced none;
-    ``meta`` carries what the policy knows about it (replay: the recorded speedup)."""
+    """One reply. ``error`` (``timeout`` | ``http`` | ``error`` | ``empty``) when the proposer
+    produced none, ``error_reason`` says why; ``meta`` carries what the proposer knows about it
+    (replay: the recorded speedup)."""
 
     reply: str = ""
     tokens: int = 0
@@ -24,7 +25,7 @@ class Proposal:
 
 @dataclass(frozen=True)
 class _Before:
-    """What ``steptp.export.chat.user_turn`` reads of a step: the program before it, the target."""
+    """What ``steptp.format.chat.user_turn`` reads of a step: the program before it, the target."""
 
     before_leir: str
     target: str
@@ -33,7 +34,7 @@ class _Before:
 def prompt_messages(state: State) -> list[dict[str, str]]:
     """System + user turns exactly as the release's chat examples have them (one module writes
     both, so training and inference prompts cannot drift)."""
-    from ...export import chat
+    from ...format import chat
 
     return [{"role": "system", "content": chat.SYSTEM_PROMPT},
             {"role": "user", "content": chat.user_turn(_Before(state.program, state.target),  # type: ignore[arg-type]
@@ -49,7 +50,7 @@ def candidate_reply(c, why: str) -> str:
                                                         format_program(c.program))
 
 
-class Policy:
+class Proposer:
     name = ""
 
     def propose(self, state: State, n: int = 1, *, offset: int = 0) -> list[Proposal]:
@@ -64,26 +65,4 @@ class Policy:
         pass
 
 
-def make_policy(name: str, **kw: Any) -> Policy:
-    """``kw``: replay: ``steps`` (release step rows); random/search: ``seed``; openai/anthropic:
-    ``model``, ``base_url``, ``temperature``, ``max_tokens``, ``cache_dir``, ``http_client``..."""
-    if name == "replay":
-        from .replay import ReplayPolicy
-
-        return ReplayPolicy(kw["steps"])
-    if name == "random":
-        from .random import RandomPolicy
-
-        return RandomPolicy(seed=kw.get("seed", 0))
-    if name == "search":
-        from .search import SearchPolicy
-
-        return SearchPolicy(seed=kw.get("seed", 0))
-    if name in ("openai", "anthropic"):
-        from .llm import LLMPolicy
-
-        return LLMPolicy(name, **kw)
-    raise ValueError(f"unknown policy {name!r}; known: openai, anthropic, replay, random, search")
-
-
-__all__ = ["Policy", "Proposal", "make_policy", "prompt_messages", "candidate_reply"]
+__all__ = ["Proposer", "Proposal", "prompt_messages", "candidate_reply"]

@@ -7,10 +7,10 @@ import random as _random
 
 from ...leir import parse
 from ..judge import State
-from .base import Policy, Proposal, candidate_reply
+from .base import Proposer, Proposal, candidate_reply
 
 
-class RandomPolicy(Policy):
+class RandomProposer(Proposer):
     name = "random"
 
     def __init__(self, seed: int = 0):

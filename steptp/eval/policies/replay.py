@@ -11,10 +11,10 @@ from ...leir import parse
 from ...leir.canon import canonical_hash
 from ...records import StepRecord
 from ..judge import State
-from .base import Policy, Proposal
+from .base import Proposer, Proposal
 
 
-class ReplayPolicy(Policy):
+class ReplayProposer(Proposer):
     name = "replay"
 
     def __init__(self, steps: Iterable[StepRecord]):
@@ -25,7 +25,7 @@ class ReplayPolicy(Policy):
             rows.sort(key=lambda s: (-(s.step_speedup or 0.0), s.trajectory_id, s.step_index))
 
     def propose(self, state: State, n: int = 1, *, offset: int = 0) -> list[Proposal]:
-        from ...export import chat
+        from ...format import chat
 
         rows = self.by_state.get(canonical_hash(parse(state.program)), [])
         out = []

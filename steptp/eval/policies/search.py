@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from ...leir import parse
 from ..judge import State
-from .base import Policy, Proposal, candidate_reply
+from .base import Proposer, Proposal, candidate_reply
 
 
-class SearchPolicy(Policy):
+class CostModelProposer(Proposer):
     name = "search"
 
     def __init__(self, seed: int = 0):
@@ -18,7 +18,7 @@ class SearchPolicy(Policy):
     def _ranking(self, state: State) -> list:
         key = state.state_id
         if key not in self._ranked:
-            from ...search.cost_model import score
+            from ...analysis.cost_model import score
             from ...search.space import actions
 
             cands = actions(parse(state.program), state.target, seed=self.seed)

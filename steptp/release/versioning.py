@@ -1,23 +1,27 @@
-"""Versioning published releases with DVC and git, and restoring them.
+"""Versioning published releases with DVC and, when asked, git; and restoring them.
 
 On publish (``track``): in a DVC project, ``dvc add releases/<id>`` (the folder goes into the
-DVC cache, ``releases/<id>.dvc`` names it), and when the project is a git repository whose tree
-was clean (no uncommitted change to a tracked file), that ``.dvc`` file is committed and tagged ``release-<id>``; then ``dvc push`` sends
-the data to the default remote. Whatever cannot be done is skipped with the reason (no DVC
-project, no git, a dirty tree, no remote). ``pull`` restores a release on a fresh clone: the
-``.dvc`` file from the working tree or from the tag, then ``dvc pull``, then the manifest's
-checksums are checked.
+DVC cache, ``releases/<id>.dvc`` names it). Git is written to only when asked (``git=True``:
+params ``publish.git``, on in the nightly deployment): then, when the project is a git
+repository whose tracked files have no uncommitted change, that ``.dvc`` file is committed and
+tagged ``release-<id>``, and ``dvc push`` sends the data to the default remote. Otherwise the
+user's branch, tags and remote are left alone and the exact commands that would do it are
+returned and logged (as ``dvc add`` itself says what to ``git add``). Whatever cannot be done
+is skipped with the reason (no DVC project, no git, a dirty tree, no remote). ``pull`` restores
+a release on a fresh clone: the ``.dvc`` file from the working tree or from the tag, then
+``dvc pull``, then the manifest's checksums are checked.
 """
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .release import published_releases, verify_checksums
+from ..export.release import published_releases, verify_checksums
 
 TAG_PREFIX = "release-"
 
@@ -50,11 +54,29 @@ def _has_remote(root: Path) -> bool:
     return r.returncode == 0 and bool(r.stdout.strip())
 
 
-def track(dest: str | Path, log: Callable[[str], None] = print, push: bool = True) -> dict[str, Any]:
-    """Version the published release folder ``dest``; returns what was done and skipped."""
+def git_steps(rid: str, paths: list[str]) -> list[list[str]]:
+    """The git commands that record release ``rid``'s ``paths`` (its ``.dvc`` file and the
+    ``.gitignore`` dvc wrote): what ``track`` runs with ``git=True`` and prints without."""
+    return [["git", "add", "--", *paths],
+            ["git", "commit", "-m", f"release {rid}", "--", *paths],
+            ["git", "tag", f"{TAG_PREFIX}{rid}"]]
+
+
+def _shell(root: Path, steps: list[list[str]]) -> str:
+    # prefixed with a cd when run from elsewhere, so that the line can be pasted as it is
+    line = " && ".join(shlex.join(s) for s in steps)
+    return line if Path.cwd().resolve() == root else f"cd {shlex.quote(str(root))} && {line}"
+
+
+def track(dest: str | Path, log: Callable[[str], None] = print, push: bool = True,
+          git: bool = False) -> dict[str, Any]:
+    """Version the published release folder ``dest``: ``dvc add`` it; with ``git``, commit its
+    ``.dvc`` file, tag it and (``push``) ``dvc push``; without, only say how (``commands``, one
+    shell line each, also logged). Returns what was done, skipped and left to the user."""
     dest = Path(dest).resolve()
     rid = dest.name
-    done: dict[str, Any] = {"dvc_add": False, "git_tag": None, "dvc_push": False, "skipped": []}
+    done: dict[str, Any] = {"dvc_add": False, "git_tag": None, "dvc_push": False, "skipped": [],
+                            "commands": []}
 
     def skip(what: str) -> None:
         done["skipped"].append(what)
@@ -65,9 +87,9 @@ def track(dest: str | Path, log: Callable[[str], None] = print, push: bool = Tru
         skip(f"dvc add/push and the git tag: {dest.parent} is not inside a DVC project (dvc init)")
         return done
     rel = dest.relative_to(root).as_posix()
-    git = _git_ok(root)
+    is_git = _git_ok(root)
     clean = False
-    if git:
+    if is_git and git:
         # untracked files do not change what a tag names; modified tracked files do
         st = _run(["git", "status", "--porcelain", "--untracked-files=no"], root)
         clean = st.returncode == 0 and not st.stdout.strip()
@@ -78,22 +100,25 @@ def track(dest: str | Path, log: Callable[[str], None] = print, push: bool = Tru
     done["dvc_add"] = True
     dvc_file = f"{rel}.dvc"
     log(f"versioning: dvc add {rel} -> {dvc_file}")
+    ignore = (Path(rel).parent / ".gitignore").as_posix()
+    steps = git_steps(rid, [dvc_file] + ([ignore] if (root / ignore).is_file() else []))
+    push_cmd = ["dvc", "push", dvc_file]
     if not git:
+        done["commands"] = ([_shell(root, steps)] if is_git else []) + [_shell(root, [push_cmd])]
+        log("versioning: git and the DVC remote left alone (params publish.git is off); to record "
+            "this release in git and push its data, run:\n" +
+            "\n".join(f"    {c}" for c in done["commands"]))
+        return done
+    if not is_git:
         skip(f"the git tag: {root} is not a git repository")
     elif not clean:
         skip(f"the git commit and tag {TAG_PREFIX}{rid}: the git tree of {root} has uncommitted "
-             f"changes to tracked files (commit them and run `git add {dvc_file} && git commit && "
-             f"git tag {TAG_PREFIX}{rid}`)")
+             f"changes to tracked files (commit them, then run `{_shell(root, steps)}`)")
     else:
-        ignore = (Path(rel).parent / ".gitignore").as_posix()
-        paths = [dvc_file] + ([ignore] if (root / ignore).is_file() else [])
-        steps = [["git", "add", "--", *paths],
-                 ["git", "commit", "-q", "-m", f"release {rid}", "--", *paths],
-                 ["git", "tag", f"{TAG_PREFIX}{rid}"]]
         for cmd in steps:
             g = _run(cmd, root)
             if g.returncode != 0:
-                skip(f"the git tag: `{' '.join(cmd)}` failed: {(g.stderr or g.stdout).strip()[-300:]}")
+                skip(f"the git tag: `{shlex.join(cmd)}` failed: {(g.stderr or g.stdout).strip()[-300:]}")
                 break
         else:
             done["git_tag"] = f"{TAG_PREFIX}{rid}"
@@ -103,7 +128,7 @@ def track(dest: str | Path, log: Callable[[str], None] = print, push: bool = Tru
     if not _has_remote(root):
         skip("dvc push: no default DVC remote (dvc remote add -d NAME URL)")
         return done
-    p = _run([_dvc(), "push", dvc_file], root, timeout=3600)
+    p = _run([_dvc(), *push_cmd[1:]], root, timeout=3600)
     if p.returncode != 0:
         skip(f"dvc push: {(p.stderr or p.stdout).strip()[-500:]}")
     else:
@@ -173,4 +198,5 @@ def pull(release_id: str, folder: str | Path = "releases") -> Path:
     return dest
 
 
-__all__ = ["RestoreError", "TAG_PREFIX", "dvc_status", "list_releases", "project_root", "pull", "track"]
+__all__ = ["RestoreError", "TAG_PREFIX", "dvc_status", "git_steps", "list_releases", "project_root", "pull",
+           "track"]

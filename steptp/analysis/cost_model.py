@@ -28,7 +28,7 @@ import numpy as np
 from ..leir import ast as A
 from ..lru import LRU
 from ..leir.analysis import ITEMSIZE, affine
-from ..strategies._ir import layout_forms
+from ..leir.layout import layout_forms
 
 FREQ = 2.5e9                 # cycles per second
 SCALAR_OPS_PER_CYCLE = 2.0   # scalar float ops per cycle (one core)
