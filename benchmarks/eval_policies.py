@@ -26,23 +26,23 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    import yaml
-
     from steptp.eval.inputs import from_leir, from_release, select
     from steptp.eval.loop import EvalConfig
     from steptp.eval.report import markdown_table
     from steptp.eval.run import evaluate
 
-    p = yaml.safe_load((ROOT / "params.yaml").read_text())
+    from steptp.params import load
+
+    p = load(ROOT / "params.yaml")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--release", type=Path, default=ROOT / "releases" / f"{p['name']}-{p['version']}")
+    ap.add_argument("--release", type=Path, default=ROOT / "releases" / f"{p.name}-{p.version}")
     ap.add_argument("--leir", type=Path, nargs="*", default=[])
     ap.add_argument("--split", default="test")
     ap.add_argument("--samples", type=int, default=2)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--max-kernels", type=int, default=None, help="only the first N kernels (default: all)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mcts-c", type=float, default=p.get("eval", {}).get("mcts_c", 0.1))
+    ap.add_argument("--mcts-c", type=float, default=p.eval.mcts_c)
     ap.add_argument("--mcts-factor", type=float, default=2.0,
                     help="the last run: mcts alone with this many times the chain's proposals")
     ap.add_argument("--out", type=Path, default=ROOT / "eval" / "benchmark")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from steptp.curate.roles import Tree
+from steptp.search.roles import Tree
 from steptp.measure.significance import SignificanceRule
 from steptp.records import KernelRecord, StepRecord
 from steptp.search.selection import kernel_family

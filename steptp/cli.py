@@ -292,13 +292,13 @@ def extract(
     from .zoo.workloads import UnknownName
 
     if params is not None:
-        e = _stage_params(params, "extract")
+        e = _load_params(params).extract
         if model is None and problems is None and not leir:
-            zoo = zoo or e["zoo"]
-        size, jobs = size or e["size"], jobs or e["jobs"]
-        no_check = no_check or not e["check"]
-        memory_limit = memory_limit or e["memory_limit_mb"]
-        check_budget = e["check_budget_s"] if check_budget is None else check_budget
+            zoo = zoo or e.zoo
+        size, jobs = size or e.size, jobs or e.jobs
+        no_check = no_check or not e.check
+        memory_limit = memory_limit or e.memory_limit
+        check_budget = e.check_budget_s if check_budget is None else check_budget
     size, jobs = size or "tiny", jobs or 1
     check_budget = 120.0 if check_budget is None else check_budget
     sources = [x for x in (zoo, model, problems) if x is not None]
@@ -448,7 +448,7 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
     from .records import StepRecord, read_records, table, write_table, write_text_atomic
 
     if params is not None:
-        _cot_from_params(steps, out, {**_stage_params(params, "cot"), "hardware": hardware})
+        _cot_from_params(steps, out, _load_params(params).cot, hardware)
         return
     if writer not in ("template", "anthropic"):
         raise typer.BadParameter(f"--writer must be template or anthropic, got {writer!r}")
@@ -494,7 +494,7 @@ def cot(steps: Path = typer.Option(..., "--steps", help="a steps table (parquet 
     raise typer.Exit(0 if summary["failed"] == 0 else 1)
 
 
-def _cot_from_params(steps: Path, out: Path, c: dict) -> None:
+def _cot_from_params(steps: Path, out: Path, c, hardware: str) -> None:
     from .pipeline import by_trajectory, cot_one
     from .records import StepRecord, read_records, table, write_table, write_text_atomic
 
@@ -504,10 +504,10 @@ def _cot_from_params(steps: Path, out: Path, c: dict) -> None:
         _err(f"{steps}: not a steps table: {e}")
         raise typer.Exit(2) from None
     done: list = []
-    total: dict = {"writer": c["writer"], "errors": []}
+    total: dict = {"writer": c.writer, "errors": []}
     try:
         for _tid, group in by_trajectory(recs):
-            d, summary = cot_one(group, **c)
+            d, summary = cot_one(group, c, hardware)
             done += d
             for k, v in summary.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -522,7 +522,7 @@ def _cot_from_params(steps: Path, out: Path, c: dict) -> None:
     write_text_atomic(summary_path, json.dumps(total, indent=2) + "\n")
     for e in total["errors"][:20]:
         _err(e)
-    console.print(f"cot ({c['writer']}): {sum(1 for s in done if s.cot)} of {len(done)} steps "
+    console.print(f"cot ({c.writer}): {sum(1 for s in done if s.cot)} of {len(done)} steps "
                   f"explained; wrote {out} and {summary_path}", highlight=False)
     raise typer.Exit(0 if not total.get("failed") else 1)
 
@@ -552,26 +552,16 @@ def measure(files: list[Path] = typer.Argument(..., help="LEIR (or TVMScript) fi
 
 
 # ---------------------------------------------------------------------------- release pipeline
-def _load_params(path: Optional[Path]) -> dict:
-    """params.yaml (a mapping), or {} when no file is given (``steptp.params.load``)."""
+def _load_params(path: Optional[Path]):
+    """The settings of params.yaml, or the defaults when no file is given
+    (``steptp.params.load``); a bad file ends the command (exit 2) with every bad key named."""
     from .params import ParamsError, load
 
     try:
         return load(path)
     except ParamsError as e:
-        raise typer.BadParameter(str(e)) from None
-
-
-def _stage_params(path: Path, stage: str):
-    """One stage's settings from params.yaml, read as the Prefect flow reads them."""
-    from . import params as P
-
-    p = _load_params(path)
-    try:
-        return {"extract": P.extract_args, "search": P.search_args, "cot": P.cot_args,
-                "curate": P.curate_config}[stage](p)
-    except (P.ParamsError, ValueError, TypeError) as e:
-        raise typer.BadParameter(f"{path}: {e}") from None
+        _err(str(e))
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -583,22 +573,20 @@ def curate(kernels: Path = typer.Option(..., "--kernels", help="kernels.parquet 
     """Dedup, drop no-ops / shortcuts / noisy steps (each with its reason in rejects.parquet),
     balance strategies and split by workload. Writes OUT/{kernels,steps,trajectories,rejects}.parquet,
     splits.json and report.json."""
-    from .curate import CurateConfig, curate as do_curate, write_curated
+    from . import params as P
+    from .curate import curate as do_curate, write_curated
     from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records
 
+    s = _load_params(params)
     hardware = ""
     if params is not None:
-        from . import params as P
         from .export import hardware_description
 
-        cfg = _stage_params(params, "curate")
-        hardware = hardware_description(P.fingerprint(_load_params(params)))  # as the flow does
-    else:
-        cfg = CurateConfig(seed=0)
+        hardware = hardware_description(P.fingerprint(s))  # as the flow does
     ks = read_records(kernels, KernelRecord)
     ss = read_records(steps, StepRecord)
     ts = read_records(trajectories, TrajectoryRecord) if trajectories else []
-    res = do_curate(ks, ss, ts, cfg, hardware=hardware)
+    res = do_curate(ks, ss, ts, s.curate, hardware=hardware, rule=s.significance)
     write_curated(res, out, ks, ts)
     r = res.report
     console.print(f"kept {r['kept_steps']} of {r['input_steps']} steps -> {escape(str(out))}; rejects: "
@@ -618,9 +606,8 @@ def export(curated: Path = typer.Argument(..., help="a folder written by steptp 
     from .export import export_release
 
     p = _load_params(params)
-    b = P.build(p)
-    stats = export_release(read_curated(curated), out, name=b.name, version=b.version, params=p,
-                           fingerprint=P.fingerprint(p))
+    stats = export_release(read_curated(curated), out, name=p.name, version=p.version,
+                           params=p.source, fingerprint=P.fingerprint(p))
     console.print(f"{escape(str(out))}: {stats['counts']['steps']} examples "
                   f"{escape(json.dumps(stats['counts']['examples_per_split']))}")
 
@@ -668,7 +655,7 @@ def validate(release: Path = typer.Argument(..., help="a release folder (steptp 
     if publish is None:
         console.print(f"Data Docs: {escape(rep.docs)}")
     else:
-        dest = do_publish(target, publish, params=p, validation=rep.to_dict(), move=True)
+        dest = do_publish(target, publish, params=p.source, validation=rep.to_dict(), move=True)
         console.print(f"published {escape(str(dest))}")
         console.print(f"Data Docs: {escape(str(dest / 'data_docs' / 'index.html'))}")
 
@@ -884,13 +871,11 @@ def search(kernels: Optional[Path] = typer.Option(None, "--kernels",
 
 
 def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
-    from . import params as P
     from .pipeline import choose_kernels, search_one
     from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records, table, write_table
 
-    a = _stage_params(params, "search")
     p = _load_params(params)
-    max_age = P.max_age_s(p)
+    a = p.search
     try:
         recs = read_records(kernels, KernelRecord)
     except Exception as e:  # noqa: BLE001 - polars/pydantic errors: say which file
@@ -900,21 +885,18 @@ def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
     def say(msg: str) -> None:
         console.print(escape(msg), highlight=False)
 
-    chosen, every = choose_kernels(recs, P.selection_args(p), P.extract_args(p), a["threads"],
-                                   log=say)
+    chosen, every = choose_kernels(recs, a, p.extract, log=say)
     write_table(table(every, KernelRecord), out / "kernels-selected.parquet")
     console.print(f"search: {len(chosen)} of {len(every)} kernels (max_kernels "
-                  f"{a['max_kernels']}), policy {a['policy']}, {a['measurements']} measurements and "
-                  f"{a['seconds']:g} s per kernel, threads {a['threads']}")
+                  f"{a.max_kernels}), policy {a.policy}, {a.measurements} measurements and "
+                  f"{a.seconds:g} s per kernel, threads {a.threads}")
     from .measure.worker import reuse_workers
 
     steps, trajs = [], []
     with reuse_workers():  # the kernels' searches start their measurement workers once
         for n, k in enumerate(chosen, 1):
-            st, tr = search_one(k, a["policy"], a["measurements"], a["seconds"], a["seed"],
-                                a["threads"], a["max_actions"], a["rule"], a["remeasure_rounds"],
-                                a["remeasure_pairs"], a["remeasure_seconds"], max_age_s=max_age,
-                                log=say, verify_jobs=a["verify_jobs"], devices=a["devices"])
+            st, tr = search_one(k, a, p.significance, p.devices, max_age_s=p.cache.max_age_s,
+                                log=say)
             steps += st
             trajs += tr
             # written after each kernel: an interrupted run keeps what it finished

@@ -15,8 +15,9 @@ _COMMON = ("leir", "records.py", "params.py", "pipeline.py", "codehash.py")
 STAGE_PARTS: dict[str, tuple[str, ...]] = {
     "extract": ("zoo", "tir", *_COMMON),
     "search": ("search", "analysis", "strategies", "measure", "tir", *_COMMON),
-    "cot": ("cot", "format", "analysis", "curate", *_COMMON),
-    "curate": ("curate", "format", "export", "cot", "analysis", *_COMMON),
+    # curation reads the roles the search confirmed (search/roles.py)
+    "cot": ("cot", "format", "analysis", "curate", "search/roles.py", *_COMMON),
+    "curate": ("curate", "format", "search/roles.py", "export", "cot", "analysis", *_COMMON),
     # what a timing or a verdict depends on (the measurement cache)
     "measure": ("measure", "tir", "leir", "codehash.py"),
 }

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from .measure.significance import SignificanceRule
+from .params import Cot, Devices, Extract, Search
 from .records import KernelRecord, StepRecord, TrajectoryRecord
 
 
-def extract(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True, **kw: Any):
-    """The extraction result (``steptp.zoo.extract.ExtractResult``) of a zoo."""
+def extract(e: Extract):
+    """The extraction result (``steptp.zoo.extract.ExtractResult``) of the ``extract``
+    settings' zoo."""
     from .zoo import extract as X
 
-    return X.extract(X.refs_for_zoo(zoo, size=size), jobs=jobs, check=check, **kw)
+    return X.extract(X.refs_for_zoo(e.zoo, size=e.size), jobs=e.jobs, check=e.check,
+                     memory_limit_mb=e.memory_limit, check_budget_s=e.check_budget_s)
 
 
 def select_kernels(kernels: Sequence[KernelRecord], max_kernels: int | None,
@@ -44,31 +48,32 @@ def time_unscheduled(kernels: Sequence[KernelRecord], threads: int | None = None
     return out
 
 
-def choose_kernels(kernels: Sequence[KernelRecord], sel: dict[str, Any], extract_args: dict[str, Any],
-                   threads: int | None = None, *, extract_fn: Callable | None = None,
-                   time_fn: Callable | None = None, log: Callable[[str], None] = print
+def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_settings: Extract,
+                   *, extract_fn: Callable | None = None, time_fn: Callable | None = None,
+                   log: Callable[[str], None] = print
                    ) -> tuple[list[KernelRecord], list[KernelRecord]]:
-    """The kernels a release searches (``steptp.params.selection_args`` gives ``sel``): operator
+    """The kernels a release searches (the selection keys of the ``search`` settings): operator
     workloads all of whose kernels are below the time floor are extracted again at
-    ``larger_size``; the most promising by estimate are timed unscheduled; then the final pick by
-    weight x time, one per family first. Returns (chosen, every kernel with its
-    ``search_status``). ``extract_fn(zoo, size, jobs, check, ...)`` and ``time_fn(kernels,
-    threads)`` default to this module's (the Prefect flow passes its cached tasks)."""
+    ``larger_size`` (with the ``extract`` settings otherwise); the most promising by estimate
+    are timed unscheduled (at ``search.threads``); then the final pick by weight x time, one per
+    family first. Returns (chosen, every kernel with its ``search_status``).
+    ``extract_fn(extract_settings)`` and ``time_fn(kernels, threads)`` default to this module's
+    (the Prefect flow passes its cached tasks)."""
     from .search.selection import estimate_s, kernel_family, select
 
-    extract_fn = extract_fn or (lambda *a, **k: list(extract(*a, **k).records))
+    extract_fn = extract_fn or (lambda e: list(extract(e).records))
     time_fn = time_fn or time_unscheduled
     kernels = list(kernels)
-    floors = dict(floor_s=sel["floor_s"], ceiling_s=sel["ceiling_s"],
-                  max_per_family=sel["max_per_family"])
+    floors = dict(floor_s=search.floor_s, ceiling_s=search.ceiling_s,
+                  max_per_family=search.max_per_family)
     est = {k.kernel_id: estimate_s(k) for k in kernels if k.raise_ok}
-    larger = sel["larger_size"]
-    if larger and larger != extract_args.get("size", "tiny"):
+    larger = search.larger_size
+    if larger and larger != extract_settings.size:
         wl = select(kernels, {}, max_kernels=None, estimates=est, **floors).larger_workloads(
-            sel["larger_max_workloads"])
+            search.larger_max_workloads)
         if wl:
-            more = extract_fn(",".join(wl), larger, extract_args.get("jobs", 1),
-                              extract_args.get("check", True))
+            more = extract_fn(extract_settings.model_copy(update={"zoo": ",".join(wl),
+                                                                   "size": larger}))
             known = {k.kernel_id for k in kernels}
             new = [k for k in more if k.kernel_id not in known]
             est.update({k.kernel_id: estimate_s(k) for k in new if k.raise_ok})
@@ -76,13 +81,13 @@ def choose_kernels(kernels: Sequence[KernelRecord], sel: dict[str, Any], extract
             log(f"search: {len(wl)} operator workloads below the time floor extracted at size "
                 f"{larger}: {len(new)} kernels")
     # time the most promising by estimate (the estimate is rough: a wider window), then rank
-    max_k = sel["max_kernels"]
-    n_meas = sel["measure_candidates"] or 3 * (max_k or 10)
+    max_k = search.max_kernels
+    n_meas = search.measure_candidates or 3 * (max_k or 10)
     fam = floors["max_per_family"]
     pre = select(kernels, {}, max_kernels=n_meas, estimates=est, floor_s=floors["floor_s"] / 4,
                  ceiling_s=None if floors["ceiling_s"] is None else floors["ceiling_s"] * 4,
                  max_per_family=None if not fam else 2 * fam)
-    times = time_fn(pre.chosen, threads)
+    times = time_fn(pre.chosen, search.threads)
     final = select(kernels, times, max_kernels=max_k, estimates=est, **floors)
     log(f"search: {len(final.chosen)} kernels selected ({len(times)} timed unscheduled): "
         + ", ".join(f"{k.name} [{kernel_family(k)}]" for k in final.chosen))
@@ -102,33 +107,34 @@ def measurement_cache(max_age_s: float | None = None, clock_offset_s: float = 0.
                  clock=(lambda: time.time() + clock_offset_s))
 
 
-def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
-               threads: int | None = None, max_actions: int | None = None,
-               rule: dict[str, float] | None = None, remeasure_rounds: int = 0,
-               remeasure_pairs: int = 6, remeasure_seconds: float = 30.0, *,
-               max_age_s: float | None = None, clock_offset_s: float = 0.0,
-               not_before: float | None = None, on_progress: Callable | None = None,
-               log: Callable[[str], None] = print, verify_jobs: int = 1,
-               devices: dict[str, Any] | None = None
+def search_one(kernel: KernelRecord, search: Search, rule: SignificanceRule | None = None,
+               devices: Devices | None = None, *, max_age_s: float | None = None,
+               clock_offset_s: float = 0.0, not_before: float | None = None,
+               on_progress: Callable | None = None, log: Callable[[str], None] = print
                ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
-    """Search one kernel; its steps, and its trajectory (none when the baseline failed). Then
-    (``remeasure_rounds`` > 0) re-time, interleaved and uncached, the before/after pairs that
-    decide a role near the significance margin (``rule``) and the trajectory's first and final
-    program, within about ``remeasure_seconds``. Those re-timings are remembered in the
-    measurement cache like single timings, so a second build of the same night decides alike.
-    ``verify_jobs``: compile/verify workers; ``devices``: an RPC tracker and key
-    (``steptp.params.device_args``) to time on."""
-    from .curate.roles import confirm_roles, confirm_trajectory
-    from .measure.significance import SignificanceRule, interleaved, remembered, uncached_timer
+    """Search one kernel with the ``search`` settings; its steps, and its trajectory (none when
+    the baseline failed). Then (``remeasure_rounds`` > 0) confirm roles: re-time, interleaved
+    and uncached, the before/after pairs that decide a role near the margin of ``rule`` (the
+    ``significance`` settings) and the trajectory's first and final program, within about
+    ``remeasure_seconds``. Those re-timings are remembered in the measurement cache like single
+    timings, so a second build of the same night decides alike. ``devices``: an RPC tracker and
+    key to time on (default: this machine); ``max_age_s``, ``clock_offset_s``, ``not_before``:
+    how the measurement cache ages timings (``measurement_cache``)."""
+    from .search.roles import confirm_roles, confirm_trajectory
+    from .measure.significance import interleaved, remembered, uncached_timer
     from .search import Budget, default_evaluator, search_kernel, settler
 
+    rule = rule or SignificanceRule()
+    remeasure_rounds = search.remeasure_rounds
     backend = None
-    if devices:
+    rpc = devices.rpc() if devices is not None else None
+    if rpc:
         from .measure.rpc import RPCBackend
 
-        backend = RPCBackend.from_dict(devices)
+        backend = RPCBackend.from_dict(rpc)
     cache = measurement_cache(max_age_s, clock_offset_s, not_before)
-    ev = default_evaluator(num_threads=threads, cache=cache, jobs=verify_jobs, backend=backend)
+    ev = default_evaluator(num_threads=search.threads, cache=cache, jobs=search.verify_jobs,
+                           backend=backend)
     settle = again = None
     if remeasure_rounds > 0 and hasattr(ev, "config"):
         # one remembered re-timing for the settling and the role-deciding pairs below
@@ -137,8 +143,9 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
             # the final program is chosen among the fastest states re-timed side by side
             settle = settler(ev, remeasure_rounds, again)
     try:
-        res = search_kernel(kernel.leir, kernel.kernel_id, policy, Budget(measurements, seconds),
-                            seed, ev, max_actions=max_actions, on_progress=on_progress,
+        res = search_kernel(kernel.leir, kernel.kernel_id, search.policy,
+                            Budget(search.measurements, search.seconds), search.seed, ev,
+                            max_actions=search.max_actions, on_progress=on_progress,
                             return_result=True, settle=settle)
     finally:
         ev.close()
@@ -153,16 +160,16 @@ def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: fl
         # one timing costs about a build plus warm-up and repeats: keep the re-timing of a slow
         # kernel within ``remeasure_seconds`` (3 programs per step, ``remeasure_rounds`` rounds)
         per = 0.5 + 7 * roots[0].before.median_s
-        pairs = max(1, min(remeasure_pairs,
-                           int(remeasure_seconds / (3 * remeasure_rounds * per))))
+        pairs = max(1, min(search.remeasure_pairs,
+                           int(search.remeasure_seconds / (3 * remeasure_rounds * per))))
         timer = uncached_timer(ev.target, ev.config, backend)
         try:
             # when the side-by-side re-timing chose another final program than the steps' own
             # timings did, that program's path goes first: its labels are the likeliest wrong
             moved = bool(res.settled) and res.best is not None and res.best.text != res.settled[0][0]
             path = [n.leir for n in res.best.path()[1:]] if moved else []
-            steps, n = confirm_roles(steps, timer, SignificanceRule(**(rule or {})),
-                                     remeasure_rounds, pairs, interleave=again, path=path)
+            steps, n = confirm_roles(steps, timer, rule, remeasure_rounds, pairs,
+                                     interleave=again, path=path)
             traj = confirm_trajectory(traj, timer, roots[0].before_leir, remeasure_rounds,
                                       interleave=again)
         finally:
@@ -202,12 +209,12 @@ def make_writer(writer: str, cache_dir: str | None = None, model: str | None = N
     raise ValueError(f"unknown cot writer {writer!r}: use template, anthropic or openai")
 
 
-def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 2,
-            cache_dir: str | None = None, hardware: str = "host", model: str | None = None,
-            base_url: str | None = None) -> tuple[list[StepRecord], dict[str, Any]]:
-    """The CoT of one trajectory's steps (validated, the template writer as the fallback).
-    Unverified steps are passed through untouched. ``hardware``: the CPU the reasoning describes,
-    ``host`` (this machine, where the steps were timed) or ``generic``."""
+def cot_one(steps: list[StepRecord], cot: Cot, hardware: str = "host"
+            ) -> tuple[list[StepRecord], dict[str, Any]]:
+    """The CoT of one trajectory's steps with the ``cot`` settings (validated, the template
+    writer as the fallback). Unverified steps are passed through untouched. ``hardware``: the
+    CPU the reasoning describes, ``host`` (this machine, where the steps were timed) or
+    ``generic``."""
     from .cot.facts import GENERIC, Hardware
     from .cot.run import write_cot
     from .records import step_key
@@ -215,9 +222,8 @@ def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 
     # a search's rows form a tree: many rows share (trajectory_id, step_index); key by step_key
     todo = [s for s in steps if s.verified]
     hw = Hardware.current() if hardware == "host" else GENERIC
-    done, summary = write_cot(todo, make_writer(writer, cache_dir, model, base_url),
-                              max_retries=max_retries,
-                              seed=seed, hardware=hw)
+    done, summary = write_cot(todo, make_writer(cot.writer, cot.cache_dir, cot.model, cot.base_url),
+                              max_retries=cot.max_retries, seed=cot.seed, hardware=hw)
     by_key = {step_key(s): s for s in done}
     return [by_key.get(step_key(s), s) for s in steps], summary
 

@@ -104,7 +104,7 @@ class Timing(BaseModel):
                                             "(steptp.measure.roofline): never an improvement")
 
 
-#: What a searched step is for a learner (``steptp.curate.roles``; "" = not assigned yet).
+#: What a searched step is for a learner (``steptp.search.roles``; "" = not assigned yet).
 Role = Literal["improving", "preparatory", "neutral", "regressing", "failed", ""]
 
 
@@ -137,7 +137,7 @@ class StepRecord(_Record):
     cot_text: str = ""
     cot_source: str = ""
     role: Role = Field("", description="improving | preparatory | neutral | regressing | failed, "
-                                       "from the measurements (steptp.curate.roles)")
+                                       "from the measurements (steptp.search.roles)")
     log_speedup: Optional[float] = Field(None, description="ln(before / after) the role was decided on")
     best_descendant_speedup: Optional[float] = Field(
         None, description="before / the fastest program measured through this step (itself or a descendant)")

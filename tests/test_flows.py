@@ -28,7 +28,7 @@ SMALL = {
                "min_time_us": 0, "larger_size": "", "remeasure_rounds": 1, "remeasure_pairs": 1},
     "cot": {"writer": "template"},
     # a loaded CI machine times noisily: this test is about the pipeline, not the significance rule
-    "curate": {"max_spread": 100.0, "min_gain": 0.0, "spread_factor": 0.0},
+    "significance": {"max_spread": 100.0, "min_gain": 0.0, "spread_factor": 0.0},
 }
 
 
@@ -51,11 +51,12 @@ def test_prefect_yaml_deployment():
 def test_params_yaml_is_a_mapping_the_flow_reads():
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert isinstance(p, dict)
-    for section in ("extract", "search", "cot", "curate", "quality"):
+    for section in ("extract", "search", "cot", "curate", "significance", "quality"):
         assert isinstance(p[section], dict), section
-    from steptp.curate import CurateConfig
+    from steptp.params import parse
 
-    CurateConfig(**p["curate"])  # every curate key is a real option
+    s = parse(p, "params.yaml")  # every key is a real option
+    assert s.curate.max_tokens == p["curate"]["max_tokens"]
 
 
 def _env(tmp: Path) -> dict[str, str]:

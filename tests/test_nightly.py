@@ -33,27 +33,29 @@ from steptp.measure.cache import Cache  # noqa: E402
 # ---------------------------------------------------------------------------- params
 def test_params_sections_and_release_ids():
     p = P.load(ROOT / "params.yaml")
-    assert P.build(p).id == f"{p['name']}-{p['version']}"
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert P.build(p).id == f"{raw['name']}-{raw['version']}"
     b = P.build(p, nightly=True, date="20260102")
-    assert b.version == f"{p['version']}+nightly.20260102" and b.night == "20260102"
-    assert b.id == f"{p['name']}-{p['version']}+nightly.20260102"
+    assert b.version == f"{raw['version']}+nightly.20260102" and b.night == "20260102"
+    assert b.id == f"{raw['name']}-{raw['version']}+nightly.20260102"
     # a backfill's clock reads that date; its night starts at 00:00 UTC
     assert abs(b.now() - 1767312000.0) < 60 and b.night_start == 1767312000.0
     assert P.build(p).night_start is None
     today = time.strftime("%Y%m%d", time.gmtime())
     assert P.build(p, nightly=True).night == today and P.build(p, nightly=True).clock_offset_s == 0
-    assert P.build({"name": "x", "version": "1", "nightly": {"version": "{version}.dev{date}"}},
+    assert P.build(P.parse({"name": "x", "version": "1",
+                            "nightly": {"version": "{version}.dev{date}"}}),
                    True, "2026-03-04").version == "1.dev20260304"
     with pytest.raises(P.ParamsError, match="only with a nightly"):
         P.build(p, nightly=False, date="20260102")
     with pytest.raises(P.ParamsError, match="YYYYMMDD"):
         P.build(p, nightly=True, date="tomorrow")
-    s = P.search_args(p)
-    assert s["max_kernels"] == p["search"]["max_kernels"] and s["threads"] == p["search"]["threads"]
-    assert P.max_age_s(p) == p["cache"]["max_age_hours"] * 3600
-    assert P.curate_config(p).seed == p["seed"]
-    with pytest.raises(P.ParamsError, match="curate"):
-        P.curate_config({"curate": {"no_such_option": 1}})
+    s = p.search
+    assert s.max_kernels == raw["search"]["max_kernels"] and s.threads == raw["search"]["threads"]
+    assert p.cache.max_age_s == raw["cache"]["max_age_hours"] * 3600
+    assert p.curate.seed == raw["seed"]
+    with pytest.raises(P.ParamsError, match="curate.no_such_option"):
+        P.parse({"curate": {"no_such_option": 1}})
 
 
 def test_dvc_stages_pass_only_params_and_paths():
@@ -256,7 +258,7 @@ SMALL = {
                "larger_size": ""},
     "cot": {"writer": "template"},
     # a loaded machine times noisily; the significance rule and the gate are tested elsewhere
-    "curate": {"max_spread": 100.0, "min_gain": 0.0, "spread_factor": 0.0},
+    "significance": {"max_spread": 100.0, "min_gain": 0.0, "spread_factor": 0.0},
     "nightly": {"version": "{version}+nightly.{date}"},
     "cache": {"max_age_hours": 20},
 }
@@ -382,7 +384,7 @@ def test_dvc_repro_equals_steptp_release_then_versioned_and_restored(tmp_path):
     # the validate stage's dependency (the suites themselves are read from the package)
     shutil.copytree(ROOT / "steptp/quality/expectations", repo / "steptp/quality/expectations")
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for k in ("name", "version", "extract", "search", "curate"):
+    for k in ("name", "version", "extract", "search", "significance"):
         p[k] = SMALL[k]
     p["search"] = {**SMALL["search"], "measurements": 3}
     (repo / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))

@@ -16,13 +16,13 @@ from steptp.quality.core import SUITES, _expectation_class
 
 def test_suite_files_are_valid():
     for name in SUITES:
-        spec = load_suite_spec(name, {"curate": {"max_spread": 0.3}})
+        spec = load_suite_spec(name, {"significance": {"max_spread": 0.3}})
         assert spec["expectations"]
         for e in spec["expectations"]:
             _expectation_class(e["type"])  # a real GX expectation
             assert e.get("why")
             assert not any(isinstance(v, str) and v.startswith("${") for v in e["kwargs"].values())
-    steps = load_suite_spec("steps", {"curate": {"max_spread": 0.3}})
+    steps = load_suite_spec("steps", {"significance": {"max_spread": 0.3}})
     spread = next(e for e in steps["expectations"] if e["kwargs"].get("column") == "spread_max")
     assert spread["kwargs"]["max_value"] == 0.3
     # default when params do not say

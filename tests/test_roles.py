@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from steptp.curate.roles import assign_roles, confirm_roles, near_threshold, to_confirm
+from steptp.params import parse
+from steptp.search.roles import assign_roles, confirm_roles, near_threshold, to_confirm
 from steptp.measure.significance import SignificanceRule, combine, interleaved
 from steptp.measure.timing import summarize
 from steptp.records import StepRecord, Timing
@@ -42,7 +43,7 @@ def test_margin_is_the_larger_spread_or_the_floor():
     assert b.spread > 0.1 and RULE.margin(b, a) == pytest.approx(b.spread)
     assert RULE.margin(repeats(1e-3, 0.0), repeats(1e-3, 0.0)) == 0.05
     # a looser rule from params
-    loose = SignificanceRule.from_params({"min_gain": 0.01, "spread_factor": 0.5, "other": 1})
+    loose = parse({"significance": {"min_gain": 0.01, "spread_factor": 0.5}}).significance
     assert loose.compare(repeats(1e-3, 0.01, seed=1), repeats(0.97e-3, 0.01, seed=2)) == "faster"
     assert RULE.near(repeats(1e-3, 0.01, seed=1), repeats(0.95e-3, 0.01, seed=2))
     assert not RULE.near(repeats(1e-3, 0.01, seed=1), repeats(0.5e-3, 0.01, seed=2))

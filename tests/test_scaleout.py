@@ -100,34 +100,34 @@ def test_verified_ahead_is_the_same_verdict(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------- params
 def test_runner_and_device_params():
-    assert P.runner_args({}) == {"kind": "local", "workers": 2, "address": None,
-                                 "threads_per_worker": 1}
-    r = P.runner_args({"runner": {"kind": "dask", "address": "tcp://10.1.2.3:8786"}})
-    assert r["kind"] == "dask" and r["address"] == "tcp://10.1.2.3:8786"
+    assert P.parse({}).runner.model_dump() == {"kind": "local", "workers": 2, "address": None,
+                                               "threads_per_worker": 1}
+    r = P.parse({"runner": {"kind": "dask", "address": "tcp://10.1.2.3:8786"}}).runner
+    assert r.kind == "dask" and r.address == "tcp://10.1.2.3:8786"
     with pytest.raises(P.ParamsError, match="runner.kind"):
-        P.runner_args({"runner": {"kind": "ray"}})
+        P.parse({"runner": {"kind": "ray"}})
     with pytest.raises(P.ParamsError, match="runner.address"):
-        P.runner_args({"runner": {"kind": "dask", "address": "host:8786"}})
-    assert P.device_args({}) is None and P.search_args({})["devices"] is None
-    d = P.device_args({"devices": {"tracker": "127.0.0.1:9190", "key": "rasp4"}})
+        P.parse({"runner": {"kind": "dask", "address": "host:8786"}})
+    assert P.parse({}).devices.rpc() is None
+    d = P.parse({"devices": {"tracker": "127.0.0.1:9190", "key": "rasp4"}}).devices.rpc()
     assert d == {"tracker_host": "127.0.0.1", "tracker_port": 9190, "key": "rasp4",
                  "session_timeout_s": 120.0}
     with pytest.raises(P.ParamsError, match="devices.key"):
-        P.device_args({"devices": {"tracker": "127.0.0.1:9190"}})
+        P.parse({"devices": {"tracker": "127.0.0.1:9190"}})
     with pytest.raises(P.ParamsError, match="HOST:PORT"):
-        P.device_args({"devices": {"tracker": "nohost", "key": "k"}})
+        P.parse({"devices": {"tracker": "nohost", "key": "k"}})
     # the fleet's key names the hardware of a release timed there
-    assert P.fingerprint({"devices": {"tracker": "127.0.0.1:9190", "key": "rasp4"},
-                          "search": {"threads": 1}})["machine"] == "rpc:rasp4"
+    assert P.fingerprint(P.parse({"devices": {"tracker": "127.0.0.1:9190", "key": "rasp4"},
+                                  "search": {"threads": 1}}))["machine"] == "rpc:rasp4"
 
     from steptp.flows.stages import task_runner
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    tr = task_runner({}, jobs=3)
+    tr = task_runner(P.Runner(), jobs=3)
     assert isinstance(tr, ThreadPoolTaskRunner) and tr._max_workers == 3
-    dr = task_runner({"runner": {"kind": "dask", "workers": 3}})
+    dr = task_runner(P.Runner(kind="dask", workers=3))
     assert type(dr).__name__ == "DaskTaskRunner" and dr.cluster_kwargs["n_workers"] == 3
-    assert task_runner({"runner": {"kind": "dask", "address": "tcp://127.0.0.1:1"}}).address \
+    assert task_runner(P.Runner(kind="dask", address="tcp://127.0.0.1:1")).address \
         == "tcp://127.0.0.1:1"
 
 
@@ -166,8 +166,8 @@ def _search_on_worker(kernel_text: str, devices: dict, cache: str, lockdir: str)
 def test_searches_on_two_dask_workers_time_on_a_two_server_fleet(fleet, tmp_path):
     from dask.distributed import Client, LocalCluster
 
-    devices = P.device_args({"devices": {"tracker": f"127.0.0.1:{fleet.port}",
-                                         "key": "steptp-fleet"}})
+    devices = P.parse({"devices": {"tracker": f"127.0.0.1:{fleet.port}",
+                                   "key": "steptp-fleet"}}).devices.rpc()
     kernels = [MATMUL, MATMUL.replace("[32,32]", "[48,48]").replace("in 32", "in 48")]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:

@@ -164,7 +164,7 @@ def test_readme_cluster_commands_build_a_release_on_loopback(tmp_path):
         rel = out / "steptp-small-0.0.1"
         man = json.loads((rel / "manifest.json").read_text())
         assert man["counts"]["steps"] >= 1
-        fleet_fp = P.fingerprint(params)
+        fleet_fp = P.fingerprint(P.parse(params))
         assert fleet_fp["machine"] == f"rpc:{key}"
         steps = pl.read_parquet(rel / "data/steps.parquet")
         timed = steps.filter(pl.col("after").is_not_null())

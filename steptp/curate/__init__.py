@@ -2,7 +2,7 @@
 
     result = curate(kernels, steps, trajectories, CurateConfig(seed=0))
     result.steps      # the SFT examples (improving / preparatory), in (trajectory_id, step_index) order
-    result.all_steps  # every input step with its role (``steptp.curate.roles``): rewards, negatives
+    result.all_steps  # every input step with its role (``steptp.search.roles``): rewards, negatives
     result.pairs      # preference pairs (``steptp.curate.pairs``): step keys of chosen / rejected
     result.rejects    # one RejectRecord per step that is not an SFT example; ``reason`` starts with a code
     result.splits     # kernel_id -> "train" | "validation" | "test"
@@ -45,7 +45,7 @@ spare (``assign_splits``). Deterministic given the seed.
 
 from .core import (REASONS, CurateConfig, CurateResult, curate, entropy, strategy_counts,
                    workload_groups, assign_splits, read_curated, write_curated)
-from .roles import ROLES, SFT_ROLES, assign_roles
+from ..search.roles import ROLES, SFT_ROLES, assign_roles
 
 __all__ = ["REASONS", "CurateConfig", "CurateResult", "curate", "entropy", "strategy_counts",
            "workload_groups", "assign_splits", "read_curated", "write_curated", "ROLES", "SFT_ROLES",

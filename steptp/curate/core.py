@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from ..records import (KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, read_records, step_key,
                        table, write_table, write_text_atomic)
 
 from ..measure.significance import SignificanceRule
-from .roles import FAILED_OUTCOMES
+from ..params import Curate
+from ..search.roles import FAILED_OUTCOMES
 
 SPLITS = ("train", "validation", "test")
 
@@ -46,29 +45,8 @@ REASONS: dict[str, str] = {
 }
 
 
-class CurateConfig(BaseModel):
-    """Curation parameters (``params.yaml`` → ``curate``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    seed: int = 0
-    max_spread: float = Field(0.25, gt=0, description="a timing with IQR/median above this decides nothing")
-    min_gain: float = Field(0.05, ge=0, description="significantly faster: more than this relative gain ...")
-    spread_factor: float = Field(1.0, ge=0, description="... and more than this x the larger spread")
-    max_pairs_per_state: int = Field(4, ge=0, description="preference pairs per prompt at most")
-    max_per_kernel_strategy: int = Field(2, ge=0, description="SFT answers of one strategy per "
-                                         "kernel at most (0: no cap)")
-    balance_factor: float = Field(3.0, gt=0, description="cap = factor x median strategy count")
-    balance_min_steps: int = Field(30, ge=0, description="balance only with at least this many steps")
-    balance_min_strategies: int = Field(3, ge=1, description="... and this many strategies")
-    require_cot: bool = True
-    max_tokens: int = Field(16384, ge=1, description="token limit of one chat example (o200k_base)")
-    splits: dict[str, float] = Field(default_factory=lambda: {"train": 0.8, "validation": 0.1,
-                                                               "test": 0.1})
-
-    def rule(self) -> SignificanceRule:
-        return SignificanceRule(min_gain=self.min_gain, spread_factor=self.spread_factor,
-                                max_spread=self.max_spread)
+#: the curate section of the settings (``steptp.params.Curate``: its one definition)
+CurateConfig = Curate
 
 
 @dataclass
@@ -335,15 +313,16 @@ def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateCo
 
 
 def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
-           trajectories: Sequence[TrajectoryRecord] = (), config: CurateConfig | None = None,
-           hardware: str = "") -> CurateResult:
+           trajectories: Sequence[TrajectoryRecord] = (), config: Curate | None = None,
+           hardware: str = "", rule: SignificanceRule | None = None) -> CurateResult:
     """Apply the rules to ``steps``; see the package docstring. ``hardware`` is the description
-    the chat examples name (used for the token limit)."""
+    the chat examples name (used for the token limit); ``rule``: the ``significance`` settings
+    (the rule the search confirmed roles with)."""
     from .pairs import select_pairs
-    from .roles import SFT_ROLES, assign_roles, role_counts
+    from ..search.roles import SFT_ROLES, assign_roles, role_counts
 
-    cfg = config or CurateConfig()
-    rule = cfg.rule()
+    cfg = config or Curate()
+    rule = rule or SignificanceRule()
     known = {k.kernel_id for k in kernels}
     ordered = assign_roles(sorted(steps, key=lambda s: (s.trajectory_id, s.step_index, step_key(s))), rule)
     # A search's rows form a tree (rows share a trajectory_id; step_index is the depth; a row's
@@ -407,7 +386,7 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     # one answer per distinct prompt (the user turn is the before-program): the child through
     # which the search measured the fastest program is the SFT answer (siblings ranked on the
     # search's own timings, see roles.search_best_s); the others go to the preference pairs
-    from .roles import search_best_s
+    from ..search.roles import search_best_s
 
     fastest = dict(zip((step_key(s) for s in ordered), search_best_s(ordered)))
     by_prompt: dict[str, list[StepRecord]] = {}
@@ -465,7 +444,8 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
                         "steps": split_steps.get(sp, 0), "pairs": split_pairs.get(sp, 0)}
                    for sp in cfg.splits},
         "groups_with_steps": sum(1 for g in group_rows if g["steps"]),
-        "config": cfg.model_dump(),
+        # the rule's keys beside curation's: the release card's significance section reads them
+        "config": {**cfg.model_dump(), **rule.model_dump()},
     }
     return CurateResult(sft_steps, rejects, splits, group_rows, report, all_steps=all_steps, pairs=pairs)
 

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from ..measure.significance import SignificanceRule
 from ..records import StepRecord
-from .roles import Tree, measured
+from ..search.roles import Tree, measured
 
 
 def _h(*parts: Any) -> str:

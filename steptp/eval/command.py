@@ -1,7 +1,7 @@
 """What ``steptp eval`` does, apart from option parsing (kept here so cli.py holds one command).
 
-Settings come from, in order: the command line, the ``eval:`` section of params.yaml, the
-defaults in ``DEFAULTS``."""
+Settings come from, in order: the command line, the ``eval:`` section of params.yaml (whose
+defaults are ``steptp.params.Eval``'s)."""
 
 from __future__ import annotations
 
@@ -9,26 +9,18 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from ..params import Settings
+from ..params import settings as _settings
 from .inputs import EvalInputError, Inputs, from_kernels, from_leir, from_release, select
 from .loop import EvalConfig
-from .mcts import C_DEFAULT
 
-DEFAULTS: dict[str, Any] = {"split": "test", "mode": "single", "multi": "chain", "samples": 1,
-                            "steps": 4, "width": 2, "mcts_c": C_DEFAULT, "seed": 0, "max_kernels": None,
-                            "max_states": None, "max_proposals": None, "max_tokens": None,
-                            "wall_s": None, "temperature": None, "reply_tokens": 4096,
-                            "timeout_s": 120.0, "policies": ["replay", "random", "search"],
-                            "out": "eval"}
 _RUN_NAME = re.compile(r"^[A-Za-z0-9._-]{1,80}$")
 
 
-def settings(cli: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict[str, Any]:
-    sec = dict((params or {}).get("eval") or {})
-    unknown = sorted(set(sec) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"params.yaml eval: unknown keys {', '.join(unknown)}; known: "
-                         f"{', '.join(sorted(DEFAULTS))}")
-    out = {**DEFAULTS, **sec}
+def settings(cli: Mapping[str, Any], params: Settings | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``eval`` settings (validated with the rest of params.yaml), the command line's
+    given options over them."""
+    out = _settings(params).eval.model_dump()
     out.update({k: v for k, v in cli.items() if v is not None and v != []})
     return out
 
@@ -52,7 +44,8 @@ def policy_names(values: Sequence[str]) -> list[str]:
     return out
 
 
-def run_command(*, release, kernels, leir, params: Mapping[str, Any] | None, cli: Mapping[str, Any],
+def run_command(*, release, kernels, leir, params: Settings | Mapping[str, Any] | None,
+                cli: Mapping[str, Any],
                 model: Optional[str], base_url: Optional[str], run: Optional[str],
                 cache: bool, llm_cache_dir: Optional[str], on_progress=None,
                 resume: bool = True) -> tuple[dict, Path]:
@@ -88,4 +81,4 @@ def run_command(*, release, kernels, leir, params: Mapping[str, Any] | None, cli
     return summary, out
 
 
-__all__ = ["DEFAULTS", "settings", "load_inputs", "policy_names", "run_command"]
+__all__ = ["settings", "load_inputs", "policy_names", "run_command"]

@@ -71,11 +71,12 @@ def _log_file(path: Path):
 
 
 @flow(name="build_release", log_prints=True)
-def build_release(params: dict[str, Any] | None = None, out: str = "releases",
+def build_release(params: P.Settings | dict[str, Any] | None = None, out: str = "releases",
                   params_file: str | None = None, nightly: bool = False, date: str | None = None,
                   force: bool = False, version_control: bool = True,
                   git: bool | None = None) -> dict[str, Any]:
-    """``params`` (a dict), or ``params_file`` (params.yaml; what the deployment passes).
+    """``params`` (Settings, or a params dict, validated), or ``params_file`` (params.yaml;
+    what the deployment passes).
     ``nightly``: version ``<version>+nightly.<UTC date>`` (the pattern ``nightly.version``),
     measurements older than ``cache.max_age_hours`` re-measured, a rerun of the same night
     resumed; ``date``: build as of that UTC date (a backfill). ``force``: replace a published
@@ -83,7 +84,7 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
     tag its ``.dvc`` file and dvc push (None: params ``publish.git``; the nightly deployment
     passes true); without, the commands are printed and logged instead.
     Progress also goes to ``<out>/logs/<id>.log`` (appended; the result's ``log``)."""
-    p = dict(params) if params is not None else P.load(params_file) if params_file else {}
+    p = P.settings(params) if params is not None else P.load(params_file)
     b = P.build(p, nightly, date)
     use_git = P.publish_git(p, git)
     log_path = release_log(out, b.id)
@@ -92,7 +93,7 @@ def build_release(params: dict[str, Any] | None = None, out: str = "releases",
         return _build(p, b, Path(out), force, version_control, use_git) | {"log": str(log_path.resolve())}
 
 
-def _build(p: dict[str, Any], b: P.Build, out_p: Path, force: bool, version_control: bool,
+def _build(p: P.Settings, b: P.Build, out_p: Path, force: bool, version_control: bool,
            git: bool) -> dict[str, Any]:
     from steptp.export import hardware_description
 
@@ -101,17 +102,17 @@ def _build(p: dict[str, Any], b: P.Build, out_p: Path, force: bool, version_cont
     _log(f"build {b.id}" + (f" (nightly {b.night})" if b.nightly else ""))
 
     kernels = extract_flow(p, str(work))
-    jobs = P.search_args(p)["jobs"]
-    searched = search_flow.with_options(task_runner=task_runner(p, jobs))(
+    jobs = p.search.jobs
+    searched = search_flow.with_options(task_runner=task_runner(p.runner, jobs))(
         p, kernels, str(work), {"night": b.night, "night_start": b.night_start,
                                 "clock_offset_s": b.clock_offset_s})
-    steps = cot_flow.with_options(task_runner=task_runner(p, jobs))(p, searched["steps"], str(work))
+    steps = cot_flow.with_options(task_runner=task_runner(p.runner, jobs))(p, searched["steps"], str(work))
     curated = curate_flow(p, searched.get("kernels", kernels), steps, searched["trajectories"],
                           str(work), hardware_description(fp))
     export_flow(p, curated, str(staging), fp, b.version)
     rep = validate_flow(p, str(staging))
-    return gate_and_publish(staging, out_p, b.id, b.name, rep, params=p,
-                            regression_gate=P.regression_gate(p), force=force,
+    return gate_and_publish(staging, out_p, b.id, b.name, rep, params=p.source,
+                            regression_gate=p.nightly.regression_gate, force=force,
                             version_control=version_control, git=git, log=_log)
 
 

@@ -97,19 +97,38 @@ def _state_dict(s) -> dict[str, Any]:
 
 @flow(name="eval", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def eval_flow(release: Optional[str] = None, kernels: Optional[str] = None,
-              leir: Optional[list[str]] = None, split: str = "test",
-              policies: tuple[str, ...] = ("replay", "random", "search"), mode: str = "single",
-              samples: int = 1, steps: int = 4, width: int = 2, seed: int = 0, mcts_c: float = 0.1,
-              llm: Optional[dict[str, Any]] = None, out: str = "eval", run: str = "flow",
-              cache: Optional[str] = None, max_kernels: Optional[int] = None) -> dict[str, Any]:
+              leir: Optional[list[str]] = None, split: Optional[str] = None,
+              policies: Optional[list[str]] = None, mode: Optional[str] = None,
+              samples: Optional[int] = None, steps: Optional[int] = None,
+              width: Optional[int] = None, seed: Optional[int] = None,
+              mcts_c: Optional[float] = None, llm: Optional[dict[str, Any]] = None,
+              out: Optional[str] = None, run: str = "flow", cache: Optional[str] = None,
+              max_kernels: Optional[int] = None, params_file: Optional[str] = None
+              ) -> dict[str, Any]:
     """Judge ``policies`` on a release split / kernels table / LEIR files; writes
-    ``out/run/`` (the report of ``steptp eval``) and returns its summary."""
-    from steptp.eval.command import load_inputs
+    ``out/run/`` (the report of ``steptp eval``) and returns its summary. ``mode``: single, or
+    one multi-step mode (chain, beam or mcts). What is not given comes from the ``eval``
+    settings of ``params_file`` (its defaults without one: ``steptp.params.Eval``)."""
+    from steptp import params as P
+    from steptp.eval.command import load_inputs, policy_names
     from steptp.eval.inputs import select
     from steptp.eval.report import write_report
 
+    given = {"split": split, "samples": samples, "steps": steps, "width": width, "seed": seed,
+             "mcts_c": mcts_c, "out": out, "max_kernels": max_kernels, "policies": policies}
+    if mode is not None:
+        given.update({"mode": "single"} if mode == "single" else {"mode": "multi", "multi": mode})
+    base = P.load(params_file).source
+    e = P.parse({**base, "eval": {**(base.get("eval") or {}),
+                                  **{k: v for k, v in given.items() if v is not None}}},
+                params_file or "eval_flow").eval
+    split, samples, steps, width, seed, mcts_c, out = (e.split, e.samples, e.steps, e.width, e.seed,
+                                                       e.mcts_c, e.out)
+    policies = policy_names(e.policies if isinstance(e.policies, list) else [e.policies])
+    mode = "single" if e.mode == "single" else policy_names(
+        e.multi if isinstance(e.multi, list) else [e.multi])[0]
     inputs = select(load_inputs(Path(release) if release else None, Path(kernels) if kernels else None,
-                                [Path(p) for p in leir or []], split), max_kernels)
+                                [Path(p) for p in leir or []], split), e.max_kernels)
     sft_rows = [s.model_dump() for s in inputs.sft_steps]
     cfg = {"mode": mode, "samples": samples, "steps": steps, "width": width, "mcts_c": mcts_c, "seed": seed}
     rows: list[dict] = []

@@ -1,5 +1,6 @@
 """The stages as Prefect flows and tasks; each calls into the ``steptp`` package (stage bodies in
 ``steptp.pipeline``, settings from ``steptp.params``, the same the CLI's stage commands use).
+The flows take the validated ``Settings``; each task takes the sections it reads.
 
 Caching: a task's key is its inputs, its own source, and the code version of the steptp parts
 it runs (``steptp.codehash``: the steptp version and a hash of their source, so a fix in
@@ -72,12 +73,39 @@ class CodeVersion(CachePolicy):
         if self.hardware:
             from steptp.measure.fingerprint import current
 
-            parts.append(current(num_threads=(inputs or {}).get("threads")).id)
+            inputs = inputs or {}
+            search = inputs.get("search")
+            threads = search.threads if search is not None else inputs.get("threads")
+            parts.append(current(num_threads=threads).id)
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
-def cache_policy(stage: str, hardware: bool = False, exclude: tuple[str, ...] = ()) -> CachePolicy:
-    return Inputs(exclude=list(exclude)) + TASK_SOURCE + CodeVersion(stage=stage, hardware=hardware)
+@dataclass
+class SettingsKey(CachePolicy):
+    """Key part: only the fields of the settings input ``name`` that change the task's result
+    (a search's are ``Search.KERNEL_FIELDS``: searching more kernels, or more at once, keeps
+    every finished search)."""
+
+    name: str = ""
+    fields: tuple[str, ...] = ()
+
+    def compute_key(self, task_ctx, inputs: dict[str, Any], flow_parameters: dict[str, Any],
+                    **kwargs: Any) -> Optional[str]:
+        from prefect.utilities.hashing import hash_objects
+
+        section = (inputs or {}).get(self.name)
+        return hash_objects(None if section is None else
+                            section.model_dump(include=set(self.fields)), raise_on_failure=True)
+
+
+def cache_policy(stage: str, hardware: bool = False, exclude: tuple[str, ...] = (),
+                 settings: SettingsKey | None = None) -> CachePolicy:
+    """Inputs (less ``exclude``, and less ``settings.name`` keyed by its fields instead), the
+    task's source and the code version of ``stage``."""
+    if settings is not None:
+        exclude = (*exclude, settings.name)
+    policy = Inputs(exclude=list(exclude)) + TASK_SOURCE + CodeVersion(stage=stage, hardware=hardware)
+    return policy + settings if settings is not None else policy
 
 
 def _log(msg: str) -> None:
@@ -88,23 +116,18 @@ def _log(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------------- task runners
-def runner_kind(p: dict[str, Any]) -> str:
-    return P.runner_args(p)["kind"]
-
-
-def task_runner(p: dict[str, Any], jobs: int = 1):
-    """The task runner ``runner`` (params) chooses: ``local``, a thread pool of ``jobs`` (the
+def task_runner(r: P.Runner, jobs: int = 1):
+    """The task runner the ``runner`` settings choose: ``local``, a thread pool of ``jobs`` (the
     searches share this machine's device lock); ``dask``, a ``prefect_dask.DaskTaskRunner`` on
     the scheduler at ``runner.address`` or on a ``LocalCluster`` of ``runner.workers``
     processes it starts and stops with the flow."""
-    r = P.runner_args(p)
-    if r["kind"] == "local":
+    if r.kind == "local":
         return ThreadPoolTaskRunner(max_workers=max(1, jobs))
     from prefect_dask import DaskTaskRunner
 
-    if r["address"]:
-        return DaskTaskRunner(address=r["address"])
-    kw = {"n_workers": r["workers"], "threads_per_worker": r["threads_per_worker"],
+    if r.address:
+        return DaskTaskRunner(address=r.address)
+    kw = {"n_workers": r.workers, "threads_per_worker": r.threads_per_worker,
           "processes": True, "dashboard_address": None}
     url = _api_url()
     if url:  # the workers report to this flow's (possibly temporary) Prefect server
@@ -130,17 +153,14 @@ def _api_url() -> str | None:
 
 # ---------------------------------------------------------------------------- extract
 @task(cache_policy=cache_policy("extract"), persist_result=True, retries=1, retry_delay_seconds=2)
-def extract_kernels(zoo: str, size: str = "tiny", jobs: int = 1, check: bool = True,
-                    memory_limit_mb: int | None = None, check_budget_s: float = 120.0
-                    ) -> list[KernelRecord]:
-    return list(pipeline.extract(zoo, size, jobs, check, memory_limit_mb=memory_limit_mb,
-                                 check_budget_s=check_budget_s).records)
+def extract_kernels(extract: P.Extract) -> list[KernelRecord]:
+    return list(pipeline.extract(extract).records)
 
 
 @flow(name="extract")
-def extract_flow(p: dict[str, Any], work: str) -> str:
+def extract_flow(s: P.Settings, work: str) -> str:
     """Writes ``work/kernels.parquet``; returns its path."""
-    ks = extract_kernels(**P.extract_args(p))
+    ks = extract_kernels(s.extract)
     _log(f"extract: {len(ks)} kernels ({sum(k.raise_ok for k in ks)} raise-checked)")
     return str(write_table(table(ks, KernelRecord), Path(work) / "kernels.parquet"))
 
@@ -154,30 +174,25 @@ def time_unscheduled(kernels: list[KernelRecord], threads: int | None = None,
     return pipeline.time_unscheduled(kernels, threads)
 
 
-@task(cache_policy=cache_policy("search", hardware=True, exclude=("fresh", "verify_jobs")),
+@task(cache_policy=cache_policy("search", hardware=True, exclude=("fresh",),
+                               settings=SettingsKey(name="search", fields=P.Search.KERNEL_FIELDS)),
       persist_result=True, retries=2, retry_delay_seconds=5)
-def search_one(kernel: KernelRecord, policy: str, measurements: int, seconds: float, seed: int,
-               threads: int | None = None, max_actions: int | None = None,
-               rule: dict[str, float] | None = None, remeasure_rounds: int = 3,
-               remeasure_pairs: int = 6, remeasure_seconds: float = 30.0,
-               night: str | None = None, fresh: dict[str, Any] | None = None,
-               verify_jobs: int = 1, devices: dict[str, Any] | None = None
+def search_one(kernel: KernelRecord, search: P.Search, rule: P.Significance, devices: P.Devices,
+               night: str | None = None, fresh: dict[str, Any] | None = None
                ) -> tuple[list[StepRecord], list[TrajectoryRecord]]:
-    """``steptp.pipeline.search_one``: search one kernel, then re-time interleaved the pairs that
-    decide its roles. ``night``: the nightly's date (part of the key: the next night searches
-    again); ``fresh``: how the measurement cache ages timings (``max_age_s``,
-    ``clock_offset_s``, ``not_before``; not part of the key); ``verify_jobs``: compile/verify
-    workers (not part of the key: verdicts do not depend on it); ``devices``: the RPC device
-    fleet that times (part of the key: other devices, other timings). Runs wherever the flow's
-    task runner puts it (a thread here, or a Dask worker with its own measurement service)."""
-    return pipeline.search_one(kernel, policy, measurements, seconds, seed, threads, max_actions,
-                               rule, remeasure_rounds, remeasure_pairs, remeasure_seconds,
-                               log=_log, verify_jobs=verify_jobs, devices=devices,
-                               **(fresh or {}))
+    """``steptp.pipeline.search_one``: search one kernel, then confirm the roles of its steps
+    (re-time interleaved the pairs that decide them, by ``rule``). Key: the ``search`` settings
+    that change one kernel's result (not ``verify_jobs``: verdicts do not depend on it), the
+    rule, ``devices`` (other devices, other timings) and ``night`` (the nightly's date: the
+    next night searches again); ``fresh``: how the measurement cache ages timings
+    (``max_age_s``, ``clock_offset_s``, ``not_before``; not part of the key). Runs wherever the
+    flow's task runner puts it (a thread here, or a Dask worker with its own measurement
+    service)."""
+    return pipeline.search_one(kernel, search, rule, devices, log=_log, **(fresh or {}))
 
 
 @flow(name="search", task_runner=ThreadPoolTaskRunner(max_workers=1))
-def search_flow(p: dict[str, Any], kernels_path: str, work: str,
+def search_flow(s: P.Settings, kernels_path: str, work: str,
                 build: dict[str, Any] | None = None) -> dict[str, str]:
     """Reads the kernels table; picks the kernels worth searching (``steptp.pipeline.
     choose_kernels``: operator workloads whose kernels are all below the time floor are
@@ -186,28 +201,24 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str,
     ``search_status``); returns their paths. ``build``: ``night``, ``night_start`` and
     ``clock_offset_s`` of the build (``steptp.params.Build``)."""
     kernels = read_records(kernels_path, KernelRecord)
-    a = P.search_args(p)
-    a.pop("max_kernels")
-    jobs = a.pop("jobs")
     b = build or {}
     night = b.get("night")
     chosen, every = pipeline.choose_kernels(
-        kernels, P.selection_args(p), P.extract_args(p), a["threads"],
-        extract_fn=extract_kernels,
+        kernels, s.search, s.extract, extract_fn=extract_kernels,
         time_fn=lambda ks, threads: time_unscheduled(ks, threads, night), log=_log)
-    max_age = P.max_age_s(p)
-    a.update(night=night,
-             fresh={"max_age_s": max_age, "clock_offset_s": float(b.get("clock_offset_s", 0.0)),
-                    "not_before": b.get("night_start")})
+    max_age = s.cache.max_age_s
+    fresh = {"max_age_s": max_age, "clock_offset_s": float(b.get("clock_offset_s", 0.0)),
+             "not_before": b.get("night_start")}
     opts = {"cache_expiration": _dt.timedelta(seconds=max_age)} if max_age else {}
     tasks = [search_one.with_options(task_run_name=f"search-{k.name}", **opts) for k in chosen]
-    # submitted to the flow's task runner (``task_runner(p)``): ``search.jobs`` threads here, or
+    # submitted to the flow's task runner (``task_runner``): ``search.jobs`` threads here, or
     # Dask workers; results in kernel order whatever order they finish in
     with reuse_workers():  # searches in this process start their measurement workers once
-        futs = [t.submit(k, **a) for t, k in zip(tasks, chosen)]
+        futs = [t.submit(k, s.search, s.significance, s.devices, night=night, fresh=fresh)
+                for t, k in zip(tasks, chosen)]
         results = [f.result() for f in futs]
-    _log(f"search: {len(chosen)} kernels on {jobs if runner_kind(p) == 'local' else 'dask'} "
-         f"workers")
+    _log(f"search: {len(chosen)} kernels on "
+         f"{s.search.jobs if s.runner.kind == 'local' else 'dask'} workers")
     steps = [x for st, _ in results for x in st]
     trajs = [x for _, tr in results for x in tr]
     _log(f"search: {len(chosen)} kernels -> {len(trajs)} trajectories, {len(steps)} steps")
@@ -220,22 +231,18 @@ def search_flow(p: dict[str, Any], kernels_path: str, work: str,
 
 # ---------------------------------------------------------------------------- CoT
 @task(cache_policy=cache_policy("cot"), persist_result=True, retries=3, retry_delay_seconds=10)
-def cot_one(steps: list[StepRecord], writer: str, seed: int, max_retries: int = 2,
-            cache_dir: str | None = None, model: str | None = None,
-            base_url: str | None = None) -> list[StepRecord]:
+def cot_one(steps: list[StepRecord], cot: P.Cot) -> list[StepRecord]:
     """The CoT of one trajectory's steps (``steptp.pipeline.cot_one``), describing the CPU the
     steps were timed on (as ``steptp cot --hardware host`` does)."""
-    return pipeline.cot_one(steps, writer, seed, max_retries, cache_dir, hardware="host",
-                            model=model, base_url=base_url)[0]
+    return pipeline.cot_one(steps, cot, hardware="host")[0]
 
 
 @flow(name="cot", task_runner=ThreadPoolTaskRunner(max_workers=1))
-def cot_flow(p: dict[str, Any], steps_path: str, work: str) -> str:
+def cot_flow(s: P.Settings, steps_path: str, work: str) -> str:
     """Reads the search's steps; writes them with their CoT to ``work/steps.parquet``."""
     steps = read_records(steps_path, StepRecord)
-    c = P.cot_args(p)
     out: list[StepRecord] = []
-    futs = [cot_one.with_options(task_run_name=f"cot-{tid}").submit(group, **c)
+    futs = [cot_one.with_options(task_run_name=f"cot-{tid}").submit(group, s.cot)
             for tid, group in pipeline.by_trajectory(steps)]
     for f in futs:  # one task per trajectory on the flow's task runner, joined in order
         out += f.result()
@@ -244,48 +251,46 @@ def cot_flow(p: dict[str, Any], steps_path: str, work: str) -> str:
 
 
 # ---------------------------------------------------------------------------- curate / export / validate
-curate_config = P.curate_config  # the one reading of the curate section
-
-
 @task(cache_policy=cache_policy("curate"), persist_result=True)
-def curate_task(p: dict[str, Any], kernels: list[KernelRecord], steps: list[StepRecord],
-                trajectories: list[TrajectoryRecord], hardware: str):
-    from steptp.curate import curate
+def curate_task(curate: P.Curate, rule: P.Significance, kernels: list[KernelRecord],
+                steps: list[StepRecord], trajectories: list[TrajectoryRecord], hardware: str):
+    from steptp.curate import curate as do_curate
 
-    return curate(kernels, steps, trajectories, curate_config(p), hardware=hardware)
+    return do_curate(kernels, steps, trajectories, curate, hardware=hardware, rule=rule)
 
 
 @flow(name="curate")
-def curate_flow(p: dict[str, Any], kernels_path: str, steps_path: str, trajectories_path: str,
+def curate_flow(s: P.Settings, kernels_path: str, steps_path: str, trajectories_path: str,
                 work: str, hardware: str = "") -> str:
     """Reads the three tables; writes the curated folder ``work/curated``; returns its path."""
     from steptp.curate import write_curated
 
     kernels = read_records(kernels_path, KernelRecord)
     trajectories = read_records(trajectories_path, TrajectoryRecord)
-    res = curate_task(p, kernels, read_records(steps_path, StepRecord), trajectories, hardware)
+    res = curate_task(s.curate, s.significance, kernels, read_records(steps_path, StepRecord),
+                      trajectories, hardware)
     r = res.report
     _log(f"curate: kept {r['kept_steps']} of {r['input_steps']} steps; rejects {r['rejects_by_reason']}")
     return str(write_curated(res, Path(work) / "curated", kernels, trajectories))
 
 
 @flow(name="export")
-def export_flow(p: dict[str, Any], curated_path: str, staging: str,
+def export_flow(s: P.Settings, curated_path: str, staging: str,
                 fingerprint: dict[str, Any] | None = None, version: str | None = None) -> dict[str, Any]:
     from steptp.curate import read_curated
     from steptp.export import export_release
 
     # not cached: it writes files (cheap); its inputs are cached upstream
-    b = P.build(p)
-    return export_release(read_curated(curated_path), staging, name=b.name,
-                          version=version or b.version, params=p, fingerprint=fingerprint)
+    # the card records the params as written
+    return export_release(read_curated(curated_path), staging, name=s.name,
+                          version=version or s.version, params=s.source, fingerprint=fingerprint)
 
 
 @flow(name="validate")
-def validate_flow(p: dict[str, Any], staging: str) -> dict[str, Any]:
+def validate_flow(s: P.Settings, staging: str) -> dict[str, Any]:
     from steptp.quality import validate_release
 
-    rep = validate_release(staging, p)
+    rep = validate_release(staging, s)
     for f in rep.failures:
         _log(f"gate FAILED: {f['suite']}/{f['expectation']} {f.get('column') or ''}: {f['why']} "
              f"(e.g. {f['unexpected'][:3]})")

@@ -6,7 +6,7 @@
   ``{"strategy", "site", "params", "program"}`` (``program`` = the LEIR after the step).
 
 ``meta`` carries ids for joining back to the parquet tables (step_key, trajectory_id, step_index,
-kernel_id, split), the step's ``role`` (improving or preparatory, ``steptp.curate.roles``), its
+kernel_id, split), the step's ``role`` (improving or preparatory, ``steptp.search.roles``), its
 measured ``step_speedup`` (the search's timings), ``log_speedup`` and ``best_descendant_speedup``
 (the timings the role was decided on: the interleaved re-timing when there is one), exactness
 and token counts (``steptp.format.tokens``).

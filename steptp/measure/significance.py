@@ -17,7 +17,7 @@ repeat so far, not the median, must be slower than the reference beyond the marg
 
 So with 3% and 8% spreads the after-program must be more than 8% faster; with spreads under
 ``min_gain`` the gain must exceed ``min_gain``. The search's ``improved`` outcome, the step roles
-(``steptp.curate.roles``) and curation's ``noisy`` reject all use this one rule.
+(``steptp.search.roles``) and curation's ``noisy`` reject all use this one rule.
 
 Timings taken minutes apart drift together with the machine (other processes, clocks), so the
 pairs that decide a label are re-timed interleaved (A, B, A, B, ...):
@@ -41,19 +41,14 @@ Verdict = Literal["faster", "slower", "same", "noisy"]
 
 
 class SignificanceRule(BaseModel):
-    """The parameters of the rule (``params.yaml`` → ``curate``: ``min_gain``, ``spread_factor``,
-    ``max_spread``)."""
+    """The parameters of the rule (``params.yaml`` → ``significance``: ``min_gain``,
+    ``spread_factor``, ``max_spread``; ``steptp.params.Significance``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     min_gain: float = Field(0.05, ge=0, description="the smallest relative gain that counts")
     spread_factor: float = Field(1.0, ge=0, description="the gain must exceed this x the larger spread")
     max_spread: float = Field(0.25, gt=0, description="a timing noisier than this decides nothing")
-
-    @classmethod
-    def from_params(cls, curate: dict | None) -> "SignificanceRule":
-        c = curate or {}
-        return cls(**{k: c[k] for k in ("min_gain", "spread_factor", "max_spread") if k in c})
 
     def noisy(self, t: Optional[Timing]) -> bool:
         return t is None or not math.isfinite(t.spread) or t.spread > self.max_spread

@@ -15,17 +15,13 @@ from typing import Any, Mapping
 
 import polars as pl
 
+from ..measure.significance import SignificanceRule
+from ..params import Curate, ParamsError, Settings, settings
 from ..records import write_text_atomic
 
 SUITES = ("kernels", "steps", "export", "roles", "pairs", "splits")
 _PARAM = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 
-# defaults of the parameters the suites read (params.yaml overrides)
-DEFAULT_PARAMS: dict[str, Any] = {
-    "curate": {"max_spread": 0.25, "max_tokens": 16384, "balance_factor": 3.0, "balance_min_steps": 30,
-               "balance_min_strategies": 3, "min_gain": 0.05, "spread_factor": 1.0},
-    "quality": {"min_kernels": 1, "min_steps": 1, "min_tokens": 50},
-}
 
 
 def expectations_dir() -> Path:
@@ -37,21 +33,9 @@ def expectations_dir() -> Path:
     return Path(__file__).resolve().parent / "expectations"
 
 
-def _lookup(params: Mapping[str, Any], dotted: str) -> Any:
-    cur: Any = params
-    for part in dotted.split("."):
-        if not isinstance(cur, Mapping) or part not in cur:
-            cur = DEFAULT_PARAMS
-            for p in dotted.split("."):
-                cur = cur[p]
-            return cur
-        cur = cur[part]
-    return cur
-
-
-def _subst(v: Any, params: Mapping[str, Any]) -> Any:
+def _subst(v: Any, params: Settings) -> Any:
     if isinstance(v, str) and (m := _PARAM.match(v)):
-        return _lookup(params, m.group(1))
+        return params.lookup(m.group(1))
     if isinstance(v, list):
         return [_subst(x, params) for x in v]
     if isinstance(v, dict):
@@ -59,36 +43,41 @@ def _subst(v: Any, params: Mapping[str, Any]) -> Any:
     return v
 
 
-def load_suite_spec(name: str, params: Mapping[str, Any] | None = None,
+def load_suite_spec(name: str, params: Settings | Mapping[str, Any] | None = None,
                     directory: str | Path | None = None) -> dict[str, Any]:
+    """The suite ``name`` with its ``${section.key}`` values taken from the settings."""
     d = Path(directory) if directory else expectations_dir()
     spec = json.loads((d / f"{name}.json").read_text())
-    spec["expectations"] = [{**e, "kwargs": _subst(e.get("kwargs", {}), params or {})}
-                            for e in spec["expectations"]]
+    s = settings(params)
+    try:
+        spec["expectations"] = [{**e, "kwargs": _subst(e.get("kwargs", {}), s)}
+                                for e in spec["expectations"]]
+    except ParamsError as e:
+        raise ParamsError(f"{d / f'{name}.json'}: {e}") from None
     return spec
 
 
 # ---------------------------------------------------------------------------- derived tables
-def _cap(steps: pl.DataFrame, params: Mapping[str, Any]) -> int | None:
+def _cap(steps: pl.DataFrame, cfg: Curate) -> int | None:
     counts = Counter(steps["strategy"].to_list())
     n = len(steps)
-    if (n < _lookup(params, "curate.balance_min_steps")
-            or len(counts) < _lookup(params, "curate.balance_min_strategies")):
+    if n < cfg.balance_min_steps or len(counts) < cfg.balance_min_strategies:
         return None
     # the cap curation used was computed before balancing; the released counts are at most that
     # cap, and their median is at most the original median, so this bound is conservative only
     # when the report is missing
-    return max(1, math.floor(_lookup(params, "curate.balance_factor") * statistics.median(counts.values())))
+    return max(1, math.floor(cfg.balance_factor * statistics.median(counts.values())))
 
 
-def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None) -> dict[str, pl.DataFrame]:
+def derived_tables(release: str | Path, params: Settings | Mapping[str, Any] | None = None
+                   ) -> dict[str, pl.DataFrame]:
     """The three tables the suites check, with their derived columns."""
     from ..format.chat import check_line
 
     release = Path(release)
-    params = params or {}
+    params = settings(params)
     kernels = pl.read_parquet(release / "data/kernels.parquet")
-    all_steps = _roles_table(pl.read_parquet(release / "data/steps.parquet"), params)
+    all_steps = _roles_table(pl.read_parquet(release / "data/steps.parquet"), params.significance)
     # the steps suite checks the SFT examples; the roles suite every searched step
     steps = all_steps.filter(pl.col("sft")) if "sft" in all_steps.columns else all_steps
 
@@ -111,7 +100,7 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
         bal = (json.loads(report_path.read_text()).get("balance") or {})
         cap = bal.get("cap") if bal.get("applied") else None
     else:
-        cap = _cap(steps, params)
+        cap = _cap(steps, params.curate)
     counts = Counter(steps["strategy"].to_list())
     known = set(kernels["kernel_id"].to_list())
     cot_ok = []
@@ -166,16 +155,13 @@ def derived_tables(release: str | Path, params: Mapping[str, Any] | None = None)
             "splits": _splits_table(release, kernels, rows)}
 
 
-def _roles_table(df: pl.DataFrame, params: Mapping[str, Any]) -> pl.DataFrame:
-    """Every step with ``role_recomputed`` (the roles of the recorded timings, by the rule of
-    ``params``), ``role_consistent`` and ``spread_max`` (the larger spread of the timings the
-    role was decided on; None for a role no timing decided)."""
-    from ..curate.roles import Tree, assign_roles
-    from ..measure.significance import SignificanceRule
+def _roles_table(df: pl.DataFrame, rule: SignificanceRule) -> pl.DataFrame:
+    """Every step with ``role_recomputed`` (the roles of the recorded timings, by ``rule``),
+    ``role_consistent`` and ``spread_max`` (the larger spread of the timings the role was
+    decided on; None for a role no timing decided)."""
+    from ..search.roles import Tree, assign_roles
     from ..records import StepRecord
 
-    cur = {k: _lookup(params, f"curate.{k}") for k in ("min_gain", "spread_factor", "max_spread")}
-    rule = SignificanceRule(**cur)
     if "role" not in df.columns or df.is_empty():
         return df.with_columns(pl.lit(None, dtype=pl.Utf8).alias("role_recomputed"),
                                pl.lit(True).alias("role_consistent"),
@@ -288,7 +274,7 @@ def _to_pandas(df: pl.DataFrame):
     return df.to_pandas()
 
 
-def validate_release(release: str | Path, params: Mapping[str, Any] | None = None,
+def validate_release(release: str | Path, params: Settings | Mapping[str, Any] | None = None,
                      docs_dir: str | Path | None = None, expectations: str | Path | None = None,
                      write_report: bool = True) -> ValidationReport:
     """Run every suite on ``release``; write Data Docs to ``docs_dir`` (default
@@ -298,7 +284,7 @@ def validate_release(release: str | Path, params: Mapping[str, Any] | None = Non
     import great_expectations as gx
 
     release = Path(release)
-    params = params or {}
+    params = settings(params)
     docs = Path(docs_dir) if docs_dir else release / "data_docs"
     tables = derived_tables(release, params)
     ctx = gx.get_context(mode="ephemeral")

@@ -1,4 +1,7 @@
-"""Step roles: what each searched step is for a learner, decided from its measurements.
+"""Step roles: what each searched step is for a learner, decided from its measurements, and
+role confirmation, the search stage's interleaved re-timing of the steps that decide them
+(curation and the quality gates read the roles; every stage applies the one ``significance``
+rule of the settings).
 
     steps = assign_roles(steps, SignificanceRule())     # copies with role, log_speedup, ...
 
