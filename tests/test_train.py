@@ -132,7 +132,8 @@ def test_parent_step_key_joins_the_trees(release):
              for ln in (path / f"chat/pairs-{sp}.jsonl").read_text().splitlines()]
     assert pairs and all(p["meta"]["parent_step_key"] == by_key[p["meta"]["chosen_step_key"]]["parent_step_key"]
                          for p in pairs)
-    assert any(p["meta"]["parent_step_key"] for p in pairs)
+    # below the root every chosen step has its parent (the search expanded only measured states)
+    assert all(p["meta"]["parent_step_key"] for p in pairs if by_key[p["meta"]["chosen_step_key"]]["step_index"] > 0)
 
 
 def test_prompts_config_holds_every_state(release, tmp_path):
@@ -182,15 +183,27 @@ def test_reward_scores_the_release_answers_and_bounds_garbage(release, tmp_path)
                  **cols([s for s, _ in rows]))
     assert got == [SCORES["faithful"]] * len(rows)
 
+    from steptp import strategies as S
+    from steptp.leir import parse
+
+    def canon(text):
+        return S.canonical(parse(text))
+
+    def program(reply):
+        return json.loads(reply.split("</think>\n", 1)[1])["program"]
+
     s, a = rows[0]
     ans = json.loads(a.split("</think>\n", 1)[1])
     noop = "<think>\nx\n</think>\n" + json.dumps({**ans, "program": s["program"]})
-    other_sig = "<think>\nx\n</think>\n" + json.dumps({**ans, "program": re.sub(r"\[(\d+)", r"[\g<1>1", ans["program"], count=1)})
-    unfaithful = None
-    other = [r for r in rows if r[0]["kernel_id"] == s["kernel_id"] and r[0]["program"] != s["program"]]
-    for s2, a2 in other:    # a legal action whose program is another state's: not what it states
-        unfaithful = "<think>\nx\n</think>\n" + json.dumps({**ans, "program": json.loads(a2.split("</think>\n", 1)[1])["program"]})
-        break
+    # another element type: the kernel's signature changes, the program still checks
+    dtype = re.match(r"kernel (\w+) ", ans["program"]).group(1)
+    retyped = re.sub(r"^kernel \w+ ", f"kernel {'f64' if dtype != 'f64' else 'f32'} ", ans["program"], count=1)
+    other_sig = "<think>\nx\n</think>\n" + json.dumps({**ans, "program": retyped})
+    # a legal stated action with another program of the same kernel (not the state, not the
+    # action's result): not what it states
+    unfaithful = next(("<think>\nx\n</think>\n" + json.dumps({**ans, "program": program(a2)})
+                       for s2, a2 in rows if s2["kernel_id"] == s["kernel_id"]
+                       and canon(program(a2)) not in (canon(s["program"]), canon(ans["program"]))), None)
     texts = ["no answer", "<think>\nnever closed", "<think>x</think>" + "{" * (MAX_CHARS * 4), noop, other_sig]
     want = [SCORES["unparsable"], SCORES["unparsable"], SCORES["unparsable"], SCORES["illegal"], SCORES["bad_signature"]]
     if unfaithful:
@@ -296,7 +309,7 @@ def test_measured_reward_builds_verifies_and_times(release, tmp_path):
     prompts = _load(path, "prompts", tmp_path)
     state = {r["prompt"][1]["content"]: r for sp in prompts for r in prompts[sp]}
     sft = _load(path, cache=tmp_path)
-    x = sft["validation"][0]
+    x = next(sft[sp][0] for sp in sft if len(sft[sp]))
     s, a = state[x["messages"][1]["content"]], x["messages"][2]["content"]
     ans = json.loads(a.split("</think>\n", 1)[1])
     op = " + " if " + " in ans["program"] else " * "
