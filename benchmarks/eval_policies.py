@@ -4,7 +4,7 @@ verifier and timer that built the data, on a release's test split (default: the 
 
     python benchmarks/eval_policies.py                      # default release, full test split
     python benchmarks/eval_policies.py --release releases/X --samples 4 --steps 6 --max-kernels 4
-    python benchmarks/eval_policies.py --leir steptp/examples/softmax.leir   # no release: random/search
+    python benchmarks/eval_policies.py --leir steptp/zoo/leir/examples/softmax.leir   # no release: random/search
 
 Runs ``single`` (each SFT prompt of the split once), then ``multi`` with ``chain`` and ``mcts``
 side by side at equal proposals (samples x steps per kernel), then ``mcts`` alone with

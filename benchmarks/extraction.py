@@ -17,6 +17,15 @@ reason) with the problems each one costs:
     python benchmarks/extraction.py --problems benchmarks/problems/aten_survey --jobs 2
     python benchmarks/extraction.py --problems KernelBench/level1 --scale elements=1M --jobs 2
 
+Architecture folders: ``--archs N`` writes N (at most 50) small architectures of
+``benchmarks/problems/make_arch_problems.py`` (MLPs, CNNs, ResNet/MobileNet/ShuffleNet units, a
+Swin stage that asserts its image size, ViT, transformer and GPT blocks, U-Net, ConvNeXt, ...)
+into a folder (``--out DIR``/archs, else a temporary one) and extracts them with the raise
+checks at ``--scale`` (default for this report: 0.25), reporting the wall time against
+``--budget`` (default 900 s for an architecture folder: 15 minutes on 2 cores):
+
+    python benchmarks/extraction.py --archs 50 --scale 0.25 --jobs 2
+
 The CI budget for ``--zoo tiny --jobs 2`` on 2 cores is ``--budget`` seconds (default 600); the
 exit code is 1 when a suite exceeds it or its raise success rate is below ``--min-rate``.
 """
@@ -63,19 +72,23 @@ def _cause(f: dict) -> tuple[str, str, str]:
     if f["stage"] == "raise":
         code = reason.split(":", 1)[0]
         return "raise", f.get("kernel", ""), code if code in (
-            "not checked", "check-skipped", "check-crashed") else reason[:90]
+            "not checked", "check-skipped", "check-crashed", "check-out-of-memory") else reason[:90]
     return f["stage"], f.get("op", ""), reason[:90]
 
 
 def run_problems(directory: Path, scale: str, jobs: int, out_dir: Path | None,
                  memory_limit_mb: int | None, check_budget_s: float,
-                 scan_timeout_s: float = 600.0) -> dict:
+                 scan_timeout_s: float | None = None,
+                 problem_check_budget_s: float | None = None) -> dict:
     from steptp.zoo import extract as X
 
     refs = X.refs_for_problems(directory, scale=scale)
+    bounds = {k: v for k, v in (("scan_timeout_s", scan_timeout_s),
+                                ("problem_check_budget_s", problem_check_budget_s))
+              if v is not None}
     t0 = time.perf_counter()
     res = X.extract(refs, jobs=jobs, progress=sys.stderr.isatty(), memory_limit_mb=memory_limit_mb,
-                    check_budget_s=check_budget_s, scan_timeout_s=scan_timeout_s,
+                    check_budget_s=check_budget_s, **bounds,
                     log_path=None if out_dir is None else out_dir / f"{directory.name}.log")
     wall = time.perf_counter() - t0
     if out_dir is not None:
@@ -93,7 +106,11 @@ def run_problems(directory: Path, scale: str, jobs: int, out_dir: Path | None,
         causes.setdefault(_cause(f), set()).add(f["workload"])
     rows = [{"stage": st, "what": what, "reason": why, "problems": sorted(ws)}
             for (st, what, why), ws in sorted(causes.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    checked = [c for c in res.checks.values() if not c.reason.startswith("check-skipped")]
     return {"folder": str(directory), "scale": scale, "jobs": res.options["jobs"],
+            "checks_run": len(checked), "checks_passed": sum(1 for c in checked if c.passed),
+            "checks_skipped": len(res.checks) - len(checked),
+            "scan_s": round(s["seconds"]["scan"], 1), "check_s": round(s["seconds"]["check"], 1),
             "problems": len(res.scans), "fully_extracted": len(full),
             "not_fully_extracted": sorted(set(sc.workload for sc in res.scans) - set(full)),
             "wall_s": round(wall, 2), "unique_kernels": s["unique_kernels"],
@@ -113,6 +130,40 @@ def _print_problems(r: dict) -> None:
         print(f"   {len(c['problems']):4d}  {c['stage']}{what}: {c['reason']}  [{ps}]")
 
 
+def run_archs(args) -> int:
+    """Write ``args.archs`` architecture problems, extract them with their checks, time it."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).parent / "problems"))
+    import make_arch_problems
+
+    scale = args.scale if args.scale != "1" else "0.25"
+    budget = 900.0 if args.budget is None else args.budget
+    with tempfile.TemporaryDirectory(prefix="steptp-archs-") as tmp:
+        folder = (args.out if args.out is not None else Path(tmp)) / "archs"
+        names = sorted(make_arch_problems.problems())[:args.archs]
+        if folder.exists():
+            for old in folder.glob("*.py"):
+                old.unlink()
+        make_arch_problems.write(folder)
+        for extra in sorted(folder.glob("*.py"))[len(names):]:
+            extra.unlink()
+        r = run_problems(folder, scale, args.jobs, args.out, args.memory_limit,
+                         args.check_budget, args.scan_timeout, args.problem_check_budget)
+    r["budget_s"] = budget
+    r["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    if args.json:
+        print(json.dumps(r, indent=2))
+    else:
+        print(f"cores: {os.cpu_count()}, jobs: {args.jobs}, load average now "
+              f"{r['load_average']}")
+        _print_problems(r)
+        print(f"   scan {r['scan_s']} s, checks {r['check_s']} s: {r['checks_run']} run "
+              f"({r['checks_passed']} passed), {r['checks_skipped']} skipped by their bounds; "
+              f"wall {r['wall_s']} s against a budget of {budget:g} s")
+    return 0 if r["wall_s"] <= budget else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--zoo", action="append", help="suite or workload names (repeatable); "
@@ -120,7 +171,9 @@ def main() -> int:
     ap.add_argument("--size", default="tiny", choices=("tiny", "default"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="folder for the kernels tables")
-    ap.add_argument("--budget", type=float, default=600.0, help="seconds allowed per suite")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds allowed per suite (default 600) or architecture folder "
+                         "(default 900)")
     ap.add_argument("--min-rate", type=float, default=0.98)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--problems", action="append", type=Path,
@@ -129,13 +182,22 @@ def main() -> int:
                                                  "seconds=T (see steptp extract --help)")
     ap.add_argument("--memory-limit", type=int, default=None, help="MB per worker")
     ap.add_argument("--check-budget", type=float, default=120.0, help="seconds per kernel check")
-    ap.add_argument("--scan-timeout", type=float, default=600.0, help="seconds per problem scan")
+    ap.add_argument("--scan-timeout", type=float, default=None,
+                    help="seconds per problem scan (default: steptp's for problem files)")
+    ap.add_argument("--problem-check-budget", type=float, default=None,
+                    help="seconds of raise checks per problem (default: steptp's)")
+    ap.add_argument("--archs", type=int, default=None, metavar="N",
+                    help="write N (<= 50) small architecture problems and extract them with "
+                         "their checks at --scale (0.25 unless given); wall time vs --budget")
     args = ap.parse_args()
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
+    if args.archs:
+        return run_archs(args)
     if args.problems:
         prow = [run_problems(d, args.scale, args.jobs, args.out, args.memory_limit,
-                             args.check_budget, args.scan_timeout) for d in args.problems]
+                             args.check_budget, args.scan_timeout, args.problem_check_budget)
+                for d in args.problems]
         if args.json:
             print(json.dumps(prow, indent=2))
         else:
@@ -161,7 +223,7 @@ def main() -> int:
                       f"{f['reason']}")
             for f in r["other_failures"]:
                 print(f"   {f['stage']} failure in {f['workload']} {f.get('op', '')}: {f['reason']}")
-    bad = [r for r in rows if r["wall_s"] > args.budget
+    bad = [r for r in rows if r["wall_s"] > (600.0 if args.budget is None else args.budget)
            or (r["raise_success_rate"] is not None and r["raise_success_rate"] < args.min_rate)]
     return 1 if bad else 0
 

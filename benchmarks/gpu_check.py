@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from steptp.leir import parse
-from steptp.measure.gpu_backend import GpuJob
+from steptp.measure.runner.gpu import GpuJob
 from steptp.search.cuda_space import bind_all, cuda_candidates, tiled_schedules
 from steptp.tir.target import Target
 

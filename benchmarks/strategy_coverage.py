@@ -9,7 +9,7 @@ isolated workers, cached).
 
 Without --kernels it extracts the zoo (default: the tiny zoo, whose LEIR-native workloads host
 the strategies no imported kernel does) first. Kernels are taken as extracted;
-``--with-examples`` adds the bundled examples (``steptp/examples``).
+``--with-examples`` adds the bundled examples (``steptp/zoo/leir/examples``).
 A strategy whose candidates fail verification more than 1% of the time is a bug: the script
 exits non-zero and lists those candidates, as it does when a strategy has no site on any kernel.
 """

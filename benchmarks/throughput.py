@@ -66,8 +66,8 @@ class Counting:
     def __init__(self, inner):
         self.inner = inner
         self.wait_s = 0.0
-        self.verdicts: list[tuple[str, str]] = []   # (program hash, status)
-        self.timings: list[tuple[str, str, bool]] = []  # (program hash, status, cached)
+        self.verdicts: list[tuple[str, str]] = []   # (program hash, outcome)
+        self.timings: list[tuple[str, str, bool]] = []  # (program hash, outcome, cached)
         self._verified: set[str] = set()
         self.reasons: dict[str, int] = {}
         # (worker seconds of the timing, its median / the best median timed before it)
@@ -83,9 +83,9 @@ class Counting:
         v = self.inner.verify(original, candidate, exactness)
         self.wait_s += time.perf_counter() - t0
         ph = _hash(candidate)
-        self.verdicts.append((ph, v.status))
-        if v.status not in ("ok", "failed_verify"):
-            why = f"verify {v.status}: {v.reason[:120]}"
+        self.verdicts.append((ph, v.outcome))
+        if v.outcome not in ("ok", "failed_verify"):
+            why = f"verify {v.outcome}: {v.reason[:120]}"
             self.reasons[why] = self.reasons.get(why, 0) + 1
         if v.ok:
             self._verified.add(ph)
@@ -97,14 +97,14 @@ class Counting:
         self.wait_s += time.perf_counter() - t0
         ph = _hash(program)
         if ph in self._verified:  # a candidate (the baseline is timed without a verification)
-            self.timings.append((ph, t.status, bool(getattr(t, "cached", False))))
+            self.timings.append((ph, t.outcome, bool(getattr(t, "cached", False))))
             self.stopped += bool(getattr(t, "stopped_early", False))
             if t.timing is not None and self._best is not None:
                 self.timing_profile.append((t.wall_s, t.timing.median_s / self._best))
         if t.timing is not None:
             self._best = min(self._best or t.timing.median_s, t.timing.median_s)
-        if t.status != "ok":
-            why = f"timing {t.status}: {t.reason[:120]}"
+        if t.outcome != "ok":
+            why = f"timing {t.outcome}: {t.reason[:120]}"
             self.reasons[why] = self.reasons.get(why, 0) + 1
         return t
 
@@ -378,17 +378,19 @@ class _Replay:
         return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
 
     def verify(self, original, candidate, exactness):
-        from steptp.search.evaluator import VerifyOutcome
+        from steptp.measure.runner.base import VerifyOutcome
+        from steptp.measure.verify import VerifyResult
 
         ok = self._h(candidate) % 7 != 0
-        return VerifyOutcome(ok=ok, status="ok" if ok else "failed_verify")
+        return VerifyOutcome(result=VerifyResult(passed=ok, exactness=exactness, reason=""))
 
     def time(self, program):
         from steptp.records import Timing
-        from steptp.search.evaluator import TimeOutcome
+        from steptp.measure.runner.base import TimingOutcome
 
         m = 1e-3 * (0.3 + (self._h(program) % 1000) / 1000)
-        return TimeOutcome(Timing(median_s=m, min_s=m * 0.98, spread=0.01, repeats=5, number=1))
+        return TimingOutcome(timing=Timing(median_s=m, min_s=m * 0.98, spread=0.01, repeats=5,
+                                           number=1))
 
     def close(self):
         pass

@@ -222,7 +222,14 @@ def extract(
             None, "--inputs", help="input spec for --model, e.g. 'f32[1,3,32,32];i64[1,16]@0:1000'"),
         problems: Optional[Path] = typer.Option(
             None, "--problems", help="a folder of KernelBench-style problem files "
-                                     "(class Model, get_inputs, get_init_inputs)"),
+                                     "(class Model, get_inputs, get_init_inputs). They are Python "
+                                     "code and steptp EXECUTES them (in contained workers); a "
+                                     "folder from outside steptp's own examples needs --trust"),
+        trust: bool = typer.Option(
+            False, "--trust", help="run the --problems files: you have read them or trust their "
+                                   "source. steptp runs them in workers without network access, "
+                                   "with read-only files and, when run as root, as user nobody; "
+                                   "they can still read what you can read"),
         leir: Optional[list[str]] = typer.Option(
             None, "--leir", help="your own LEIR kernels: a .leir file (plain LEIR or a LEIR "
                                  "template, see docs/zoo-leir.md) or a folder of them; repeat the "
@@ -242,8 +249,14 @@ def extract(
             None, "--check-budget", help="seconds allowed for one kernel's raise check; a kernel "
                                           "estimated (FLOPs, bytes) to need more is checked on a "
                                           "reduced problem or skipped with the reason (default 120)"),
-        scan_timeout: float = typer.Option(600.0, "--scan-timeout",
-                                           help="seconds allowed for scanning one workload"),
+        scan_timeout: Optional[float] = typer.Option(
+            None, "--scan-timeout", help="seconds allowed for scanning one workload (default 60 "
+                                         "for problem files and --model, 600 for the zoo)"),
+        problem_check_budget: Optional[float] = typer.Option(
+            None, "--problem-check-budget",
+            help="seconds of raise checks per problem file, planned from each kernel's estimate "
+                 "before any runs; the kernels that do not fit are recorded check-skipped "
+                 "(default 30; 0: no per-problem bound)"),
         log: Optional[Path] = typer.Option(
             None, "--log", help="progress log, a line per finished workload and kernel check "
                                 "(default: OUT with the suffix .log)"),
@@ -274,12 +287,18 @@ def extract(
     whether lower(raise(f)) was checked numerically equal to f. Unsupported operators and
     raise failures are reported per model; the other kernels still come through.
 
+    Problem files (--problems) and --model factories are Python code: extracting them runs
+    them. Problem files run in worker processes without network access, on read-only files
+    (a private scratch folder aside) and, when steptp runs as root, as user nobody; each
+    under a memory limit and a 60 s scan timeout. A folder outside steptp's own examples
+    (benchmarks/problems, tests/fixtures) is only run with --trust.
+
     \b
     Examples:
       steptp extract --zoo tiny --out kernels.parquet --jobs 2
       steptp extract --zoo gemv,softmax,bert --model-check
       steptp extract --model mypkg.nets:make_net --inputs 'f32[1,3,32,32]'
-      steptp extract --problems kernelbench/level1 --scale elements=1M --jobs 2
+      steptp extract --problems kernelbench/level1 --scale elements=1M --jobs 2 --trust
       steptp extract --leir my_kernels/ --leir extra.leir --out mine.parquet
       steptp extract --zoo leir --size default
       steptp extract --params params.yaml --out build/kernels.parquet
@@ -324,7 +343,21 @@ def extract(
         elif model is not None:
             refs = X.refs_for_model(model, inputs, size=size, dtype=dtype)
         elif problems is not None:
+            from .zoo.user import untrusted_problems
+
             refs = X.refs_for_problems(problems, scale=scale, size=size, dtype=dtype)
+            untrusted = untrusted_problems(problems)
+            if untrusted and not trust:
+                _err(f"refusing to run {len(untrusted)} problem files from {problems}: problem "
+                     f"files are Python code and extracting them executes them ("
+                     + ", ".join(p.name for p in untrusted[:5])
+                     + (", ..." if len(untrusted) > 5 else "") + "). steptp runs them without "
+                     "network access, on read-only files and, as root, as user nobody, but they "
+                     "can read what you can read. Read them, then pass --trust to run them.")
+                raise typer.Exit(2)
+            if untrusted:
+                _err(f"--trust: running {len(untrusted)} problem files from {problems} in "
+                     f"contained workers")
         if leir:
             refs += X.refs_for_leir(_leir_paths(leir), size=size)
     except LeirTemplateError as e:
@@ -338,6 +371,9 @@ def extract(
                            progress=True, console=Console(stderr=True),
                            memory_limit_mb=memory_limit or None, check_budget_s=check_budget,
                            scan_timeout_s=scan_timeout,
+                           problem_check_budget_s=(X.PROBLEM_CHECK_BUDGET_S
+                                                   if problem_check_budget is None else
+                                                   problem_check_budget or None),
                            log_path=log if log is not None else out.with_suffix(".log"))
     except ValueError as e:
         _err(str(e))
@@ -538,7 +574,7 @@ def measure(files: list[Path] = typer.Argument(..., help="LEIR (or TVMScript) fi
             no_cache: bool = typer.Option(False, "--no-cache", help="measure again")):
     """Time kernels in isolated workers (cached); print one JSON line per file and the
     fingerprint."""
-    from .measure.service import Measurer
+    from .measure.runner.local import Measurer
     from .measure.timing import MeasureConfig
 
     cfg = MeasureConfig(min_repeat_ms=min_repeat_ms, num_threads=threads, timeout_s=timeout)

@@ -137,7 +137,7 @@ class Devices(Section):
         return self
 
     def rpc(self) -> dict[str, Any] | None:
-        """``steptp.measure.rpc.RPCBackend.from_dict``'s argument, or None: this machine."""
+        """``steptp.measure.runner.rpc.RPCBackend.from_dict``'s argument, or None: this machine."""
         if not self.tracker:
             return None
         host, _, port = self.tracker.rpartition(":")
@@ -409,7 +409,7 @@ def fingerprint(s: Settings) -> dict[str, Any]:
 
     rpc = s.devices.rpc()
     if rpc is not None:
-        from .measure.rpc import RPCBackend
+        from .measure.runner.rpc import RPCBackend
         from .tir.build import default_target
 
         return RPCBackend.from_dict(rpc).fingerprint(

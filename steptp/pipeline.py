@@ -91,6 +91,10 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
     final = select(kernels, times, max_kernels=max_k, estimates=est, **floors)
     log(f"search: {len(final.chosen)} kernels selected ({len(times)} timed unscheduled): "
         + ", ".join(f"{k.name} [{kernel_family(k)}]" for k in final.chosen))
+    for k in final.chosen:
+        if "below the time floor" in k.search_status:
+            log(f"search: {k.name} ({k.kernel_id}): {k.search_status.split('; ', 1)[1]} "
+                f"(search.min_time_us); a user's kernel has no larger size to extract")
     return final.chosen, final.kernels
 
 
@@ -129,7 +133,7 @@ def search_one(kernel: KernelRecord, search: Search, rule: SignificanceRule | No
     backend = None
     rpc = devices.rpc() if devices is not None else None
     if rpc:
-        from .measure.rpc import RPCBackend
+        from .measure.runner.rpc import RPCBackend
 
         backend = RPCBackend.from_dict(rpc)
     cache = measurement_cache(max_age_s, clock_offset_s, not_before)

@@ -149,7 +149,8 @@ class StepRecord(_Record):
 
 
 def step_key(step: StepRecord) -> str:
-    """A row's identity (a search's rows share trajectory_id and step_index = depth)."""
+    """A row's identity, the released ``step_key`` column: 16 hex digits of a SHA-256 (a
+    search's rows share trajectory_id and step_index = depth, so both are not enough)."""
     import hashlib
 
     blob = "|".join(str(p) for p in (step.trajectory_id, step.step_index, step.strategy,

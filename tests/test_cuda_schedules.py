@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from steptp.leir import format_program, parse
-from steptp.measure.gpu_backend import cpu_twin
+from steptp.measure.runner.gpu import cpu_twin
 from steptp.measure.verify import verify
 from steptp.search.cuda_space import is_bound, tiled_schedules
 from steptp.strategies import registry
@@ -260,7 +260,7 @@ def _attention_row() -> str:
 
 def test_threads_bound_beside_serial_work_of_the_block_are_a_race():
     from steptp.leir.races import thread_races
-    from steptp.measure.gpu_backend import GpuJob
+    from steptp.measure.runner.gpu import GpuJob
     from steptp.search.cuda_space import cuda_candidates
 
     text = _attention_row()

@@ -19,7 +19,7 @@ from steptp.eval.run import evaluate
 from steptp.format import chat
 from steptp.format.cot_schema import answer_json
 from steptp.leir import format_program, parse
-from steptp.measure.service import Measurer
+from steptp.measure.runner.local import Measurer
 from steptp.measure.significance import interleaved, uncached_timer
 from steptp.measure.timing import MeasureConfig
 from steptp.records import StepRecord, table, write_table

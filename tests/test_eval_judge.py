@@ -25,7 +25,7 @@ import pytest
 from _openai_server import OpenAIServer, completion
 
 from steptp import strategies as S
-from steptp.cot.schema import answer_json
+from steptp.format.cot_schema import answer_json
 from steptp.eval.judge import Judge, State
 from steptp.eval.journal import PARTIAL, Journal, JournalMismatch
 from steptp.eval.report import policy_summary, summarize
@@ -54,7 +54,7 @@ def _reply(c, program: str) -> str:
 
 @pytest.fixture(scope="module")
 def measurer(tmp_path_factory):
-    from steptp.measure.service import Measurer
+    from steptp.measure.runner.local import Measurer
 
     with Measurer(config=FAST, cache=tmp_path_factory.mktemp("judge-cache") / "cache.sqlite") as m:
         yield m

@@ -226,7 +226,8 @@ def test_cli_extract_problems_folder_scaled(tmp_path):
     (probs / "1_linear_relu.py").write_text(PROBLEM)
     (probs / "notes.txt").write_text("not a problem")
     out = tmp_path / "k.parquet"
-    r = CliRunner().invoke(app, ["extract", "--problems", str(probs), "--scale", "0.5", "--out", str(out)])
+    r = CliRunner().invoke(app, ["extract", "--problems", str(probs), "--scale", "0.5", "--out", str(out),
+                                 "--trust"])
     assert r.exit_code == 0, r.output
     recs = read_records(out, KernelRecord)
     assert recs and all(k.raise_ok for k in recs)
@@ -427,3 +428,50 @@ def test_cli_extract_problems_with_an_element_target(tmp_path):
     bad = CliRunner().invoke(app, ["extract", "--problems", str(FIXTURES / "problems_literal"),
                                    "--scale", "huge", "--out", str(out)])
     assert bad.exit_code == 2 and "elements=N" in bad.output
+
+
+@pytest.mark.slow
+def test_architecture_patterns_and_the_fixtures_extract_fully_at_a_reduced_scale(tmp_path):
+    """Issue 35: a Swin-style model that asserts its input size and a ShuffleNet unit whose
+    channels must divide its groups, in one folder with the converter fixtures, at scale 0.25:
+    every problem scanned, every kernel raised and checked (no per-problem check bound here)."""
+    import shutil
+
+    d = tmp_path / "mixed"
+    d.mkdir()
+    for sub in ("problems_arch", "problems"):
+        for f in sorted((FIXTURES / sub).glob("*.py")):
+            shutil.copy(f, d / f.name)
+    res = X.extract(X.refs_for_problems(d, scale="0.25"), jobs=2, problem_check_budget_s=None)
+    s = res.summary()
+    assert s["models_ok"] == s["models_tried"] == len(list(d.glob("*.py"))), s["failures"]
+    assert all(not sc.unsupported for sc in res.scans)
+    assert res.records and all(r.raise_ok for r in res.records), \
+        [(r.name, r.raise_reason) for r in res.records if not r.raise_ok]
+    rows = {w["workload"]: w for w in s["workloads"]}
+    swin = rows["swin_fixed_size"]["scale_used"]
+    assert swin["factor"] == 0.25 and swin["kept_globals"] == ["image_size"]
+    assert swin["input_shapes"] == [[8, 3, 32, 32]]
+    shuffle = rows["shufflenet_groups"]
+    assert shuffle["applied_scale"]["default"] == 0.5   # 0.25 leaves 16 channels for 3 groups
+    assert res.options["sandbox"]["network"]
+
+
+def test_check_memory_estimate_counts_the_comparisons_float64_copies(monkeypatch):
+    """Issue 35: a check died with ``MemoryError`` allocating 784 MiB (one float64 copy of a
+    98 M-element output): the estimate now counts those copies, so such a kernel is skipped
+    before it runs under a small worker, and a MemoryError that still happens is named."""
+    n = 98 * 2 ** 20
+    sig = [{"name": "A", "dtype": "float32", "shape": [n], "role": "input"},
+           {"name": "B", "dtype": "float32", "shape": [n], "role": "output"}]
+    _s, b = X.check_estimate(n, 8 * n, sig)
+    assert b >= n * 4 * 3 + n * 4 * 3 + n * 8 * X.COMPARE_F64_COPIES
+    k = X.KernelScan(name="big", calls=1, tvmscript="", tir_hash="", script_hash="",
+                     flops=n, bytes_moved=8 * n, signature=sig)
+    # 2.4 GB of inputs and outputs fit half of 8 GB; with the 3.3 GB of float64 copies they do not
+    assert "memory limit of 8192 MB" in X._over_budget(k, 1e9, 8192)
+    monkeypatch.setenv("STEPTP_WORKER_MEMORY_MB", "2500")
+    why = X._crash_reason(MemoryError("Unable to allocate 784. MiB for an array with shape "
+                                      "(102760448,) and data type float64"))
+    assert why.startswith("check-out-of-memory") and "memory limit of 2500 MB" in why
+    assert X._crash_reason(ValueError("bad")).startswith("check-crashed: ValueError")

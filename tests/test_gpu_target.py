@@ -17,7 +17,7 @@ import pytest
 from steptp import examples
 from steptp.leir import parse
 from steptp.measure.cache import Cache, program_hash
-from steptp.measure.gpu_backend import (DirectoryBackend, GpuJob, TcpBackend, cpu_twin,
+from steptp.measure.runner.gpu import (DirectoryBackend, GpuJob, TcpBackend, cpu_twin,
                                         fingerprint_id, measure, record,
                                         timing_config_hash,
                                         tolerance_table, verify_config_hash)
@@ -332,7 +332,41 @@ def test_tcp_runner_refuses_an_archive_that_leaves_its_folder(tmp_path):
     with socket.create_connection(("127.0.0.1", ports[0]), timeout=30) as s:
         data = buf.getvalue()
         s.sendall(struct.pack("!Q", len(data)) + data)
-        reply = json.loads(run._recv(s))
+        reply = json.loads(run.recv_frame(s))
     t.join(30)
     assert "not a plain relative path" in reply["error"]
     assert not (tmp_path.parent / "evil.json").exists()
+
+
+def test_gpu_runner_package_imports_without_tvm_and_frames_round_trip():
+    """The package the build side's ``TcpBackend`` imports its framing from: importable on a
+    GPU machine without TVM (``tvm`` blocked), and its frames survive a socket pair."""
+    code = """
+import socket, sys
+sys.modules['tvm'] = None
+sys.modules['tvm_ffi'] = None
+from steptp.gpu_runner.runner import JobError, recv_frame, send_frame
+a, b = socket.socketpair()
+send_frame(a, b'x' * 70000)
+assert recv_frame(b) == b'x' * 70000
+send_frame(a, b'abc')
+try:
+    recv_frame(b, limit=2)
+    raise SystemExit('no limit')
+except JobError:
+    pass
+a, b = socket.socketpair()
+a.sendall((10).to_bytes(8, 'big') + b'half')
+a.close()
+try:
+    recv_frame(b)
+    raise SystemExit('no error on a cut message')
+except ConnectionError:
+    pass
+assert not any(m == 'tvm' or m.startswith(('tvm.', 'steptp.measure', 'steptp.tir'))
+               for m, v in sys.modules.items() if v is not None), sorted(sys.modules)
+print('ok')
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

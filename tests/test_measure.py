@@ -21,7 +21,8 @@ from steptp.leir import parse  # noqa: E402
 from steptp.measure import MeasureConfig, Measurer, measure  # noqa: E402
 from steptp.measure.cache import Cache, program_hash  # noqa: E402
 from steptp.measure.fingerprint import Fingerprint, current  # noqa: E402
-from steptp.measure.service import VerifyJob, device_lock  # noqa: E402
+from steptp.measure.runner.base import VerifyJob  # noqa: E402
+from steptp.measure.runner.local import device_lock  # noqa: E402
 from steptp.measure.timing import calibrate, summarize, torch_eager_baseline  # noqa: E402
 from steptp.measure.worker import WorkerPool  # noqa: E402
 from steptp.records import Timing  # noqa: E402
@@ -346,7 +347,7 @@ def rpc_device():
 
 @pytest.mark.slow
 def test_rpc_backend_on_loopback(rpc_device, tmp_path, lockdir):
-    from steptp.measure.rpc import RPCBackend
+    from steptp.measure.runner.rpc import RPCBackend
 
     backend = RPCBackend("127.0.0.1", rpc_device.port, key="steptp-test")
     cfg = MeasureConfig(**{**FAST, "timeout_s": 30})
@@ -359,7 +360,7 @@ def test_rpc_backend_on_loopback(rpc_device, tmp_path, lockdir):
         _sane(after.timing)
         # The kernel crashes the remote session; the client sees the session die. (Crash last
         # and alone: tvm.rpc.Server stops serving after a session crashes, see
-        # steptp.measure.rpc, and in one batch with the others the speed-of-light check after
+        # steptp.measure.runner.rpc, and in one batch with the others the speed-of-light check after
         # it would calibrate the peaks on the dead server: a minute of session timeouts.)
         (crash,) = m.time_many([CRASH])
         assert crash.timing is None and crash.status == "error"
@@ -374,17 +375,17 @@ def test_rpc_backend_on_loopback(rpc_device, tmp_path, lockdir):
 
 def test_verification_cache_key_follows_the_comparison_rule(monkeypatch):
     # a verdict cached under an older comparison rule (or other tolerances) must not be reused
-    from steptp.measure import service
+    from steptp.measure.runner import base
     from steptp.measure.verify import RULE_VERSION, TOLERANCES
 
-    job = service.VerifyJob(before="kernel k(A: f32[4]) -> B: f32[4]\n  B[i] = A[i]\n",
-                            after="kernel k(A: f32[4]) -> B: f32[4]\n  B[i] = A[i]\n",
-                            exactness="reassociation")
+    job = base.VerifyJob(before="kernel k(A: f32[4]) -> B: f32[4]\n  B[i] = A[i]\n",
+                         after="kernel k(A: f32[4]) -> B: f32[4]\n  B[i] = A[i]\n",
+                         exactness="reassociation")
     h = job.config_hash
-    monkeypatch.setattr(service, "RULE_VERSION", RULE_VERSION + 1)
+    monkeypatch.setattr(base, "RULE_VERSION", RULE_VERSION + 1)
     assert job.config_hash != h
-    monkeypatch.setattr(service, "RULE_VERSION", RULE_VERSION)
+    monkeypatch.setattr(base, "RULE_VERSION", RULE_VERSION)
     assert job.config_hash == h
-    monkeypatch.setitem(service.TOLERANCES, "reassociation",
+    monkeypatch.setitem(base.TOLERANCES, "reassociation",
                         {**TOLERANCES["reassociation"], "f32": (1e-3, 1e-3)})
     assert job.config_hash != h

@@ -77,18 +77,19 @@ class _WrongStop:
         self.times, self.stop_on, self.calls = times, stop_on, []
 
     def verify(self, original, candidate, exactness):
-        from steptp.search.evaluator import VerifyOutcome
+        from steptp.measure.runner.base import VerifyOutcome
+        from steptp.measure.verify import VerifyResult
 
-        return VerifyOutcome(ok=True)
+        return VerifyOutcome(result=VerifyResult(passed=True, exactness=exactness))
 
     def time(self, program, slower_than=None):
-        from steptp.search.evaluator import TimeOutcome
+        from steptp.measure.runner.base import TimingOutcome
 
         self.calls.append((program, slower_than is not None))
         m = self.times[program]
         if program == self.stop_on and slower_than is not None:
-            return TimeOutcome(_t(3 * m), stopped_early=True)
-        return TimeOutcome(_t(m, repeats=5))
+            return TimingOutcome(timing=_t(3 * m), stopped_early=True)
+        return TimingOutcome(timing=_t(m, repeats=5))
 
     def close(self):
         pass
@@ -143,18 +144,19 @@ class _RuleStop:
         self.times, self.refs = times, {}
 
     def verify(self, original, candidate, exactness):
-        from steptp.search.evaluator import VerifyOutcome
+        from steptp.measure.runner.base import VerifyOutcome
+        from steptp.measure.verify import VerifyResult
 
-        return VerifyOutcome(ok=True)
+        return VerifyOutcome(result=VerifyResult(passed=True, exactness=exactness))
 
     def time(self, program, slower_than=None):
-        from steptp.search.evaluator import TimeOutcome
+        from steptp.measure.runner.base import TimingOutcome
 
         self.refs[program] = slower_than
         m = self.times[program]
         if slower_than is not None and RULE.clearly_slower(slower_than, _t(m)):
-            return TimeOutcome(_t(m), stopped_early=True)
-        return TimeOutcome(_t(m, repeats=5))
+            return TimingOutcome(timing=_t(m), stopped_early=True)
+        return TimingOutcome(timing=_t(m, repeats=5))
 
     def close(self):
         pass

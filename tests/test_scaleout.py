@@ -14,7 +14,7 @@ pytest.importorskip("tvm")
 
 from steptp import params as P  # noqa: E402
 from steptp.measure import MeasureConfig, Measurer  # noqa: E402
-from steptp.measure.service import device_lock  # noqa: E402
+from steptp.measure.runner.local import device_lock  # noqa: E402
 
 from test_measure import MATMUL, MATMUL_SPLIT, rpc_fleet  # noqa: E402  (a 32x32 matmul, a loop rewrite of it)
 
@@ -92,7 +92,7 @@ def test_verified_ahead_is_the_same_verdict(tmp_path, monkeypatch):
         assert ev.prefetch_stats == {"submitted": 2, "used": 2, "batches": 1}
         now = [ev.verify(MATMUL, c, "exact") for c in (MATMUL_SPLIT, wrong)]
         assert [a.ok for a in ahead] == [n.ok for n in now] == [True, False]
-        assert ahead[1].status == now[1].status == "failed_verify"
+        assert ahead[1].outcome == now[1].outcome == "failed_verify"
         assert ev.measurer.stats["verify_runs"] == 4 and ev.time(MATMUL_SPLIT).ok
     finally:
         ev.close()
@@ -144,7 +144,7 @@ def _search_on_worker(kernel_text: str, devices: dict, cache: str, lockdir: str)
     fleet."""
     import os as _os
 
-    from steptp.measure.rpc import RPCBackend
+    from steptp.measure.runner.rpc import RPCBackend
     from steptp.search import Budget, search_kernel
     from steptp.search.evaluator import MeasurerEvaluator
 
@@ -180,7 +180,7 @@ def test_searches_on_two_dask_workers_time_on_a_two_server_fleet(fleet, tmp_path
     assert len({o["pid"] for o in out}) == 2                 # one search on each worker
     for o in out:
         assert o["timed"] >= 1, o                            # candidates timed on the fleet
-    from steptp.measure.rpc import RPCBackend
+    from steptp.measure.runner.rpc import RPCBackend
     from steptp.tir.build import default_target
 
     fleet_fp = RPCBackend.from_dict(devices).fingerprint(default_target(), 1).id
@@ -332,7 +332,7 @@ def test_verdicts_the_search_never_asked_for_do_not_stop_verifying_ahead(tmp_pat
         assert ev.prefetch_stats["submitted"] == 3
         assert ev.verify(MATMUL, MATMUL_SPLIT, "exact").ok
         # and a verdict set aside is still used when the search comes back to it
-        assert ev.verify(MATMUL, variants[0], "exact").status == "failed_verify"
+        assert ev.verify(MATMUL, variants[0], "exact").outcome == "failed_verify"
         assert ev.prefetch_stats["used"] == 2 and ev.measurer.stats["verify_runs"] == 3
     finally:
         ev.close()

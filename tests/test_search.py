@@ -554,7 +554,7 @@ class _TileTimes:
     def time(self, program, **kw):
         from steptp.records import Timing
         from steptp.analysis import cost_model as cm
-        from steptp.search.evaluator import TimeOutcome
+        from steptp.measure.runner.base import TimingOutcome
 
         p = parse(program)
         f = cm.features(p)
@@ -562,7 +562,7 @@ class _TileTimes:
         if f[cm.FEATURE_NAMES.index("register_tile")] > 0 \
                 and f[cm.FEATURE_NAMES.index("vector_lanes")] < 4:
             m *= 4
-        return TimeOutcome(Timing(median_s=m, min_s=m, spread=0.0, repeats=5, number=1))
+        return TimingOutcome(timing=Timing(median_s=m, min_s=m, spread=0.0, repeats=5, number=1))
 
     def close(self):
         pass
@@ -666,14 +666,14 @@ class _SlowCacheTiles(_TileTimes):
 
     def time(self, program, **kw):
         from steptp.records import Timing
-        from steptp.search.evaluator import TimeOutcome
+        from steptp.measure.runner.base import TimingOutcome
 
         t = super().time(program, **kw).timing
         nests = [ln for ln in program.splitlines() if ln.lstrip().startswith("for ")]
         if any(ln.count(" in ") >= 7 for ln in nests):   # a cache tile's 7 loops
             m = t.median_s * 10
             t = Timing(median_s=m, min_s=m, spread=0.0, repeats=5, number=1)
-        return TimeOutcome(t)
+        return TimingOutcome(timing=t)
 
 
 class _SlowCacheBlocks(_TileTimes):
@@ -682,13 +682,13 @@ class _SlowCacheBlocks(_TileTimes):
 
     def time(self, program, **kw):
         from steptp.records import Timing
-        from steptp.search.evaluator import TimeOutcome
+        from steptp.measure.runner.base import TimingOutcome
 
         t = super().time(program, **kw).timing
         if sum(ln.count(" in ") for ln in program.splitlines() if ln.lstrip().startswith("for ")) >= 7:
             m = t.median_s * 10
             t = Timing(median_s=m, min_s=m, spread=0.0, repeats=5, number=1)
-        return TimeOutcome(t)
+        return TimingOutcome(timing=t)
 
 
 WITH_STAGES = LOOPS + ["cache_read_write"]

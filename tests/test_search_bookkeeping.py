@@ -4,19 +4,17 @@ what the direct computation answers, and their memory stays bounded."""
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 
 import steptp.analysis.cost_model as CM
 import steptp.strategies._deps as D
+from steptp import examples
 from steptp.leir import ast as A
 from steptp.leir import format_program, parse
 from steptp.leir.parser import implicit_loops
 from steptp.leir.printer import _implicit_from
 from steptp.search.space import actions
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "steptp" / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +22,7 @@ def programs() -> list[A.Program]:
     """Two example kernels and the first candidates of each (tiled, split, reordered, fused)."""
     out = []
     for name in ("conv2d_relu", "matmul_bias_gelu"):
-        p = parse((EXAMPLES / f"{name}.leir").read_text())
+        p = parse(examples.text(name))
         out.append(p)
         out.extend(c.program for c in actions(p)[:40])
     assert len(out) > 40
@@ -230,7 +228,7 @@ def test_check_answers_per_statement_as_the_whole_program_does():
     C._STMTS.clear()
     assert [x.message for x in C.problems(q)] == got
     # candidates: a warm memo answers every program exactly as a cold one
-    progs = [parse((EXAMPLES / f"{n}.leir").read_text()) for n in ("softmax", "layer_norm")]
+    progs = [parse(examples.text(n)) for n in ("softmax", "layer_norm")]
     progs += [c.program for pr in progs for c in actions(pr)[:30]]
     warm = [C.problems(x) for x in progs]
     for x, w in zip(progs, warm):
@@ -285,7 +283,7 @@ def test_program_hash_of_a_text_is_kept_and_answers_as_parsed(programs, monkeypa
 def test_the_leir_stored_with_a_timing_is_the_canonical_text_kept_per_text(programs, monkeypatch):
     """The text stored with a timing (what the cost model trains on) is the canonical text,
     kept per input text (bounded): a printer's text is renamed, a canonical one unchanged."""
-    import steptp.measure.service as MS
+    import steptp.measure.runner.local as MS
     from steptp.leir.canon import canonical_text
 
     monkeypatch.setattr(MS._CANONICAL, "maxsize", 4)

@@ -44,10 +44,10 @@ class _BusyCores:
 
     def time(self, program, **kw):
         from steptp.records import Timing
-        from steptp.search.evaluator import TimeOutcome
+        from steptp.measure.runner.base import TimingOutcome
 
         m = self._model(program) * (self.load if " parallel" in program else 1.0)
-        return TimeOutcome(Timing(median_s=m, min_s=m, spread=0.0, repeats=5, number=1))
+        return TimingOutcome(timing=Timing(median_s=m, min_s=m, spread=0.0, repeats=5, number=1))
 
     def time_fresh(self, program):
         from steptp.records import Timing

@@ -62,3 +62,54 @@ def test_larger_workloads_are_operator_workloads_below_the_floor():
     sel = select([k for k in KS if k.kernel_id != "k_mm"], TIMES, max_kernels=5, floor_s=20e-6)
     assert sel.larger_workloads() == ["matmul_square"]
     assert kernel_family(KS[1]) == "matmul" and kernel_family(KS[5]) == "conv"
+
+
+def test_a_users_kernel_below_the_floor_is_searched_as_is_and_never_re_extracted():
+    own = _k("k_own", "rowsum", [("rowsum", "user")], weight=1)
+    # the same tiny time as a zoo kernel that does get re-extracted at a larger size
+    zoo = _k("k_zoo", "sum", [("sum_rows", "ops")], weight=1)
+    times = {"k_own": 3e-8, "k_zoo": 3e-8, "k_mm": 30e-3}
+    sel = select([own, zoo, KS[2]], times, max_kernels=5, floor_s=20e-6)
+    st = {k.kernel_id: k.search_status for k in sel.kernels}
+    assert [k.kernel_id for k in sel.chosen] == ["k_mm", "k_own"]   # last by weight x time
+    assert st["k_own"].startswith("searched") and "below the time floor" in st["k_own"]
+    assert "not a zoo kernel" in st["k_own"]
+    assert st["k_zoo"].startswith("below_time_floor")
+    # only the zoo's operator workload is offered for re-extraction, never the user's
+    assert sel.larger_workloads() == ["sum_rows"]
+    # with the option off, the user's kernel is held to the floor like the rest
+    off = select([own, zoo], times, max_kernels=5, floor_s=20e-6, own_below_floor=False)
+    assert off.chosen == [] and off.larger_workloads() == ["sum_rows"]
+
+
+ROWSUM = "kernel f32 rowsum(A[8,16]) -> B[8]\n  for i in 8:\n    B[i] += A[i,j]\n"
+
+
+def test_search_params_on_an_own_leir_kernel_below_the_floor(tmp_path):
+    """Issue 35: ``steptp search --kernels --params`` on a user's LEIR kernel whose unscheduled
+    time is below search.min_time_us failed with ``UnknownName: unknown workload 'rowsum'``:
+    the selection took it for a zoo operator to extract again at a larger size."""
+    import polars as pl
+    from typer.testing import CliRunner
+
+    from steptp.cli import app
+
+    (tmp_path / "rowsum.leir").write_text(ROWSUM)
+    runner = CliRunner()
+    r = runner.invoke(app, ["extract", "--leir", str(tmp_path / "rowsum.leir"),
+                            "--out", str(tmp_path / "k.parquet")])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "params.yaml").write_text(
+        "extract:\n  zoo: tiny\n  size: tiny\n  jobs: 1\n"
+        "search:\n  policy: greedy\n  max_kernels: 2\n  measurements: 2\n  seconds: 5\n"
+        "  threads: 1\n  min_time_us: 1000\n  larger_size: default\n")
+    r = runner.invoke(app, ["search", "--kernels", str(tmp_path / "k.parquet"), "--params",
+                            str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")])
+    out = " ".join(r.output.split())
+    assert "UnknownName" not in out and "unknown workload" not in out, out
+    assert r.exit_code == 0, out
+    assert "below the time floor" in out and "(search.min_time_us)" in out, out
+    sel = pl.read_parquet(tmp_path / "out" / "kernels-selected.parquet")
+    assert sel["search_status"][0].startswith("searched") and sel["name"][0] == "rowsum"
+    steps = pl.read_parquet(tmp_path / "out" / "steps.parquet")
+    assert steps.height >= 1 and set(steps["kernel_id"]) == set(sel["kernel_id"])

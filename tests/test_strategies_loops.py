@@ -11,6 +11,7 @@ import pytest
 
 import steptp.strategies as S
 from steptp import examples
+from steptp.exactness import EXACTNESS
 from steptp.leir import format_program, parse
 from steptp.strategies import registry
 from steptp.strategies.base import IllegalRewrite, Site, Strategy  # noqa: F401
@@ -55,7 +56,7 @@ def test_registry_vocabulary_and_metadata():
               "reduction_factorization", "compute_at"):
         assert n in names
         s = S.get(n)
-        assert s.family == "loop" and s.exactness in S.EXACTNESS and s.targets <= {"cpu", "gpu"}
+        assert s.family == "loop" and s.exactness in EXACTNESS and s.targets <= {"cpu", "gpu"}
     assert S.get("loop_binding").targets == {"gpu"}
     assert S.get("loop_parallelization").targets == {"cpu"}
     assert S.get("reduction_factorization").exactness == "reassociation"

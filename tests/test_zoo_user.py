@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -308,9 +309,17 @@ def test_elements_target_scales_globals(problems_dir):
     assert 0 < w.meta["applied_scale"]["default"] < 1
 
 
-def test_target_that_cannot_be_met_is_an_error(tmp_path):
+def test_target_that_cannot_be_met_builds_the_smallest_within_the_cap(tmp_path):
     (tmp_path / "conv.py").write_text(LITERAL_CONV)
-    w = user.problem_workload(tmp_path / "conv.py", scale="elements=100")  # the weight has 216
+    # the weight has 216 elements: no shape gets under 100; inputs shrink until the weight is
+    # the largest tensor, that size is extracted and the miss is recorded
+    w = user.problem_workload(tmp_path / "conv.py", scale="elements=100")
+    m, (x,) = w.build("default")
+    used = w.meta["scale_used"]["default"]
+    assert used["largest_elements"] == 216 and x.numel() * 8 // 3 <= 216 and x.shape[1] == 3
+    assert "over the target 100" in used["target_missed"]
+    # past the hard cap it is an error, never a build
+    w = user.problem_workload(tmp_path / "conv.py", scale="elements=100", max_elements=200)
     with pytest.raises(RuntimeError, match="cannot fit the largest tensor into 100 elements"):
         w.build("default")
 
@@ -386,3 +395,43 @@ def test_elements_target_without_a_meta_build_probes_small_sizes_for_real(tmp_pa
     m, (x,) = w.build("default")
     used = w.meta["scale_used"]["default"]
     assert used["probed_on"] == "cpu" and x.shape == (64, 64) and used["largest_elements"] <= 5000
+
+
+# ----------------------------------------------------------------------------- partial scaling
+ARCH = Path(__file__).parent / "fixtures" / "problems_arch"
+
+
+def test_a_model_built_for_one_image_size_scales_everything_else():
+    """Swin's pattern: the model asserts its input's size; at 0.25 (and every uniform fallback)
+    the scaled image is rejected, so ``image_size`` alone stays and the rest is scaled."""
+    w = user.problem_workload(ARCH / "swin_fixed_size.py", scale=0.25, tiny_scale=None)
+    m, (x,) = w.build("default")
+    used = w.meta["scale_used"]["default"]
+    assert x.shape == (8, 3, 32, 32)                  # batch 16 -> 8 (a multiple of 8), image kept
+    assert used["kept_globals"] == ["image_size"] and used["factor"] == 0.25
+    assert "Input image size (8*8) doesn't match model (32*32)" in used["partial_scaling"]
+    assert w.meta["scaled_globals"]["default"]["embed_dim"] == 8
+    assert m.embed.out_channels == 8
+    # the element target gets there too: image kept, batch shrunk
+    w = user.problem_workload(ARCH / "swin_fixed_size.py", scale="elements=4096", tiny_scale=None)
+    m, (x,) = w.build("default")
+    used = w.meta["scale_used"]["default"]
+    assert x.shape[2:] == (32, 32) and used["largest_elements"] <= 4096
+    assert used["kept_globals"] == ["image_size"]
+
+
+def test_channels_that_must_divide_the_groups_stay_where_no_factor_keeps_them_divisible():
+    """ShuffleNet's pattern: 48 channels with groups 3. At 0.25 they round to 16 (no unit);
+    the uniform fallback 0.5 (24 channels) is preferred; under an element target that needs
+    smaller sizes, the channels stay and the batch and image shrink."""
+    w = user.problem_workload(ARCH / "shufflenet_groups.py", scale=0.25, tiny_scale=None)
+    m, (x,) = w.build("default")
+    assert x.shape == (8, 24, 16, 16) and w.meta["applied_scale"]["default"] == 0.5
+    assert "divisible by groups" in w.meta["scale_fallbacks"][0]
+    w = user.problem_workload(ARCH / "shufflenet_groups.py", scale="elements=4096",
+                              tiny_scale=None)
+    m, (x,) = w.build("default")
+    used = w.meta["scale_used"]["default"]
+    assert x.shape[1] == 48 and used["kept_globals"] == ["channels"]
+    assert used["largest_elements"] <= 4096 and x.numel() <= 4096
+    assert m(x).shape == x.shape

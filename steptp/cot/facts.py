@@ -115,7 +115,7 @@ class ProgramFacts:
 
 @dataclass(frozen=True)
 class Facts:
-    step_key: str
+    seed_text: str                    # step_seed_text(step): what the writer's choices hash
     kernel: str
     strategy: str
     family: str
@@ -1049,8 +1049,11 @@ def measured_numbers(f: "Facts") -> dict[str, float]:
     return n
 
 
-def step_key(step: StepRecord) -> str:
-    """A stable identity of a step (seeds, cache keys): never Python's salted ``hash``."""
+def step_seed_text(step: StepRecord) -> str:
+    """The step's identity as canonical JSON (kernel included), the seed material of the
+    writer's choices and a batch request's id: never Python's salted ``hash``. Not the released
+    ``records.step_key`` (a short digest without the kernel): both feed hashes whose values
+    the released texts and ids depend on, so neither may change to become the other."""
     return canonical_json([step.trajectory_id, step.step_index, step.kernel_id, step.strategy,
                            step.site, step.params, step.before_leir, step.after_leir])
 
@@ -1073,7 +1076,7 @@ def facts(step: StepRecord, hardware: Optional[Hardware] = None) -> Facts:
     sp = step.step_speedup
     if sp is None and b is not None and a is not None and a.median_s > 0:
         sp = b.median_s / a.median_s
-    f = Facts(step_key(step), before.name, step.strategy, step.family, step.exactness,
+    f = Facts(step_seed_text(step), before.name, step.strategy, step.family, step.exactness,
               dict(step.site), dict(step.params), step.target, step.outcome, before, after,
               b.median_s if b else None, a.median_s if a else None,
               b.min_s if b else None, a.min_s if a else None, noise, sp,
@@ -1105,4 +1108,4 @@ def facts(step: StepRecord, hardware: Optional[Hardware] = None) -> Facts:
 
 __all__ = ["Facts", "Hardware", "GENERIC", "SiteFacts", "SiteAccess", "WorkingSet", "Prediction",
            "Diagnosis", "diagnose", "distinct_bytes", "site_facts", "prediction", "ProgramFacts", "TensorFact", "LoopFact", "StmtFact", "AccessFact", "facts",
-           "program_facts", "step_key", "measured_numbers"]
+           "program_facts", "step_seed_text", "measured_numbers"]

@@ -72,7 +72,7 @@ def template_counts(steps: list[StepRecord]) -> dict[str, Any]:
 def _custom_id(n: int, f: Facts) -> str:
     import hashlib
 
-    return f"s{n}-" + hashlib.sha256(f.step_key.encode()).hexdigest()[:16]
+    return f"s{n}-" + hashlib.sha256(f.seed_text.encode()).hexdigest()[:16]
 
 
 class _Stats:

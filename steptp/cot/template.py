@@ -787,7 +787,7 @@ class TemplateWriter:
     # ------------------------------------------------------------------ entry point
     def write(self, step: StepRecord, f: Optional[Facts] = None) -> Cot:
         f = f if f is not None else compute_facts(step, self.hardware)
-        pick = _Pick(self.seed, f.step_key)
+        pick = _Pick(self.seed, f.seed_text)
         claims: list[Claim] = []
         obs = self._observation(f, pick, claims)
         bott = self._bottleneck(f, pick, claims)

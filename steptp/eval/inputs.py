@@ -17,7 +17,7 @@ import polars as pl
 from ..leir import check, format_program, parse
 from ..leir.canon import canonical_hash
 from ..records import StepRecord
-from ..strategies import worse
+from ..exactness import worse
 from .judge import State
 
 

@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence
 from ..leir import ast as A
 from ..leir.canon import canonical_hash
 from ..records import Timing
-from ..strategies import worse
+from ..exactness import worse
 from .reply import ReplyError, parse_reply
 
 OUTCOMES = ("no_reply", "unparsable", "bad_signature", "illegal", "failed_verification",
@@ -159,7 +159,7 @@ def static_judgement(state_prog: A.Program, original: A.Program, exactness: str,
 
 
 class Judge:
-    """Judges replies at a state with one :class:`~steptp.measure.service.Measurer`."""
+    """Judges replies at a state with one :class:`~steptp.measure.runner.local.Measurer`."""
 
     def __init__(self, measurer, seeds: Optional[Sequence[int]] = None, rule=None,
                  retime_rounds: int = 3):
@@ -200,7 +200,7 @@ class Judge:
         """``retime[k]``: also re-time reply k's program interleaved with the state's (when it
         verifies and ``retime_rounds`` > 0)."""
         from ..leir import parse
-        from ..measure.service import VerifyJob
+        from ..measure.runner.base import VerifyJob
 
         # the state and the kernel are the loop's own (canonical) texts, not a reply's
         state_prog, original = parse(state.program), parse(state.original)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ..leir.canon import canonical_hash
-from ..strategies import worse
+from ..exactness import worse
 from .judge import Judge, Judgement, State
 from .journal import Journal, unit_key
 from .mcts import C_DEFAULT, Tree

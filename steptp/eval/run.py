@@ -1,6 +1,6 @@
 """One call for the CLI, the Prefect flow and the benchmark: ``evaluate(inputs, policies, ...)``.
 
-It opens ONE :class:`~steptp.measure.service.Measurer` (cached, fingerprinted, isolated
+It opens ONE :class:`~steptp.measure.runner.local.Measurer` (cached, fingerprinted, isolated
 workers with time and memory limits), builds the policies, runs the loop and writes the report
 to ``out`` (``eval/<run>/``). Progress goes to the ``steptp.eval`` logger and ``out/eval.log``.
 """
@@ -60,7 +60,7 @@ def evaluate(inputs: Inputs, policies: Sequence[str] | Mapping[str, Proposer], o
     """``verify_seeds``: None, the release's (``measure.verify.DEFAULT_SEEDS``). ``resume``: a
     partial file in ``out`` from an earlier run of the same configuration is continued (its
     judged units kept, not judged again); False discards it (:mod:`.journal`)."""
-    from ..measure.service import Measurer
+    from ..measure.runner.local import Measurer
     from ..measure.verify import DEFAULT_SEEDS
     from ..search.evaluator import search_config, set_threads
 

@@ -30,7 +30,7 @@ class NoReply(RuntimeError):
 
 def _measurer(cache: Optional[str]):
     from steptp.eval.run import MEMORY_LIMIT_MB
-    from steptp.measure.service import Measurer
+    from steptp.measure.runner.local import Measurer
     from steptp.search.evaluator import search_config, set_threads
 
     key = str(cache)

@@ -23,7 +23,7 @@ parameters are stored by the Prefect server, which refuses more than 512 KB; rec
 zoo are larger.) The tasks inside take records, so their cache keys follow the content.
 
 Measurement is serialized per device by the measurement service itself
-(``steptp.measure.service.device_lock``: a file lock per device, held exclusively around every
+(``steptp.measure.runner.local.device_lock``: a file lock per device, held exclusively around every
 timing and shared around every compile/verify, across threads and processes), so search tasks
 may run concurrently (``search.jobs`` threads, or Dask workers on one machine): their
 compilations and verifications run in parallel, never during a timing, and their timings one at

@@ -25,13 +25,14 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..exactness import Exactness
+
 SCHEMA_VERSION = "steptp-cot-2"
 READABLE_VERSIONS = ("steptp-cot-1", SCHEMA_VERSION)   # cot-1 records read with no claims
 
 BottleneckKind = Literal["compute", "memory", "locality", "parallelism", "vectorization",
                          "loop_overhead", "dependence", "structure"]
 Direction = Literal["faster", "slower", "neutral", "preparatory"]
-Exactness = Literal["exact", "reassociation", "algebraic"]
 ClaimKind = Literal["loop_nest", "innermost_loop", "stride", "reduction_writes", "reorder_innermost",
                     "reuse", "no_reuse", "fits_in_cache", "staged_in_cache", "loop_extent",
                     "parallel_safe", "predicted_time", "ranks_below"]

@@ -8,7 +8,7 @@
 Needs only the standard library and NumPy, plus CuPy for the GPU mode (PyTorch, if present,
 times the per-task PyTorch baselines). Keep it that way: this file travels alone.
 
-The job folder (written by ``steptp.measure.gpu_backend``): ``job.json`` names the tasks (a
+The job folder (written by ``steptp.measure.runner.gpu``): ``job.json`` names the tasks (a
 kernel's buffers, its seeded inputs and reference outputs as ``.npy`` under ``data/``, computed on
 the build machine with TVM), the candidates (an artifact under ``artifacts/``: ``<id>.json`` +
 ``<id>.cu``, the task it answers, and its tolerance table ``{dtype: [atol, rtol]}`` copied from
@@ -544,11 +544,16 @@ def run_job(job_dir: str | os.PathLike, mode: str = "auto", log=None,
 
 
 # ---------------------------------------------------------------------------- TCP
-def _send(sock, payload: bytes) -> None:
+# The one framing of the TCP exchange, both ends: the build side's ``TcpBackend``
+# (``steptp.measure.runner.gpu``) imports these, so they must stay free of TVM and steptp.
+def send_frame(sock, payload: bytes) -> None:
+    """One message: its length as 8 bytes, big-endian, then the bytes."""
     sock.sendall(struct.pack("!Q", len(payload)) + payload)
 
 
-def _recv(sock, limit: int = 1 << 31) -> bytes:
+def recv_frame(sock, limit: int = 1 << 31) -> bytes:
+    """The next message ``send_frame`` sent; ``JobError`` when it announces over ``limit`` bytes,
+    ``ConnectionError`` when the peer closes before its end."""
     head = _recv_exact(sock, 8)
     (n,) = struct.unpack("!Q", head)
     if n > limit:
@@ -584,13 +589,13 @@ def serve(host: str, port: int, mode: str = "auto", once: bool = False, ready=No
             conn, _ = srv.accept()
             with conn:
                 try:
-                    data = _recv(conn)
+                    data = recv_frame(conn)
                     with tempfile.TemporaryDirectory(prefix="steptp-gpu-job-") as d:
                         _untar(data, Path(d))
                         res = run_job(d, mode)
                 except Exception as e:  # noqa: BLE001 - answer with the error
                     res = {"protocol": PROTOCOL, "error": f"{type(e).__name__}: {e}"}
-                _send(conn, json.dumps(res, sort_keys=True).encode("utf-8"))
+                send_frame(conn, json.dumps(res, sort_keys=True).encode("utf-8"))
             if once:
                 return
 

@@ -2,7 +2,9 @@
 
 * ``verify`` (numerical verification against a reference, in-process);
 * ``Measurer`` (THE entry point for stages: cached, isolated, parallel verification and
-  serialized timing; ``steptp.measure.service``);
+  serialized timing; ``steptp.measure.runner.local``); the runners (``runner/``: the interface
+  and the one set of outcome types in ``base``, this machine in ``local``, remote devices in
+  ``rpc``, CUDA jobs for a GPU machine without TVM in ``gpu``);
 * ``measure`` / ``MeasureConfig`` / ``torch_eager_baseline`` (the timing protocol);
 * ``Fingerprint`` / ``current`` (what a timing was measured on); ``Cache`` (SQLite results);
 * ``WorkerPool`` (isolated worker processes with timeouts); ``RPCBackend`` (remote devices).
@@ -10,17 +12,17 @@
 Only ``verify`` is imported eagerly with TVM; the rest is imported on first use.
 """
 
-from .verify import EXACTNESS, TOLERANCES, SeedResult, VerifyResult, random_inputs, tolerance, verify
+from .verify import TOLERANCES, SeedResult, VerifyResult, random_inputs, tolerance, verify
 
 _LAZY = {
-    "Measurer": "service", "VerifyJob": "service", "VerifyOutcome": "service",
-    "TimingOutcome": "service", "MeasureConfig": "timing", "MeasureError": "programs",
+    "Measurer": "runner.local", "VerifyJob": "runner.base", "VerifyOutcome": "runner.base",
+    "TimingOutcome": "runner.base", "MeasureConfig": "timing", "MeasureError": "programs",
     "measure": "timing", "torch_eager_baseline": "timing", "Fingerprint": "fingerprint",
     "current_fingerprint": "fingerprint", "Cache": "cache", "WorkerPool": "worker",
-    "WorkerResult": "worker", "RPCBackend": "rpc",
+    "WorkerResult": "worker", "RPCBackend": "runner.rpc",
 }
 
-__all__ = ["EXACTNESS", "TOLERANCES", "SeedResult", "VerifyResult", "random_inputs", "tolerance",
+__all__ = ["TOLERANCES", "SeedResult", "VerifyResult", "random_inputs", "tolerance",
            "verify", *_LAZY]
 
 

@@ -172,7 +172,7 @@ def uncached_timer(target, config, backend=None) -> Callable[[str], Optional[Tim
     """A ``time_fn`` for :func:`interleaved`: the Measurer service (isolated worker, device
     lock; or the RPC ``backend``'s devices) without its result cache, so every call really
     times. Close it with ``.close()``."""
-    from .service import Measurer
+    from .runner.local import Measurer
 
     m = Measurer(target, config, cache=None, backend=backend)
 

@@ -1,8 +1,8 @@
 """Timing one kernel: build once, warm up, calibrate, repeat, summarize, remeasure when noisy.
 
 ``measure(program, target, config)`` runs in the calling process; the ``Measurer`` runs it in an
-isolated worker (``steptp.measure.service``;
-``service.measure_isolated`` for one-off use). The protocol:
+isolated worker (``steptp.measure.runner.local``;
+``runner.local.measure_isolated`` for one-off use). The protocol:
 
 1. build the kernel once (LEIR text, a LEIR ``Program``, TVMScript text or a PrimFunc) and make
    seeded inputs (``random_inputs(kernel, config.seed)``);
@@ -325,7 +325,7 @@ def measure(program: Any, target=None, config: MeasureConfig | None = None,
             hint_s: float | None = None, call_s: float | None = None) -> Timing:
     """Build ``program`` once for ``target`` and time it (see the module docstring); ``built``:
     time this module compiled from ``program`` instead of building again. Runs in this
-    process: use ``Measurer`` (or ``service.measure_isolated``) for untrusted kernels.
+    process: use ``Measurer`` (or ``runner.local.measure_isolated``) for untrusted kernels.
     ``phases``: filled with the seconds of steps 1-3 (``prepare_s``; ``hint_fallback``: 1
     when a hinted timing was redone in full; ``hint_probe``: 1 when its check needed a probe
     call first); ``stop``: may end the first attempt after

@@ -55,6 +55,7 @@ from typing import Any, Collection, Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
+from ..exactness import EXACTNESS
 from ..leir import ast as A
 from ..leir.races import parallel_races
 from ..tir import build as B
@@ -82,7 +83,6 @@ TOLERANCES: dict[str, dict[str, tuple[float, float]]] = {
         "f64": (1e-12, 1e-9),
     },
 }
-EXACTNESS = tuple(TOLERANCES)
 #: How many reference error bounds a candidate may be off (the reference's own rounding plus the
 #: candidate's, each within one bound).
 ERROR_BOUND_FACTOR = 2.0

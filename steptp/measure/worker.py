@@ -44,11 +44,11 @@ from typing import Any, Callable, Sequence
 
 # Task name -> "module:function". The function takes the payload dict and returns plain data.
 TASKS: dict[str, str] = {
-    "verify": "steptp.measure.tasks:verify_task",
-    "time": "steptp.measure.tasks:time_task",
-    "build_verify": "steptp.measure.tasks:build_verify_task",
-    "time_built": "steptp.measure.tasks:time_built_task",
-    "rpc_time": "steptp.measure.rpc:rpc_time_task",
+    "verify": "steptp.measure.runner.tasks:verify_task",
+    "time": "steptp.measure.runner.tasks:time_task",
+    "build_verify": "steptp.measure.runner.tasks:build_verify_task",
+    "time_built": "steptp.measure.runner.tasks:time_built_task",
+    "rpc_time": "steptp.measure.runner.rpc:rpc_time_task",
     "ping": "steptp.measure.worker:ping_task",
     # kernel extraction (steptp.zoo.extract): one workload scan, one raise check
     "extract_scan": "steptp.zoo.extract:scan_task",
@@ -154,6 +154,12 @@ def _send(f, obj: Any) -> None:
 
 
 def _worker_main(rfd: int, wfd: int) -> None:
+    if os.environ.get("STEPTP_WORKER_SANDBOX"):
+        # untrusted code (problem files): contained while the process is single-threaded;
+        # the death signal is set after, as a change of user clears it
+        from steptp.measure.sandbox import enter
+
+        print(f"steptp worker sandbox: {enter()}", file=sys.stderr, flush=True)
     _die_with_parent()
     reader = os.fdopen(rfd, "rb", buffering=0)
     writer = os.fdopen(wfd, "wb")
@@ -532,8 +538,8 @@ class WorkerShelf:
     """Worker pools handed back by their owner (a ``Measurer`` that closed) for the next owner
     that needs an interchangeable one (``WorkerPool.key``): a run of many kernel searches starts
     its workers (about 3.5 s of TVM import each) once, not once per search. What a worker keeps
-    between tasks is keyed by everything it depends on (``steptp.measure.tasks``), so a reused
-    worker answers as a fresh one would. ``close`` stops the pools still on the shelf."""
+    between tasks is keyed by everything it depends on (``steptp.measure.runner.tasks``), so a
+    reused worker answers as a fresh one would. ``close`` stops the pools still on the shelf."""
 
     def __init__(self):
         self._pools: list[WorkerPool] = []

@@ -1,12 +1,13 @@
 """What the search needs from measurement: verify a candidate, time a program.
 
     ev = default_evaluator()                       # the Measurer when available, else in-process
-    v = ev.verify(original_text, candidate_text, "exact")   # -> VerifyOutcome (ok, errors, reason)
-    t = ev.time(candidate_text)                              # -> TimeOutcome (records.Timing or why not)
+    v = ev.verify(original_text, candidate_text, "exact")   # -> VerifyOutcome (ok, outcome, reason)
+    t = ev.time(candidate_text)                              # -> TimingOutcome (a Timing or why not)
 
-Two implementations:
+The outcomes are the runners' (``steptp.measure.runner.base``); a failure always has a reason,
+and the search reads a step's word from ``outcome``. Two implementations:
 
-* :class:`MeasurerEvaluator` wraps ``steptp.measure.service.Measurer`` (isolated workers with
+* :class:`MeasurerEvaluator` wraps ``steptp.measure.runner.local.Measurer`` (isolated workers with
   timeouts, the SQLite cache, serialized timing under a device lock); the default;
 * :class:`InProcessEvaluator` builds and runs in this process on top of ``measure.verify``
   (comparison and inputs) and ``measure.timing.measure`` (``tir.build.time`` with warm-up,
@@ -21,45 +22,13 @@ from __future__ import annotations
 
 import os
 import time as _time
-from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 
+from ..measure.runner.base import TimingOutcome, VerifyOutcome
+from ..measure.verify import VerifyResult
 from ..records import Timing
-
-# Outcome words shared with ``records.Outcome``.
-VERIFY_STATUSES = ("ok", "failed_verify", "failed_build", "timeout", "crashed")
-
-
-@dataclass(frozen=True)
-class VerifyOutcome:
-    """``ok``: the candidate computes the original's outputs within the exactness tolerance.
-    ``status``: ok | failed_verify (ran, wrong) | failed_build | timeout | crashed."""
-
-    ok: bool
-    max_abs_err: Optional[float] = None
-    max_rel_err: Optional[float] = None
-    reason: str = ""
-    status: str = "ok"
-    wall_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class TimeOutcome:
-    """A timing, or why there is none (``status``: ok | failed_build | timeout | crashed)."""
-
-    timing: Optional[Timing]
-    status: str = "ok"
-    reason: str = ""
-    wall_s: float = 0.0
-    cached: bool = False
-    #: ended after its first repeats, clearly slower than the ``slower_than`` it was given
-    stopped_early: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.timing is not None
 
 
 class Evaluator(Protocol):
@@ -71,7 +40,7 @@ class Evaluator(Protocol):
 
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome: ...
 
-    def time(self, program: str) -> TimeOutcome: ...
+    def time(self, program: str) -> TimingOutcome: ...
 
     def time_fresh(self, program: str) -> Optional[Timing]: ...   # a full, uncached timing
 
@@ -109,17 +78,6 @@ def search_config(num_threads: int, min_repeat_ms: float = 20.0, repeats: int = 
 
     return MeasureConfig(min_repeat_ms=min_repeat_ms, repeats=repeats, num_threads=num_threads,
                          timeout_s=timeout_s, remeasure_tries=1)
-
-
-def _classify(reason: str) -> str:
-    r = (reason or "").lower()
-    if "timeout" in r or "timed out" in r:
-        return "timeout"
-    if "build" in r or "lower" in r or "does not parse" in r:
-        return "failed_build"
-    if "crash" in r or "signal" in r or "died" in r:
-        return "crashed"
-    return "failed_verify"
 
 
 # ============================================================================ in-process
@@ -172,29 +130,35 @@ class InProcessEvaluator:
         return ref
 
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
+        """The verdict as an isolated worker reports it (a program that does not build, a
+        static problem, a wrong or failing run: a verdict that did not pass)."""
         from ..leir import parse
         from ..measure.verify import judge, static_problem
         from ..tir import build as B
 
         t0 = _time.perf_counter()
+
+        def verdict(passed: bool, reason: str | None = None, abs_err: float = 0.0,
+                    rel_err: float = 0.0) -> VerifyOutcome:
+            return VerifyOutcome(result=VerifyResult(
+                passed=passed, exactness=exactness, max_abs_err=abs_err, max_rel_err=rel_err,
+                reason=reason, target=self.target.key), wall_s=_time.perf_counter() - t0)
+
         try:
             ref = self._reference(original)
             ref_prog = parse(original)
             ref_sig = B.program_signature(ref_prog)
         except Exception as e:  # noqa: BLE001
-            return VerifyOutcome(False, reason=f"reference does not build: {e}",
-                                 status="failed_build", wall_s=_time.perf_counter() - t0)
+            return verdict(False, f"reference does not build: {e}")
         try:
             prog = parse(candidate)
             problem = static_problem(B.program_signature(prog), ref_sig, prog, self.target)
             if problem:
-                return VerifyOutcome(False, reason=problem, status="failed_verify",
-                                     wall_s=_time.perf_counter() - t0)
+                return verdict(False, problem)
             built = B.build(prog, self.target)
             self._built = (candidate, built)
         except Exception as e:  # noqa: BLE001
-            return VerifyOutcome(False, reason=f"candidate does not build: {type(e).__name__}: {e}"[:2000],
-                                 status="failed_build", wall_s=_time.perf_counter() - t0)
+            return verdict(False, f"candidate does not build: {type(e).__name__}: {e}"[:2000])
         refs = [(seed, ins, want) for seed, (ins, want) in zip(self.seeds, ref)]
         results = judge(built, refs, exactness, ref_prog, self.target, stop_at_first=True,
                         cand_prog=prog)
@@ -202,12 +166,10 @@ class InProcessEvaluator:
         worst_rel = max((r.max_rel_err for r in results), default=0.0)
         bad = next((r for r in results if not r.passed), None)
         if bad is not None:
-            status = "crashed" if (bad.reason or "").startswith("run failed") else "failed_verify"
-            return VerifyOutcome(False, worst_abs, worst_rel, f"seed {bad.seed}: {bad.reason}",
-                                 status, _time.perf_counter() - t0)
-        return VerifyOutcome(True, worst_abs, worst_rel, "", "ok", _time.perf_counter() - t0)
+            return verdict(False, f"seed {bad.seed}: {bad.reason}", worst_abs, worst_rel)
+        return verdict(True, None, worst_abs, worst_rel)
 
-    def time(self, program: str, slower_than: Optional[Timing] = None) -> TimeOutcome:
+    def time(self, program: str, slower_than: Optional[Timing] = None) -> TimingOutcome:
         """``measure.timing``'s protocol (warm-up, calibration, repeats, remeasure when noisy),
         reusing the module ``verify`` just built for the same text; ``slower_than``: stop early
         when the first repeats are clearly slower than it."""
@@ -225,8 +187,8 @@ class InProcessEvaluator:
             else:
                 built = B.build(prog, self.target)
         except Exception as e:  # noqa: BLE001
-            return TimeOutcome(None, "failed_build", f"{type(e).__name__}: {e}"[:2000],
-                               _time.perf_counter() - t0)
+            return TimingOutcome(status="error", reason=f"{type(e).__name__}: {e}"[:2000],
+                                 wall_s=_time.perf_counter() - t0)
         try:
             stop = None
             if slower_than is not None:
@@ -234,12 +196,12 @@ class InProcessEvaluator:
                 stop = lambda part: rule.clearly_slower(slower_than, part)  # noqa: E731
             t = measure(prog, self.target, cfg, built=built, stop=stop)
         except Exception as e:  # noqa: BLE001
-            return TimeOutcome(None, "crashed", f"{type(e).__name__}: {e}"[:2000],
-                               _time.perf_counter() - t0)
+            return TimingOutcome(status="crash", reason=f"{type(e).__name__}: {e}"[:2000],
+                                 wall_s=_time.perf_counter() - t0)
         finally:
             self._built = None
-        return TimeOutcome(t, "ok", "", _time.perf_counter() - t0,
-                           stopped_early=slower_than is not None and t.repeats < cfg.repeats)
+        return TimingOutcome(timing=t, wall_s=_time.perf_counter() - t0,
+                             stopped_early=slower_than is not None and t.repeats < cfg.repeats)
 
     def time_fresh(self, program: str) -> Optional[Timing]:
         """A full timing, never a cached one (every call here times): for re-timing side by
@@ -258,7 +220,7 @@ class InProcessEvaluator:
 
 # ============================================================================ measurer service
 class MeasurerEvaluator:
-    """The search protocol on top of ``steptp.measure.service.Measurer`` (isolated workers,
+    """The search protocol on top of ``steptp.measure.runner.local.Measurer`` (isolated workers,
     timeouts, cache)."""
 
     name = "measurer"
@@ -266,7 +228,7 @@ class MeasurerEvaluator:
     def __init__(self, target=None, config=None, cache: Any = True, jobs: int = 1,
                  num_threads: int | None = None, seeds: Sequence[int] | None = None,
                  backend=None, early_stop: bool = False):
-        from ..measure.service import Measurer
+        from ..measure.runner.local import Measurer
         from ..tir.build import default_target
 
         self.num_threads = set_threads(num_threads)
@@ -313,7 +275,7 @@ class MeasurerEvaluator:
             return []
         from concurrent.futures import ThreadPoolExecutor
 
-        from ..measure.service import VerifyJob
+        from ..measure.runner.base import VerifyJob
 
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptp-prefetch")
@@ -345,7 +307,7 @@ class MeasurerEvaluator:
         return [c for _, c, _ in keys]
 
     def verify(self, original: str, candidate: str, exactness: str) -> VerifyOutcome:
-        from ..measure.service import VerifyJob
+        from ..measure.runner.base import VerifyJob
 
         key = (original, candidate, exactness)
         ahead = self._pending.pop(key, None) or self._ready.pop(key, None)
@@ -355,29 +317,24 @@ class MeasurerEvaluator:
         else:
             oc = self.measurer.verify_many([VerifyJob(original, candidate, exactness,
                                                       self.seeds)])[0]
-        r = oc.result
-        if oc.status != "ok":
-            status = {"timeout": "timeout", "crash": "crashed"}.get(oc.status, _classify(r.reason or ""))
-            return VerifyOutcome(False, None, None, r.reason or oc.status, status, oc.wall_s)
-        if r.passed:
-            return VerifyOutcome(True, r.max_abs_err, r.max_rel_err, "", "ok", oc.wall_s)
-        reason = r.reason or "verification failed"
-        status = "failed_build" if "does not build" in reason else "failed_verify"
-        return VerifyOutcome(False, r.max_abs_err, r.max_rel_err, reason, status, oc.wall_s)
+        if oc.ok or oc.reason:
+            return oc
+        why = oc.status if oc.status != "ok" else "verification failed"
+        return oc.model_copy(update={"result": oc.result.model_copy(update={"reason": why})})
 
     def time(self, program: str, slower_than: Optional[Timing] = None,
-             hint_s: Optional[float] = None) -> TimeOutcome:
+             hint_s: Optional[float] = None) -> TimingOutcome:
         """``hint_s``: about the program's seconds per call (a parent's or sibling's time),
         which spares the timing its calibration (``measure.timing.hinted``)."""
         oc = self.measurer.time_many([program], stop_if_slower_than=slower_than
                                      if self.early_stop else None,
                                      hints=[hint_s] if self.hints else None)[0]
         if oc.status == "suspect":
-            return TimeOutcome(None, "suspect_timing", oc.reason or "suspect timing", oc.wall_s)
+            # never a step's timing: the search builds on none (``outcome``: suspect_timing)
+            return oc.model_copy(update={"timing": None, "reason": oc.reason or "suspect timing"})
         if oc.timing is not None:
-            return TimeOutcome(oc.timing, "ok", "", oc.wall_s, oc.cached, oc.stopped_early)
-        status = {"timeout": "timeout", "crash": "crashed"}.get(oc.status, "failed_build")
-        return TimeOutcome(None, status, oc.reason or oc.status, oc.wall_s)
+            return oc
+        return oc.model_copy(update={"reason": oc.reason or oc.status})
 
     def time_fresh(self, program: str) -> Optional[Timing]:
         """A full timing that never answers from (or writes to) the cache: for re-timing side by
@@ -415,5 +372,5 @@ def default_evaluator(target=None, config=None, kind: str = "auto", cache: Any =
     return InProcessEvaluator(target, config, num_threads=num_threads)
 
 
-__all__ = ["Evaluator", "VerifyOutcome", "TimeOutcome", "InProcessEvaluator", "MeasurerEvaluator",
-           "default_evaluator", "search_config", "set_threads"]
+__all__ = ["Evaluator", "InProcessEvaluator", "MeasurerEvaluator", "default_evaluator",
+           "search_config", "set_threads"]

@@ -49,7 +49,8 @@ from ..leir import ast as A
 from ..leir.canon import canonical_hash, canonical_text, canonicalize
 from ..leir.printer import format_program
 from ..records import StepRecord, Timing, TrajectoryRecord
-from ..strategies import Candidate, get, worse
+from ..exactness import worse
+from ..strategies import Candidate, get
 from ..measure.significance import SignificanceRule
 from ..analysis.cost_model import potential, predict
 from .ranker import Ranker
@@ -237,7 +238,7 @@ class Search:
         self._sent: set[str] = set()   # texts an evaluator took to verify ahead (it says which)
         tm = evaluator.time(self.original_text)
         if tm.timing is None:
-            self.error = f"baseline could not be measured: {tm.status}: {tm.reason}"
+            self.error = f"baseline could not be measured: {tm.outcome}: {tm.reason}"
             return
         self.root = Node(prog, self.original_text, tm.timing)
         self.best = self.root
@@ -346,7 +347,7 @@ class Search:
                     fingerprint=self._fp, policy=self.policy,
                     max_abs_err=v.max_abs_err, max_rel_err=v.max_rel_err)
         if not v.ok:
-            self.steps.append(StepRecord(**base, outcome=v.status if v.status != "ok"
+            self.steps.append(StepRecord(**base, outcome=v.outcome if v.outcome != "ok"
                                          else "failed_verify", verified=False, reason=v.reason[:4000]))
             node.failures += 1
             self._prefetch(node)
@@ -361,7 +362,7 @@ class Search:
         # the next batch compiles and verifies while this thread records and ranks
         self._prefetch(node)
         if tm.timing is None:
-            self.steps.append(StepRecord(**base, outcome=tm.status if tm.status in
+            self.steps.append(StepRecord(**base, outcome=tm.outcome if tm.outcome in
                                          ("timeout", "crashed", "failed_build", "suspect_timing")
                                          else "crashed",
                                          verified=True, reason=tm.reason[:4000]))

@@ -11,7 +11,10 @@
 * **floor**: below ``floor_s`` a timing is mostly call overhead and a step's gain is noise, so
   such a kernel is not searched at that size (``search_status`` says so; the release flow then
   extracts the operator workloads of such kernels at their larger size preset and offers those
-  kernels instead, see ``larger_workloads``);
+  kernels instead, see ``larger_workloads``). Only zoo kernels have a larger size: a kernel
+  that occurs in no zoo workload (a user's ``--leir`` file, model or problem folder: suite
+  ``user``) is never re-extracted; below the floor it is searched at its own size, last in
+  rank, and its status says it is below the floor (``own_below_floor``);
 * **ceiling**: above ``ceiling_s`` one timing would eat the search budget; not searched either;
 * **families**: at most ``max_per_family`` kernels of one operator family (matmul, conv, norm,
   softmax, ...) while other families have candidates, so a release covers several.
@@ -28,6 +31,15 @@ from typing import Mapping, Optional, Sequence
 from ..records import KernelRecord
 
 ARCH_SUITES = frozenset({"arch", "archs"})
+#: suites of the zoo's registry (``steptp.zoo.workloads``) whose workloads have size presets;
+#: every other suite (``user``: --model, --problems, --leir files) names nothing to re-extract
+ZOO_SUITES = frozenset({"ops", "fused", "leir"}) | ARCH_SUITES
+
+
+def from_zoo(k: KernelRecord) -> bool:
+    """Whether the kernel occurs in a zoo workload (one the release flow can extract again at
+    another size); a user's own kernel (suite ``user``) does not."""
+    return any(o.suite in ZOO_SUITES for o in k.occurrences)
 
 # name fragments -> family, for kernels that only occur inside architectures (fused PrimFuncs)
 _NAME_FAMILIES = (("conv", "conv"), ("matmul", "matmul"), ("dense", "matmul"), ("gemm", "matmul"),
@@ -92,7 +104,9 @@ class Selection:
         info: dict[str, tuple[int, float, str]] = {}
         for k in self.kernels:
             for o in k.occurrences:
-                if o.suite in ARCH_SUITES:
+                # architectures are re-extracted whole or not at all; user workloads (a --leir
+                # file, a problem) are not in the zoo's registry and have no larger size
+                if o.suite in ARCH_SUITES or o.suite not in ZOO_SUITES:
                     continue
                 below[o.workload] = below.get(o.workload, True) and k.search_status.startswith("below_time_floor")
                 t = self.time_s.get(k.kernel_id) or 0.0
@@ -121,11 +135,17 @@ def _us(s: float) -> str:
 
 def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]] | None = None,
            max_kernels: int | None = 10, floor_s: float = 20e-6, ceiling_s: float | None = 0.2,
-           max_per_family: int | None = 3, estimates: Mapping[str, Optional[float]] | None = None) -> Selection:
+           max_per_family: int | None = 3, estimates: Mapping[str, Optional[float]] | None = None,
+           own_below_floor: bool = True) -> Selection:
+    """``own_below_floor``: a kernel below the floor that is not from the zoo (``from_zoo``)
+    stays a candidate, ranked by weight x time like the rest: the floor's remedy, a larger
+    size of the same workload, does not exist for it, and a user who brought it expects it
+    searched. Its status then ends with ``below the time floor ...``."""
     times = dict(times or {})
     est = dict(estimates) if estimates is not None else {}
     status: dict[str, str] = {}
     unsched: dict[str, Optional[float]] = {}
+    notes: dict[str, str] = {}
     tval: dict[str, float] = {}
     tall: dict[str, float] = {}
     pool = []
@@ -144,8 +164,12 @@ def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]]
         tall[k.kernel_id] = t
         src = "measured" if measured else "estimated"
         if t < floor_s:
-            status[k.kernel_id] = f"below_time_floor: {src} {_us(t)} < {_us(floor_s)}"
-            continue
+            if own_below_floor and not from_zoo(k):
+                notes[k.kernel_id] = (f"; below the time floor ({src} {_us(t)} < {_us(floor_s)}), "
+                                      f"not a zoo kernel: searched at its own size")
+            else:
+                status[k.kernel_id] = f"below_time_floor: {src} {_us(t)} < {_us(floor_s)}"
+                continue
         if ceiling_s is not None and t > ceiling_s:
             status[k.kernel_id] = f"above_time_ceiling: {src} {t * 1e3:.3g} ms > {ceiling_s * 1e3:.3g} ms"
             continue
@@ -170,9 +194,9 @@ def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]]
     ids = {k.kernel_id for k in chosen}
     for rank, (_, kid, k) in enumerate(pool):
         if kid in ids:
-            status[kid] = f"searched: rank {rank + 1}, family {fam[kid]}"
+            status[kid] = f"searched: rank {rank + 1}, family {fam[kid]}" + notes.get(kid, "")
         else:
-            status[kid] = f"not_selected: rank {rank + 1}, family {fam[kid]}"
+            status[kid] = f"not_selected: rank {rank + 1}, family {fam[kid]}" + notes.get(kid, "")
     out = [k.model_copy(update={"search_status": status.get(k.kernel_id, ""),
                                 "unscheduled_s": unsched.get(k.kernel_id)}) for k in kernels]
     by_id = {k.kernel_id: k for k in out}
@@ -180,4 +204,4 @@ def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]]
                      {kid: st for kid, st in status.items() if not st.startswith("searched")}, tall)
 
 
-__all__ = ["Selection", "select", "kernel_family", "estimate_s"]
+__all__ = ["Selection", "select", "kernel_family", "estimate_s", "from_zoo", "ZOO_SUITES"]

@@ -5,15 +5,14 @@ one strategy (``sites``/``params``/``check``/``apply``). Importing this package 
 loop family (``steptp.strategies.loops``).
 """
 
-from .base import (EXACT_ORDER, EXACTNESS, TARGETS, Candidate, IllegalRewrite, Rejected, Site,
-                   Strategy, Verdict, worse)
+from .base import TARGETS, Candidate, IllegalRewrite, Rejected, Site, Strategy, Verdict
 from .registry import (all, apply, candidates, canonical, check, describe, for_target, get, names,
                        register)
 from . import loops  # noqa: F401  (registers the loop family)
 from . import graph  # noqa: F401  (registers the graph family)
 from . import memory  # noqa: F401  (registers the memory family)
 
-__all__ = ["EXACT_ORDER", "EXACTNESS", "TARGETS", "Candidate", "IllegalRewrite", "Rejected", "Site", "Strategy",
+__all__ = ["TARGETS", "Candidate", "IllegalRewrite", "Rejected", "Site", "Strategy",
            "Verdict", "all", "apply", "candidates", "canonical", "check", "describe",
            "for_target", "get", "names", "register", "worse", "loops"]
 from . import algebraic  # noqa: E402,F401  (registers the algebraic family)

@@ -25,20 +25,6 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 from ..leir import ast as A
 
-#: the exactness classes, strictest first: a later class is verified at a looser tolerance
-EXACTNESS = ("exact", "reassociation", "algebraic")
-EXACT_ORDER = {c: i for i, c in enumerate(EXACTNESS)}
-
-
-def worse(a: str, b: str) -> str:
-    """The looser of two exactness classes: what a path through both steps still guarantees.
-
-    An unknown class is an error, never a guess: read as ``exact`` it would verify a path at a
-    tolerance its steps never promised, read as ``algebraic`` it would hide a misspelt record."""
-    for c in (a, b):
-        if c not in EXACT_ORDER:
-            raise ValueError(f"unknown exactness class {c!r}; one of {', '.join(EXACTNESS)}")
-    return a if EXACT_ORDER[a] >= EXACT_ORDER[b] else b
 TARGETS = ("cpu", "gpu")
 
 

@@ -13,9 +13,10 @@ import random
 import zlib
 from typing import Any, Callable, Iterable, Mapping
 
+from ..exactness import EXACTNESS
 from ..leir import ast as A
 from ..leir.printer import format_program
-from .base import EXACTNESS, Candidate, IllegalRewrite, Rejected, Site, Strategy, Verdict
+from .base import Candidate, IllegalRewrite, Rejected, Site, Strategy, Verdict
 
 _REGISTRY: dict[str, Strategy] = {}
 

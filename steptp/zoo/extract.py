@@ -43,8 +43,10 @@ dies, runs out of memory or is killed at its deadline costs only its task, which
 (``crashed``, ``timeout``, ``check-crashed``, over its budget). Before any check runs its cost
 is estimated from the kernel's FLOPs and bytes (``check_estimate``): a problem-file workload
 with a kernel over the budget is scanned again at a reduced scale, a kernel still over it is
-recorded as ``check-skipped`` with the estimate. A log file (``log_path``) gets a line per
-finished workload and kernel check. Results are merged in workload order, so the output does
+recorded as ``check-skipped`` with the estimate; the checks of one problem file together are
+planned within ``problem_check_budget_s``. Problem files are untrusted code: their workers are
+contained (``steptp.measure.sandbox``: no network, read-only files, user ``nobody`` when root).
+A log file (``log_path``) gets a line per finished workload and kernel check. Results are merged in workload order, so the output does
 not depend on ``jobs`` or on timing.
 """
 
@@ -339,6 +341,10 @@ def scan_workload(ref: WorkloadRef, model_check: bool = False,
     warnings.filterwarnings("ignore", category=FutureWarning)
     t0 = time.perf_counter()
     res = WorkloadScan(workload=ref.name, suite="?")
+    from steptp.measure import sandbox
+
+    if sandbox.state() is not None:
+        res.meta["sandbox"] = sandbox.state()
     try:
         res.stage = "build"
         w = ref.workload()
@@ -372,6 +378,8 @@ def scan_workload(ref: WorkloadRef, model_check: bool = False,
             res.model_check = {k: v for k, v in c.to_dict().items() if k != "target"}
         if w.meta.get("applied_scale"):
             res.meta["applied_scale"] = dict(w.meta["applied_scale"])
+        if w.meta.get("scale_fallbacks"):
+            res.meta["scale_fallbacks"] = list(w.meta["scale_fallbacks"])
         if w.meta.get("scale_used"):
             res.meta["scale_used"] = w.meta["scale_used"].get(ref.size)
     except Exception as e:  # noqa: BLE001 - reported per workload, the run goes on
@@ -448,7 +456,7 @@ def check_kernel(key: str, leir: str, tvmscript: str, seeds: Sequence[int] = (0,
         out = CheckResult(key, bool(v.passed), float(v.max_abs_err),
                           "" if v.passed else f"verify: {v.reason}"[:500])
     except Exception as e:  # noqa: BLE001
-        out = CheckResult(key, False, None, f"check-crashed: {_short(e)}")
+        out = CheckResult(key, False, None, _crash_reason(e))
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -494,9 +502,18 @@ def check_native(key: str, leir: str, seeds: Sequence[int] = (0, 1, 2),
             out = CheckResult(key, True, None, f"lowered, built and ran on seeds {seeds_txt} (too "
                               f"large for the interpreter check: {work} statement executions)")
     except Exception as e:  # noqa: BLE001
-        out = CheckResult(key, False, None, f"check-crashed: {_short(e)}")
+        out = CheckResult(key, False, None, _crash_reason(e))
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _crash_reason(e: BaseException) -> str:
+    """A check's failure as a record's reason; running out of the worker's memory says so."""
+    limit = os.environ.get("STEPTP_WORKER_MEMORY_MB")
+    if isinstance(e, MemoryError) or "allocate memory" in str(e) or "Unable to allocate" in str(e):
+        where = f"the worker's memory limit of {limit} MB" if limit else "the machine's memory"
+        return f"check-out-of-memory: the check needs more than {where}: {_short(e)}"[:500]
+    return f"check-crashed: {_short(e)}"
 
 
 def _check_task(key: str, leir: str, tvmscript: str, native: bool) -> CheckResult:
@@ -515,9 +532,24 @@ NAIVE_BYTE_S = 5.0e8
 #: stale-buffer test), and the reference's float64 error-bound twin when the fixed tolerances
 #: fail somewhere (steptp.measure.verify)
 RUNS_PER_SEED = 4
+#: the comparison of one output makes float64 copies of both sides, their difference and its
+#: relative form (``steptp.measure.verify.compare``): 4 float64 arrays per output element. A
+#: 98 M-element output needed 784 MiB for each of them, past a worker's limit (issue 35)
+COMPARE_F64_COPIES = 4
+#: a check's cost beyond running the kernels: parsing, lowering and building the reference and
+#: the raised kernel with TVM, and the worker's round trip (about 1.5 s each on a busy 2-core
+#: machine for the kernels of a small architecture)
+CHECK_OVERHEAD_S = 1.5
 #: defaults of the per-task bounds (params.yaml ``extract``, ``steptp extract`` options)
 CHECK_BUDGET_S = 120.0
 SCAN_TIMEOUT_S = 600.0
+#: the scan of user code (a problem file, a model factory) gets less by default: an
+#: architecture problem at a reduced scale scans in seconds; a stuck one costs one problem
+USER_SCAN_TIMEOUT_S = 60.0
+#: the raise checks of one problem file's kernels together, estimated before any runs
+#: (``CHECK_OVERHEAD_S`` + ``check_estimate`` each): the rest of its kernels are recorded
+#: ``check-skipped``, so a folder of architectures (dozens of kernels each) ends in bounded time
+PROBLEM_CHECK_BUDGET_S = 30.0
 #: the workers together may use this share of the machine's memory
 MEMORY_SHARE = 0.8
 
@@ -557,7 +589,8 @@ def check_estimate(flops: int, bytes_moved: int, signature: Sequence[dict],
                    seeds: int = 3) -> tuple[float, int]:
     """``(seconds, bytes)`` the raise check of one kernel is expected to need, before it runs:
     ``RUNS_PER_SEED`` unscheduled runs (the reference and the raised LEIR lowered) on every seed;
-    memory for each seed's inputs and the programs' outputs."""
+    memory for each seed's inputs, the programs' outputs and the comparison's float64 copies of
+    them (``COMPARE_F64_COPIES``)."""
     import numpy as np
 
     one = float(flops) / NAIVE_FLOP_S + float(bytes_moved) / NAIVE_BYTE_S
@@ -571,6 +604,8 @@ def check_estimate(flops: int, bytes_moved: int, signature: Sequence[dict],
         for d in t["shape"]:
             n *= int(d)
         tensor_bytes += n * item * (seeds if t.get("role") == "input" else 3)
+        if t.get("role") != "input":
+            tensor_bytes += n * 8 * COMPARE_F64_COPIES
     return RUNS_PER_SEED * seeds * one, tensor_bytes
 
 
@@ -590,8 +625,10 @@ class _Pool:
     each under a memory limit (RLIMIT_AS) and every task under a deadline (the worker's process
     group is killed past it); a worker that dies or is killed costs only its task."""
 
-    def __init__(self, jobs: int, isolate: bool, memory_limit_mb: int):
+    def __init__(self, jobs: int, isolate: bool, memory_limit_mb: int, sandbox: bool = False):
         self.jobs, self.isolate, self.memory_limit_mb = jobs, isolate, memory_limit_mb
+        self.sandbox = sandbox
+        self.scratch: str | None = None
         self.pool = None
 
     def _workers(self):
@@ -603,15 +640,23 @@ class _Pool:
             # Workers die with the *thread* that started them (PR_SET_PDEATHSIG), so the
             # threads that start them live as long as the pool.
             self.threads = ThreadPoolExecutor(max_workers=self.jobs)
+            env = {"STEPTP_WORKER_PRELOAD": "steptp.tir.build,torch,steptp.zoo.extract",
+                   "PYTHONWARNINGS": "ignore",
+                   # a user model (pkg.module:factory) imports in a worker as it did here
+                   "PYTHONPATH": os.pathsep.join(
+                       p for p in (os.path.abspath(q or os.curdir) for q in sys.path)
+                       if os.path.isdir(p))}
+            if self.sandbox:
+                import tempfile
 
-            self.pool = WorkerPool(
-                size=self.jobs, num_threads=1, memory_limit_mb=self.memory_limit_mb,
-                env={"STEPTP_WORKER_PRELOAD": "steptp.tir.build,torch,steptp.zoo.extract",
-                     "PYTHONWARNINGS": "ignore",
-                     # a user model (pkg.module:factory) imports in a worker as it did here
-                     "PYTHONPATH": os.pathsep.join(
-                         p for p in (os.path.abspath(q or os.curdir) for q in sys.path)
-                         if os.path.isdir(p))})
+                from steptp.measure import sandbox
+
+                # each worker mounts its own private tmpfs here (steptp.measure.sandbox)
+                self.scratch = tempfile.mkdtemp(prefix="steptp-sandbox-")
+                os.chmod(self.scratch, 0o755)
+                env.update({sandbox.ENV_FLAG: "1", sandbox.ENV_SCRATCH: self.scratch})
+            self.pool = WorkerPool(size=self.jobs, num_threads=1,
+                                   memory_limit_mb=self.memory_limit_mb, env=env)
         return self.pool
 
     def run(self, task: str, fn: Callable, payloads: Sequence[dict], timeouts: Sequence[float],
@@ -647,6 +692,11 @@ class _Pool:
             self.pool.close()
             self.threads.shutdown(wait=True)
         self.pool = None
+        if self.scratch is not None:
+            import shutil
+
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
     def __enter__(self):
         return self
@@ -655,10 +705,10 @@ class _Pool:
         self.close()
 
 
-def _failed_scan(refs: Sequence[WorkloadRef], timeout_s: float):
+def _failed_scan(refs: Sequence[WorkloadRef], timeouts: Sequence[float]):
     def make(i: int, status: str, why: str) -> WorkloadScan:
         if status == "timeout":
-            error = f"scan over its time limit: {why} (scan timeout {timeout_s:g} s)"
+            error = f"scan over its time limit: {why} (scan timeout {timeouts[i]:g} s)"
         elif status == "crash":
             error = f"worker process died (a crash in TVM or torch, or its memory limit): {why}"
         else:
@@ -828,11 +878,48 @@ def _over_budget(k: KernelScan, budget_s: float, memory_mb: int | None) -> str:
     return ""
 
 
+def _plan_problem_checks(to_check: list, groups: dict, refs: Sequence[WorkloadRef],
+                         budget_s: float, skipped: dict, log) -> list:
+    """Keep, per problem file, the checks whose estimated costs (``CHECK_OVERHEAD_S`` plus
+    ``check_estimate``) fit ``budget_s`` together, in the order the kernels were found (a
+    kernel counts against the problem it was first found in); the others go to ``skipped``."""
+    problems = {r.name for r in refs if r.kind == "problem"}
+    spent: dict[str, float] = {}
+    planned: dict[str, int] = {}
+    out = []
+    for item in to_check:
+        key, _leir, _script, native = item
+        scan, k = groups[key][0]
+        if native or scan.workload not in problems:
+            out.append(item)
+            continue
+        cost = CHECK_OVERHEAD_S + check_estimate(k.flops, k.bytes_moved, k.signature)[0]
+        used = spent.get(scan.workload, 0.0)
+        if used + cost > budget_s:
+            why = (f"check-skipped: the checks of problem {scan.workload} are over its budget of "
+                   f"{budget_s:g} s (estimated {cost:.1f} s for this one, {used:.1f} s planned "
+                   f"for {planned.get(scan.workload, 0)} before it)")
+            skipped[key] = CheckResult(key, False, None, why)
+            log(f"kernel {k.name} ({k.kernel_id}): {why}")
+            continue
+        spent[scan.workload] = used + cost
+        planned[scan.workload] = planned.get(scan.workload, 0) + 1
+        out.append(item)
+    return out
+
+
+def _describe_sandbox(st: dict) -> str:
+    return (f"network {st.get('network')}; files {st.get('files')}; user {st.get('user')} "
+            f"(uid {st.get('uid')})")
+
+
 def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = False,
             check: bool = True, progress: bool = False, console=None,
             memory_limit_mb: int | None = None, check_budget_s: float = CHECK_BUDGET_S,
-            scan_timeout_s: float = SCAN_TIMEOUT_S, isolate: bool | None = None,
-            log_path: str | os.PathLike | None = None) -> ExtractResult:
+            scan_timeout_s: float | None = None, isolate: bool | None = None,
+            log_path: str | os.PathLike | None = None,
+            problem_check_budget_s: float | None = PROBLEM_CHECK_BUDGET_S,
+            sandbox: bool | None = None) -> ExtractResult:
     """Scan every workload, deduplicate, raise-check every unique kernel, build the records.
 
     ``jobs``: worker processes. ``check=False`` skips the raise check (records then say
@@ -848,7 +935,17 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
     (the run goes on). Before any check runs, its cost is estimated from the kernel's FLOPs and
     bytes (``check_estimate``); a problem-file workload with a kernel over the budget is
     scanned again at a reduced scale (recorded in its ``scale_used``), and a kernel still over
-    it is not run: its record says ``check-skipped`` with the estimate.
+    it is not run: its record says ``check-skipped`` with the estimate. ``scan_timeout_s``
+    None: ``USER_SCAN_TIMEOUT_S`` for problem files and model factories, ``SCAN_TIMEOUT_S`` for
+    the zoo. ``problem_check_budget_s`` (None: unbounded) bounds the checks of one problem
+    file's kernels together, planned from the estimates plus ``CHECK_OVERHEAD_S`` each, in the
+    order the kernels were found; a kernel that does not fit is ``check-skipped`` with the
+    reason (deterministic: the plan depends on the kernels, not on timing).
+
+    ``sandbox`` (default: when the workers run problem files): the workers contain the code
+    they run (``steptp.measure.sandbox``: no network, read-only files but a private scratch
+    tmpfs, user ``nobody`` when run as root); what was achieved is in the log and in
+    ``options["sandbox"]``. Problem files run in process (``isolate=False``) are not contained.
 
     ``log_path``: a line per finished workload and per kernel check is appended there.
     """
@@ -858,13 +955,23 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if not refs:
         raise ValueError("no workloads to extract")
-    if check_budget_s <= 0 or scan_timeout_s <= 0:
-        raise ValueError("check_budget_s and scan_timeout_s must be positive")
+    if check_budget_s <= 0 or (scan_timeout_s is not None and scan_timeout_s <= 0) or \
+            (problem_check_budget_s is not None and problem_check_budget_s <= 0):
+        raise ValueError("check_budget_s, scan_timeout_s and problem_check_budget_s must be "
+                         "positive")
     asked_jobs = jobs
     jobs, mem_mb, jobs_note = plan_workers(jobs, memory_limit_mb)
     if isolate is None:
         isolate = asked_jobs > 1 or memory_limit_mb is not None or \
             any(r.kind in ("problem", "factory") for r in refs)
+    if sandbox is None:
+        sandbox = any(r.kind == "problem" for r in refs)
+    sandbox = bool(sandbox and isolate)
+
+    def scan_timeout(r: WorkloadRef) -> float:
+        if scan_timeout_s is not None:
+            return scan_timeout_s
+        return USER_SCAN_TIMEOUT_S if r.kind in ("problem", "factory") else SCAN_TIMEOUT_S
     tgt = Target.host_cpu()
     target_dict = tgt.tvm_dict()
     t0 = time.perf_counter()
@@ -873,14 +980,24 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
     if jobs_note:
         log(jobs_note)
     log(f"extract: {len(refs)} workloads, jobs {jobs}, "
-        + (f"isolated workers of {mem_mb} MB, scan timeout {scan_timeout_s:g} s, "
+        + (f"isolated workers of {mem_mb} MB, scan timeout "
+           f"{', '.join(sorted({f'{scan_timeout(r):g} s' for r in refs}))}, "
            if isolate else "in process, ")
-        + f"check budget {check_budget_s:g} s")
+        + f"check budget {check_budget_s:g} s"
+        + (f", {problem_check_budget_s:g} s of checks per problem"
+           if problem_check_budget_s is not None and any(r.kind == "problem" for r in refs)
+           else "")
+        + (", sandboxed workers" if sandbox else ""))
     refs = list(refs)
-    with bar, _Pool(jobs, isolate, mem_mb) as pool:
+    sandbox_state: dict | None = None
+    with bar, _Pool(jobs, isolate, mem_mb, sandbox) as pool:
         task = bar.add("scan workloads", len(refs))
 
         def scanned(i: int, s: WorkloadScan) -> None:
+            nonlocal sandbox_state
+            if sandbox and sandbox_state is None and s.meta.get("sandbox"):
+                sandbox_state = s.meta["sandbox"]
+                log(f"problem files run in contained workers: {_describe_sandbox(sandbox_state)}")
             bar.advance(task, f"{s.workload}: {len(s.kernels)} kernels"
                         + ("" if s.ok else " [failed]"))
             su = s.meta.get("scale_used") or {}
@@ -893,8 +1010,9 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
         def scan(idx: list[int]) -> list[WorkloadScan]:
             items = [{"ref": refs[i], "model_check": model_check, "target": target_dict}
                      for i in idx]
-            return pool.run("extract_scan", scan_task, items, [scan_timeout_s] * len(items),
-                            scanned, _failed_scan([refs[i] for i in idx], scan_timeout_s))
+            return pool.run("extract_scan", scan_task, items, [scan_timeout(refs[i]) for i in idx],
+                            scanned, _failed_scan([refs[i] for i in idx],
+                                                  [scan_timeout(refs[i]) for i in idx]))
 
         scans = scan(list(range(len(refs))))
         # kernels whose check would exceed the bounds: reduce their problems once
@@ -934,6 +1052,9 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
                 log(f"kernel {k.name} ({k.kernel_id}): check skipped: {why}")
                 continue
             to_check.append((key, k.leir, k.tvmscript, k.native))
+        if check and problem_check_budget_s is not None:
+            to_check = _plan_problem_checks(to_check, groups, refs, problem_check_budget_s,
+                                            skipped, log)
         checks: dict[str, CheckResult] = {}
         if check and to_check:
             ctask = bar.add("raise check (unique kernels)", len(to_check))
@@ -963,7 +1084,12 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
                "sizes": sorted({r.size for r in refs}), "dtypes": sorted({r.dtype for r in refs}),
                "isolated": bool(isolate), "check_budget_s": check_budget_s}
     if isolate:
-        options.update(memory_limit_mb=mem_mb, scan_timeout_s=scan_timeout_s)
+        options.update(memory_limit_mb=mem_mb,
+                       scan_timeout_s=sorted({scan_timeout(r) for r in refs}))
+    if problem_check_budget_s is not None and any(r.kind == "problem" for r in refs):
+        options["problem_check_budget_s"] = problem_check_budget_s
+    if sandbox:
+        options["sandbox"] = sandbox_state or {"network": "unknown (no workload scanned)"}
     if jobs_note:
         options["jobs_note"] = jobs_note
     return ExtractResult(

@@ -9,7 +9,10 @@
 ``--problems DIR [--scale S]``
     :func:`load_problems` makes one workload per ``*.py`` file in DIR that defines
     ``class Model``, ``get_inputs()`` and ``get_init_inputs()`` (the KernelBench convention).
-    Loading a problem file executes it: it is the user's model, by design.
+    Building a problem executes its file (that is what a problem is). ``steptp extract`` does
+    it only in contained workers (``steptp.measure.sandbox``) and, for folders that are not
+    steptp's own examples (:func:`untrusted_problems`), only with ``--trust``. This module's
+    functions themselves execute the files in the calling process.
 
 Input spec grammar (``parse_inputs``): tensors separated by ``;``, each ``DTYPE[D0,D1,...]`` with
 an optional value range ``@LO:HI``::
@@ -264,14 +267,16 @@ def _scale_int(v: int, scale: float, min_dim: int) -> int:
     return new if v > 0 else -new
 
 
-def scale_globals(module: ModuleType, scale: float, min_dim: int = 16) -> dict[str, tuple[Any, Any]]:
+def scale_globals(module: ModuleType, scale: float, min_dim: int = 16,
+                  keep: frozenset[str] = frozenset()) -> dict[str, tuple[Any, Any]]:
     """Shrink the module-level integer size constants of a problem module in place (rule in the
-    module docstring); returns ``{name: (old, new)}`` for the globals it changed."""
+    module docstring), except the globals named in ``keep``; returns ``{name: (old, new)}`` for
+    the globals it changed."""
     changed: dict[str, tuple[Any, Any]] = {}
     if scale >= 1:
         return changed
     for key, val in list(vars(module).items()):
-        if key.startswith("_") or isinstance(val, bool):
+        if key.startswith("_") or isinstance(val, bool) or key in keep:
             continue
         if isinstance(val, int):
             new: Any = _scale_int(val, scale, min_dim)
@@ -429,13 +434,13 @@ class _Largest(torch.utils._python_dispatch.TorchDispatchMode):
         return out
 
 
-def _instantiate(path: Path, scale: float, min_dim: int, shapes: dict | None = None
-                 ) -> tuple[nn.Module, tuple, dict]:
+def _instantiate(path: Path, scale: float, min_dim: int, shapes: dict | None = None,
+                 keep: frozenset[str] = frozenset()) -> tuple[nn.Module, tuple, dict]:
     module = _load_file_module(path)
     for attr in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(module, attr):
             raise AttributeError(f"problem file {path} defines no {attr}")
-    changed = scale_globals(module, scale, min_dim)
+    changed = scale_globals(module, scale, min_dim, keep)
     init = module.get_init_inputs()
     init = list(init) if isinstance(init, (list, tuple)) else [init]
     model = module.Model(*init)
@@ -456,19 +461,20 @@ class _Probe:
     shapes: list            # input shapes (None for a non-tensor input)
     forward_ok: bool        # the meta forward pass ran (False: unknown or rejected)
     error: str = ""
+    keep: frozenset = frozenset()   # size globals left unscaled
 
 
 def _probe(path: Path, scale: float, min_dim: int, shapes: dict | None = None,
-           device: str = "meta") -> _Probe:
+           device: str = "meta", keep: frozenset[str] = frozenset()) -> _Probe:
     """Build the problem on the ``meta`` device (shapes only, nothing allocated) and run its
     forward pass there, recording the largest tensor. ``largest`` is -1 when the problem does
     not even build at this scale. ``device="cpu"`` builds it for real (problems whose
     construction needs data)."""
     with torch.random.fork_rng(devices=[]), torch.device(device):
         try:
-            model, inputs, _ = _instantiate(path, scale, min_dim, shapes)
+            model, inputs, _ = _instantiate(path, scale, min_dim, shapes, keep)
         except Exception as e:  # noqa: BLE001 - e.g. a divisibility check in __init__
-            return _Probe(scale, -1, [], False, f"{type(e).__name__}: {e}"[:200])
+            return _Probe(scale, -1, [], False, f"{type(e).__name__}: {e}"[:200], keep)
         tensors = [t for t in (*model.parameters(), *model.buffers(), *inputs)
                    if isinstance(t, torch.Tensor)]
         largest = max((t.numel() for t in tensors), default=0)
@@ -478,9 +484,9 @@ def _probe(path: Path, scale: float, min_dim: int, shapes: dict | None = None,
             with torch.no_grad(), mode:
                 model.eval()(*[x.to(device) if isinstance(x, torch.Tensor) else x
                                for x in inputs])
-            return _Probe(scale, max(largest, mode.n), shp, True)
+            return _Probe(scale, max(largest, mode.n), shp, True, keep=keep)
         except Exception as e:  # noqa: BLE001 - data-dependent or meta-less operators
-            return _Probe(scale, largest, shp, False, f"{type(e).__name__}: {e}"[:200])
+            return _Probe(scale, largest, shp, False, f"{type(e).__name__}: {e}"[:200], keep)
 
 
 def _ladder() -> list[float]:
@@ -493,10 +499,11 @@ def _ladder() -> list[float]:
 
 
 def _shrink_inputs(path: Path, base: _Probe, limit: int, min_dim: int
-                   ) -> tuple[dict[tuple, tuple], _Probe] | None:
+                   ) -> tuple[dict[tuple, tuple], _Probe]:
     """Halve batch (dim 0) and spatial (dims 2.. of 3-D and larger) input dimensions, one size
     at a time and jointly across inputs that share it, keeping a step only if the meta forward
-    pass accepts it, until the largest tensor fits ``limit``. None: no such shapes found."""
+    pass accepts it, until the largest tensor fits ``limit`` or no step is accepted: returns the
+    smallest shapes reached (their largest tensor may still exceed ``limit``)."""
     shapes = {s: s for s in base.shapes if s is not None}
     cur, dead = base, set()
     while cur.largest > limit:
@@ -506,11 +513,12 @@ def _shrink_inputs(path: Path, base: _Probe, limit: int, min_dim: int
                 if v > 1 and (d == 0 or (len(shp) >= 3 and d >= 2)) and (d, v) not in dead:
                     cands.append((v, d))
         if not cands:
-            return None
+            break
         v, d = max(cands)
         trial = {o: (n[:d] + ((v + 1) // 2,) + n[d + 1:] if len(n) > d and n[d] == v else n)
                  for o, n in shapes.items()}
-        p = _probe(path, base.scale, min_dim, {o: n for o, n in trial.items() if o != n})
+        p = _probe(path, base.scale, min_dim, {o: n for o, n in trial.items() if o != n},
+                   keep=base.keep)
         if p.forward_ok and p.largest < cur.largest:
             shapes, cur = trial, p
         else:
@@ -571,40 +579,116 @@ class _BoundArgs(nn.Module):
                             for i in range(self.n)])
 
 
+def _scaled_names(path: Path, scale: float, min_dim: int) -> list[str]:
+    """The size globals that scaling by ``scale`` changes, in the file's order."""
+    return list(scale_globals(_load_file_module(path), scale, min_dim))
+
+
+def _keep_for(path: Path, scale: float, min_dim: int, accepts: Callable[[_Probe], bool],
+              shapes: dict | None = None) -> frozenset[str] | None:
+    """The size globals to leave unscaled so that the problem builds and runs at ``scale``
+    (decided on the meta device), or None when only leaving all of them does. A model built
+    for one input size (Swin's ``assert H == img_size``) or one whose channels must divide a
+    group count (ShuffleNet) rejects some globals at some factors; the rest still scale.
+    First one global alone (the usual culprit), then, from all of them kept, each one scaled
+    again while the model accepts it: at most twice as many probes as globals."""
+    names = _scaled_names(path, scale, min_dim)
+    if not names:
+        return None
+    for n in names:
+        if accepts(_probe(path, scale, min_dim, shapes, keep=frozenset({n}))):
+            return frozenset({n})
+    keep = set(names)
+    if not accepts(_probe(path, scale, min_dim, shapes, keep=frozenset(keep))):
+        return None
+    for n in names:
+        if accepts(_probe(path, scale, min_dim, shapes, keep=frozenset(keep - {n}))):
+            keep.discard(n)
+    return frozenset(keep) if len(keep) < len(names) else None
+
+
 def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes: dict
-                ) -> list[tuple[float, dict]]:
-    """The (factor, input-shape rewrites) to build a problem at, in order of preference,
-    decided on the meta device before anything is allocated."""
+                ) -> list[tuple[float, dict, frozenset]]:
+    """The (factor, input-shape rewrites, size globals kept unscaled) to build a problem at, in
+    order of preference, decided on the meta device before anything is allocated."""
+    none: frozenset[str] = frozenset()
+    if scale.kind == "factor" and scale.value < 1:
+        p = _probe(path, scale.value, min_dim)
+        if p.forward_ok:  # the usual case: the smaller fallbacks need no probe
+            notes["_largest"] = {(scale.value, none): p.largest}
+            return [(s, {}, none) for s in (scale.value, scale.value / 2, scale.value / 4)]
+    # a rejection on the meta device only means something when the unscaled model runs there
+    # (a model with data-dependent or meta-less operators fails its meta forward pass anyway)
+    full = _probe(path, 1.0, min_dim)
+    meta_forward = full.forward_ok
+
+    def accepts(p: _Probe) -> bool:
+        return p.largest >= 0 and (p.forward_ok or not meta_forward)
+
     if scale.kind == "factor":
         s = scale.value
-        out = [(s, {})]
+        out = [(s, {}, none)]
+        p = full if s >= 1 else p
         if s < 1:
-            for c in (math.sqrt(s), s / 2, s / 4, 1.0):
-                if c > s:  # a larger size only while its largest tensor stays under the cap
-                    p = _probe(path, c, min_dim)
-                    if not 0 <= p.largest <= max_elements:
-                        notes.setdefault("not_tried", []).append(
-                            f"scale {c:g}: largest tensor "
-                            f"{'unknown' if p.largest < 0 else p.largest} elements, over the "
-                            f"cap of {max_elements}")
-                        continue
-                out.append((c, {}))
-        p = _probe(path, s, min_dim)
+            for c in (math.sqrt(s), s / 2, s / 4):
+                q = _probe(path, c, min_dim)
+                if c > s and not 0 <= q.largest <= max_elements:
+                    # a larger size only while its largest tensor stays under the cap
+                    notes.setdefault("not_tried", []).append(
+                        f"scale {c:g}: " + (f"does not build ({q.error})" if q.largest < 0 else
+                                            f"largest tensor {q.largest} elements, over the "
+                                            f"cap of {max_elements}"))
+                    continue
+                if meta_forward and not accepts(q):
+                    continue  # rejected on the meta device: a real build would fail the same way
+                out.append((c, {}, none))
+            if not accepts(p):
+                keep = _keep_for(path, s, min_dim, accepts)
+                if keep:
+                    q = _probe(path, s, min_dim, keep=keep)
+                    if 0 <= q.largest <= max_elements:
+                        out.append((s, {}, keep))
+                        notes.setdefault("_largest", {})[(s, keep)] = q.largest
+                        notes["partial_scaling"] = (
+                            f"at scale {s:g} the model rejects {', '.join(sorted(keep))} scaled "
+                            f"({p.error or 'no forward pass'}): kept unscaled")
+            if not 0 <= full.largest <= max_elements:
+                notes.setdefault("not_tried", []).append(
+                    f"scale 1: largest tensor "
+                    f"{'unknown' if full.largest < 0 else full.largest} elements, over the "
+                    f"cap of {max_elements}")
+            else:
+                out.append((1.0, {}, none))
         if p.largest >= 0:
-            notes["largest_elements"] = p.largest
+            notes.setdefault("_largest", {})[(s, none)] = p.largest
         return out
     limit = int(scale.value) if scale.kind == "elements" else max_elements
     ladder = _ladder()
     base, same = None, 0
+    keep: frozenset[str] = none
     for i, c in enumerate(ladder):
-        p = _probe(path, c, min_dim)
+        p = full if c == 1.0 else _probe(path, c, min_dim)
+        if c < 1 and not accepts(p):
+            # the model rejects some scaled size: scale only the globals it allows
+            q = _probe(path, c, min_dim, keep=keep) if keep else None
+            if q is None or not accepts(q):
+                k = _keep_for(path, c, min_dim, accepts)
+                q = _probe(path, c, min_dim, keep=k) if k else None
+                keep = k or keep
+            if q is not None and accepts(q):
+                p = q
+                notes["partial_scaling"] = (
+                    f"at scale {c:g} the model rejects {', '.join(sorted(q.keep))} scaled: "
+                    f"kept unscaled")
         if p.largest < 0:
             continue
-        if p.largest <= limit:
-            notes["largest_elements"] = p.largest
-            return [(c, {})] + [(x, {}) for x in ladder[i + 1:i + 3]]
+        if p.largest <= limit and accepts(p):
+            notes.setdefault("_largest", {})[(c, p.keep)] = p.largest
+            if not p.keep:
+                notes.pop("partial_scaling", None)
+            return [(c, {}, p.keep)] + [(x, {}, p.keep) for x in ladder[i + 1:i + 3]]
         same = same + 1 if base is not None and p.largest == base.largest else 0
-        if base is None or p.largest <= base.largest:
+        if base is None or (p.largest <= base.largest and accepts(p)):
             base = p
         if same >= 3:  # the size globals do not move the largest tensor: literal sizes
             break
@@ -622,21 +706,28 @@ def _candidates(path: Path, scale: Scale, min_dim: int, max_elements: int, notes
         if best is None:
             raise RuntimeError(f"{path.name}: does not build at any factor from 1 down to "
                                f"{MIN_FACTOR:g} within {limit} elements (on the meta device: "
-                               f"{_probe(path, 1.0, min_dim).error})")
-        notes["largest_elements"] = best.largest
+                               f"{full.error})")
+        notes.setdefault("_largest", {})[(best.scale, none)] = best.largest
         notes["probed_on"] = "cpu"
-        return [(best.scale, {})]
-    shrunk = _shrink_inputs(path, base, limit, min_dim)
-    if shrunk is None:
-        raise RuntimeError(
-            f"{path.name}: cannot fit the largest tensor into {limit} elements: {base.largest} "
-            f"at factor {base.scale:g} (sizes written as literals that neither scaling the size "
-            f"globals nor halving batch and spatial input dimensions reaches"
-            + (f"; the meta forward pass failed: {base.error}" if base.error else "") + ")")
-    shapes, p = shrunk
-    notes["shrunk_inputs"] = [[list(o), list(n)] for o, n in sorted(shapes.items())]
-    notes["largest_elements"] = p.largest
-    return [(base.scale, shapes)]
+        return [(best.scale, {}, none)]
+    if not base.keep:
+        notes.pop("partial_scaling", None)
+    shapes, p = _shrink_inputs(path, base, limit, min_dim)
+    if p.largest > limit:
+        why = (f"{path.name}: cannot fit the largest tensor into {limit} elements: {p.largest} "
+               f"at factor {base.scale:g} (sizes written as literals that neither scaling the "
+               f"size globals nor halving batch and spatial input dimensions reaches"
+               + (f"; the meta forward pass failed: {base.error}" if base.error else "") + ")")
+        if p.largest > max_elements or not accepts(p):
+            raise RuntimeError(why + f", and over the cap of {max_elements} elements"
+                               if p.largest > max_elements else why)
+        # the smallest the model accepts, within the cap: extracted there, the miss recorded
+        notes["target_missed"] = (f"the smallest size the model accepts has a largest tensor of "
+                                  f"{p.largest} elements, over the target {limit}")
+    if shapes:
+        notes["shrunk_inputs"] = [[list(o), list(n)] for o, n in sorted(shapes.items())]
+    notes.setdefault("_largest", {})[(base.scale, base.keep)] = p.largest
+    return [(base.scale, shapes, base.keep)]
 
 
 def problem_workload(path: str | Path, scale: "float | str | Scale" = 1.0,
@@ -656,8 +747,8 @@ def problem_workload(path: str | Path, scale: "float | str | Scale" = 1.0,
     meta: dict[str, Any] = {"source": str(path), "applied_scale": {}, "scaled_globals": {},
                             "scale_used": {}}
 
-    def attempt(s: float, shapes: dict, validate: bool):
-        model, inputs, changed = _instantiate(path, s, min_dim, shapes)
+    def attempt(s: float, shapes: dict, keep: frozenset, validate: bool):
+        model, inputs, changed = _instantiate(path, s, min_dim, shapes, keep)
         model, inputs, notes = _materialize(model, inputs)
         if validate or notes:
             try:
@@ -669,7 +760,7 @@ def problem_workload(path: str | Path, scale: "float | str | Scale" = 1.0,
                 if "scalar_inputs" not in notes:
                     raise
                 # the float is used as a Python number (a size, a branch): bind it instead
-                model, inputs, changed = _instantiate(path, s, min_dim, shapes)
+                model, inputs, changed = _instantiate(path, s, min_dim, shapes, keep)
                 model, inputs, notes = _materialize(model, inputs, floats_as_constants=True)
                 with torch.no_grad():
                     model.eval()(*inputs)
@@ -682,13 +773,14 @@ def problem_workload(path: str | Path, scale: "float | str | Scale" = 1.0,
         notes: dict[str, Any] = {"form": str(want)}
         cands = _candidates(path, want, min_dim, max_elements, notes)
         if want.kind == "seconds":
-            s0, sh0 = cands[0]
-            cands = [_fit_time(path, want.value, s0, sh0, min_dim, rng_state, notes)] + cands[1:]
+            s0, sh0, k0 = cands[0]
+            cands = [_fit_time(path, want.value, s0, sh0, min_dim, rng_state, notes, k0)] \
+                + cands[1:]
         errors = []
-        for s, shapes in cands:
+        for s, shapes, keep in cands:
             torch.random.set_rng_state(rng_state)
             try:
-                model, inputs, changed, mnotes = attempt(s, shapes, s < 1 or bool(shapes))
+                model, inputs, changed, mnotes = attempt(s, shapes, keep, s < 1 or bool(shapes))
                 break
             except Exception as e:  # noqa: BLE001 - try the next candidate
                 if s >= 1 and want.kind == "factor" and want.value >= 1:
@@ -697,8 +789,16 @@ def problem_workload(path: str | Path, scale: "float | str | Scale" = 1.0,
         else:
             raise RuntimeError(f"{path}: could not build at any scale tried: {errors}"
                                + (f"; {notes['not_tried']}" if notes.get("not_tried") else ""))
+        # the largest tensor, where the meta probe measured the candidate that was built
+        largest = notes.pop("_largest", {}).get((s, keep))
+        if largest is not None:
+            notes["largest_elements"] = largest
         meta["applied_scale"][size] = s if changed else 1.0
         meta["scaled_globals"][size] = {k: v[1] for k, v in changed.items()}
+        if keep and changed:
+            notes["kept_globals"] = sorted(keep)
+        else:
+            notes.pop("partial_scaling", None)
         notes.update(mnotes)
         notes["factor"] = meta["applied_scale"][size]
         notes["input_shapes"] = [list(x.shape) for x in inputs]
@@ -716,13 +816,13 @@ def problem_workload(path: str | Path, scale: "float | str | Scale" = 1.0,
 
 
 def _fit_time(path: Path, seconds: float, s: float, shapes: dict, min_dim: int, rng_state,
-              notes: dict) -> tuple[float, dict]:
+              notes: dict, keep: frozenset = frozenset()) -> tuple[float, dict, frozenset]:
     """Halve the factor until one PyTorch forward pass (after a warm-up) takes ``seconds``."""
     import time
 
     while True:
         torch.random.set_rng_state(rng_state)
-        model, inputs, _ = _instantiate(path, s, min_dim, shapes)
+        model, inputs, _ = _instantiate(path, s, min_dim, shapes, keep)
         model, inputs, _ = _materialize(model, inputs)
         with torch.no_grad():
             model.eval()(*inputs)
@@ -731,8 +831,25 @@ def _fit_time(path: Path, seconds: float, s: float, shapes: dict, min_dim: int, 
             took = time.perf_counter() - t0
         notes["forward_seconds"] = round(took, 6)
         if took <= seconds or s / 2 < MIN_FACTOR:
-            return s, shapes
+            return s, shapes, keep
         s /= 2
+
+
+#: folders of problem files that ship with steptp's source (its own examples and test
+#: fixtures): ``steptp extract --problems`` runs these without ``--trust``
+OWN_PROBLEM_FOLDERS = ("benchmarks/problems", "tests/fixtures")
+
+
+def untrusted_problems(directory: str | Path, pattern: str = "*.py") -> list[Path]:
+    """The problem files in ``directory`` that are not steptp's own examples (folders under
+    ``OWN_PROBLEM_FOLDERS`` of the source tree steptp was imported from, symbolic links
+    resolved): running them needs the user's explicit trust."""
+    root = Path(__file__).resolve().parents[2]
+    own = [(root / f).resolve() for f in OWN_PROBLEM_FOLDERS]
+    d = Path(directory).resolve()
+    files = sorted(p for p in d.glob(pattern) if p.is_file() and is_problem_file(p))
+    return [p for p in files
+            if not any(p.resolve().is_relative_to(o) for o in own)]
 
 
 def load_problems(directory: str | Path, scale: "float | str | Scale" = 1.0,

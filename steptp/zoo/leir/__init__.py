@@ -277,7 +277,8 @@ def load_path(path: str | Path, check_sizes: tuple[str, ...] = ()) -> list[LeirT
 
 
 def builtin() -> list[LeirTemplate]:
-    """The zoo's templates (``steptp/zoo/leir/*.leir``), sorted by name."""
+    """The zoo's templates (``steptp/zoo/leir/*.leir``), sorted by name; the ``examples/``
+    folder beside them is ``steptp.examples``, not part of the suite."""
     out = []
     for f in sorted(resources.files(__package__).iterdir(), key=lambda f: f.name):
         if f.name.endswith(".leir"):

@@ -1,4 +1,5 @@
-"""THE entry point other stages call to verify and time kernels: ``Measurer``.
+"""The runner of this machine, THE entry point other stages call to verify and time kernels:
+``Measurer`` (the ``base.Runner`` interface; its requests and outcomes are ``base``'s).
 
     with Measurer(target, MeasureConfig(), cache=True, jobs=4) as m:
         verdicts = m.verify_many([(before_leir, after_leir, "exact"), ...])
@@ -11,13 +12,14 @@
 * build once: a candidate is compiled once, in one of ``jobs`` workers, verified there (with one
   TVM thread; the reference outputs of a kernel are computed once per worker and seed), and
   its timing is sent to that same worker, which times the module it already holds with
-  ``config.num_threads`` threads (``steptp.measure.tasks``); a program nobody verified here is
-  built by the worker that times it;
+  ``config.num_threads`` threads (``steptp.measure.runner.tasks``); a program nobody verified
+  here is built by the worker that times it;
 * timings on one machine are serialized even across processes and Measurers: a timing holds
   the per-device file lock (``<lock dir>/<device>.lock``) exclusively, and compilation plus
   verification hold it shared, so they run in parallel with each other but never on the cores
-  during a timing (``device_lock``). With an ``RPCBackend`` the timing runs on a remote device
-  (the tracker hands each device to one timing at a time) and local work takes no lock;
+  during a timing (``device_lock``). With an ``RPCBackend`` (``runner.rpc``) the timing runs
+  on a remote device (the tracker hands each device to one timing at a time) and local work
+  takes no lock;
 * only real answers are cached: verdicts the verifier reached and successful timings; a timeout
   or crash is not (it may be transient) and is retried next time.
 """
@@ -25,87 +27,25 @@
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
 import os
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
-from ..lru import LRU
-from ..records import Timing
-from ..tir.target import Target
-from .cache import Cache, program_hash
-from .fingerprint import Fingerprint, current
-from .programs import MeasureError
-from .timing import MeasureConfig
-from .verify import DEFAULT_SEEDS, RULE_VERSION, TOLERANCES, VerifyResult, tolerance
-from .worker import WorkerError, WorkerPool, WorkerResult, current_shelf
-
-
-# ---------------------------------------------------------------------------- requests / results
-@dataclass(frozen=True)
-class VerifyJob:
-    """Verify that ``after`` (the candidate) computes what ``before`` (the reference) does."""
-
-    before: str
-    after: str
-    exactness: str = "exact"
-    seeds: tuple[int, ...] = DEFAULT_SEEDS
-
-    @property
-    def config_hash(self) -> str:
-        blob = json.dumps({"exactness": self.exactness, "seeds": list(self.seeds),
-                           "tolerances": TOLERANCES.get(self.exactness),
-                           "rule": RULE_VERSION}, sort_keys=True)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
-
-
-class VerifyOutcome(BaseModel):
-    """A verdict. ``status``: ok (the verifier ran: see ``result.passed``) | error | timeout |
-    crash (the worker failed: ``result.passed`` is False and ``result.reason`` says why)."""
-
-    model_config = ConfigDict(extra="forbid")
-    result: VerifyResult
-    status: str = "ok"
-    cached: bool = False
-    wall_s: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return self.result.passed
-
-    @property
-    def reason(self) -> Optional[str]:
-        return self.result.reason
-
-
-class TimingOutcome(BaseModel):
-    """A timing, or why there is none. ``status``: ok | error (does not parse/build/run) |
-    timeout | crash."""
-
-    model_config = ConfigDict(extra="forbid")
-    program_hash: str = ""
-    timing: Optional[Timing] = None
-    status: str = "ok"
-    reason: Optional[str] = None
-    cached: bool = False
-    fingerprint: str = ""
-    wall_s: float = 0.0
-    #: the timing ended after its first repeats: clearly slower than the reference it was
-    #: asked to beat (``time_many``'s ``stop_if_slower_than``); never cached
-    stopped_early: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.timing is not None
+from ...lru import LRU
+from ...records import Timing
+from ...tir.target import Target
+from ..cache import Cache, program_hash
+from ..fingerprint import Fingerprint, current
+from ..programs import MeasureError
+from ..timing import MeasureConfig
+from ..verify import DEFAULT_SEEDS, VerifyResult, tolerance
+from ..worker import WorkerError, WorkerPool, WorkerResult, current_shelf
+from .base import TimingOutcome, VerifyJob, VerifyOutcome
 
 
 # ---------------------------------------------------------------------------- device lock
@@ -154,9 +94,9 @@ def _canonical_leir(program: Any, ph: str) -> str | None:
     TVMScript, whose features the cost model cannot read."""
     if not ph.startswith("leir:"):
         return None
-    from ..leir import ast as A
-    from ..leir import parse
-    from ..leir.canon import canonical_text
+    from ...leir import ast as A
+    from ...leir import parse
+    from ...leir.canon import canonical_text
 
     if isinstance(program, A.Program):
         return canonical_text(program)
@@ -194,7 +134,7 @@ class Measurer:
         if isinstance(target, dict):
             target = Target.from_dict(target)
         if target is None:
-            from ..tir.build import default_target
+            from ...tir.build import default_target
 
             target = default_target()
         self.target: Target = target
@@ -262,7 +202,7 @@ class Measurer:
             if kind == "verify":
                 if self._verify_pool is None:
                     # started with the timing thread count: a worker verifies with one thread
-                    # and times (what it built) with all of them (steptp.measure.tasks)
+                    # and times (what it built) with all of them (steptp.measure.runner.tasks)
                     self._verify_pool = self._new_pool(self.jobs, self.verify_timeout_s)
                 return self._verify_pool
             if self._time_pool is None:
@@ -405,7 +345,7 @@ class Measurer:
     def peaks(self):
         """The machine's calibrated peaks (``steptp.measure.roofline``), measured on first use."""
         if self._peaks is None:
-            from .roofline import load_or_calibrate
+            from ..roofline import load_or_calibrate
 
             self._peaks = load_or_calibrate(self, self._roofline_dir()) or False
         return self._peaks or None
@@ -417,7 +357,7 @@ class Measurer:
         """A timing below the speed of light is kept, marked suspect, with the reason. Before
         the first such verdict the peaks are calibrated again (the saved calibration may have
         been taken on a busy machine)."""
-        from .roofline import load_or_calibrate, suspect_reason
+        from ..roofline import load_or_calibrate, suspect_reason
 
         why = suspect_reason(program, oc.timing.median_s, self.peaks)
         if why is not None and not self._recalibrated:
@@ -579,5 +519,4 @@ def measure_isolated(program: str, target=None, config: MeasureConfig | None = N
     return out.timing
 
 
-__all__ = ["Measurer", "measure_isolated", "VerifyJob", "VerifyOutcome", "TimingOutcome",
-           "device_lock", "device_name", "lock_dir"]
+__all__ = ["Measurer", "measure_isolated", "device_lock", "device_name", "lock_dir"]

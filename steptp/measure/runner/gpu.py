@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import socket
-import struct
 import tarfile
 import tempfile
 import time
@@ -40,18 +39,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..leir import ast as A
-from ..leir import parse
-from ..leir.canon import canonical_text
-from ..leir.races import thread_races
-from ..tir import build as B
-from ..tir.cuda_artifact import CudaLimits, build_artifact
-from ..tir.target import Target
-from .cache import Cache, program_hash
-from .error_bound import error_bounds
-from .verify import ERROR_BOUND_FACTOR, RULE_VERSION, TOLERANCES, random_inputs
+from ...gpu_runner.runner import PROTOCOL, recv_frame, send_frame
+from ...leir import ast as A
+from ...leir import parse
+from ...leir.canon import canonical_text
+from ...leir.races import thread_races
+from ...tir import build as B
+from ...tir.cuda_artifact import CudaLimits, build_artifact
+from ...tir.target import Target
+from ..cache import Cache, program_hash
+from ..error_bound import error_bounds
+from ..verify import ERROR_BOUND_FACTOR, RULE_VERSION, TOLERANCES, random_inputs
 
-PROTOCOL = 1
 #: What the runner's timing protocol defaults to (warm-up calls, CUDA-event repeats).
 DEFAULT_TIMING = {"warmup": 3, "repeats": 20}
 
@@ -264,20 +263,9 @@ class TcpBackend:
                     tf.add(p, arcname=str(p.relative_to(job_dir)), recursive=False)
         data = buf.getvalue()
         with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as s:
-            s.sendall(struct.pack("!Q", len(data)) + data)
-            (n,) = struct.unpack("!Q", _recv_exact(s, 8))
-            res = json.loads(_recv_exact(s, n))
+            send_frame(s, data)
+            res = json.loads(recv_frame(s))
         return _checked(res, f"runner at {self.host}:{self.port}")
-
-
-def _recv_exact(sock, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(min(1 << 20, n - len(out)))
-        if not chunk:
-            raise ConnectionError("the runner closed the connection mid-message")
-        out += chunk
-    return bytes(out)
 
 
 def _checked(res: dict, where: str) -> dict:

@@ -16,12 +16,12 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from ..tir.target import Target
+from ...tir.target import Target
 
 
 def _target(d: dict[str, Any] | None) -> Target:
     if d is None:
-        from ..tir.build import default_target
+        from ...tir.build import default_target
 
         return default_target()
     return Target.from_dict(d)
@@ -29,8 +29,8 @@ def _target(d: dict[str, Any] | None) -> Target:
 
 def verify_task(payload: dict[str, Any]) -> dict[str, Any]:
     """``verify(candidate=after, reference=before)`` -> ``VerifyResult.model_dump()``."""
-    from .programs import load_kernel
-    from .verify import DEFAULT_SEEDS, verify
+    from ..programs import load_kernel
+    from ..verify import DEFAULT_SEEDS, verify
 
     t0 = time.perf_counter()
     res = verify(load_kernel(payload["after"]), load_kernel(payload["before"]),
@@ -41,7 +41,7 @@ def verify_task(payload: dict[str, Any]) -> dict[str, Any]:
 
 def time_task(payload: dict[str, Any]) -> dict[str, Any]:
     """``measure(program)`` -> ``{"timing": Timing.model_dump(), "num_threads": ..., ...}``."""
-    from .timing import MeasureConfig, measure
+    from ..timing import MeasureConfig, measure
 
     t0 = time.perf_counter()
     config = MeasureConfig(**payload["config"])
@@ -83,10 +83,10 @@ def build_verify_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Build the candidate ``after`` once, verify it against ``before`` (whose reference outputs
     this worker computes once per seed), keep the built module for its timing. Returns the
     ``VerifyResult`` dump and the seconds of each stage (``reference_s``: 0 when reused)."""
-    from ..leir import ast as A
-    from ..tir import build as B
-    from .programs import load_kernel
-    from .verify import DEFAULT_SEEDS, References, VerifyResult, _params_of, static_problem, verify
+    from ...leir import ast as A
+    from ...tir import build as B
+    from ..programs import load_kernel
+    from ..verify import DEFAULT_SEEDS, References, VerifyResult, _params_of, static_problem, verify
 
     _threads(int(payload.get("verify_threads", 1)))
     target = _target(payload.get("target"))
@@ -142,8 +142,8 @@ def _stop(spec: dict[str, Any] | None):
     SignificanceRule fields}``."""
     if not spec:
         return None
-    from ..records import Timing
-    from .significance import SignificanceRule
+    from ...records import Timing
+    from ..significance import SignificanceRule
 
     ref = Timing(**spec["timing"])
     rule = SignificanceRule(**spec.get("rule", {}))
@@ -154,7 +154,7 @@ def time_built_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Time ``program`` with the module ``build_verify_task`` built for it in this worker (built
     again when this worker does not hold it: restarted, or evicted); ``hint_s``: about its
     seconds per call (``timing.hinted``)."""
-    from .timing import MeasureConfig, measure
+    from ..timing import MeasureConfig, measure
 
     config = MeasureConfig(**payload["config"])
     _threads(config.num_threads)

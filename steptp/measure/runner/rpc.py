@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from ..records import Timing
-from ..tir.target import Target
-from .fingerprint import Fingerprint, tvm_versions
-from .programs import MeasureError, load_kernel
-from .timing import MeasureConfig, timed
+from ...records import Timing
+from ...tir.target import Target
+from ..fingerprint import Fingerprint, tvm_versions
+from ..programs import MeasureError, load_kernel
+from ..timing import MeasureConfig, timed
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ def rpc_measure(program: Any, target: Target | dict | None, config: MeasureConfi
     process; ``Measurer(backend=...)`` isolates it in a worker)."""
     import tvm
 
-    from ..tir import build as B
-    from .verify import random_inputs
+    from ...tir import build as B
+    from ..verify import random_inputs
 
     config = config or MeasureConfig()
     if isinstance(target, dict):
