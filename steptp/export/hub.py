@@ -125,7 +125,7 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str]
     from ..leir import format_program, parse
     from ..leir.canon import canonical_hash
     from ..records import step_key
-    from ..strategies import worse
+    from ..exactness import worse
     from ..format import chat
     from ..format.tokens import n_tokens
 

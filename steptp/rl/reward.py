@@ -12,7 +12,7 @@ Two strengths, one judge (``steptp.eval.judge``):
   result; it scores by the first check that fails (``SCORES``). Parsing speed, in process.
 * ``MeasuredReward`` (measured): the same, then the judge builds the program, verifies it
   against the ORIGINAL kernel within the path's exactness class and times it (a
-  :class:`~steptp.measure.service.Measurer`: its cache, its worker count and memory limit). A
+  :class:`~steptp.measure.Measurer`: its cache, its worker count and memory limit). A
   verified program adds log2 of its step speedup over the state, clipped to ±1.
 
 Completions are untrusted model output: each is cut to ``MAX_CHARS`` before any parsing, and
@@ -118,7 +118,7 @@ def reward(prompts: Optional[Sequence[Any]] = None, completions: Sequence[Any] =
 class MeasuredReward:
     """TRL reward function (measured strength): ``MeasuredReward(measurer)(prompts, completions,
     **columns)``. Builds, verifies and times through ``measurer`` (a
-    :class:`~steptp.measure.service.Measurer`; its cache makes a repeated program free, its
+    :class:`~steptp.measure.Measurer`; its cache makes a repeated program free, its
     ``jobs`` and ``memory_limit_mb`` bound the workers). Without one it opens its own with
     ``jobs``, ``memory_limit_mb`` and ``cache``, and :meth:`close` closes it."""
 
@@ -130,7 +130,7 @@ class MeasuredReward:
 
         self._own = measurer is None
         if measurer is None:
-            from ..measure.service import Measurer
+            from ..measure.runner.local import Measurer
 
             measurer = Measurer(config=config, cache=cache, jobs=jobs, memory_limit_mb=memory_limit_mb)
         self.measurer = measurer
