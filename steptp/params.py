@@ -271,6 +271,8 @@ class Settings(Section):
 
     name: str = Field("steptp", description="the release id is <name>-<version>")
     version: str = Field("0", description="the release version (a nightly's follows nightly.version)")
+    license: str = Field("other", description="the dataset card's license, a Hub license id (e.g. cc-by-4.0); "
+                                              "the publisher sets it")
     seed: int = Field(0, description="the seed of every stage that does not set its own")
     extract: Extract = Field(default_factory=Extract)
     search: Search = Field(default_factory=Search)

@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Literal, Optional
+from typing import Any, ClassVar, Iterable, Literal, Optional, Sequence
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -159,6 +159,33 @@ def step_key(step: StepRecord) -> str:
                                      step.after_leir))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+
+
+FAILED_OUTCOMES = frozenset({"failed_verify", "failed_build", "timeout", "crashed", "illegal"})
+
+
+def measured(s: StepRecord) -> bool:
+    """Whether the step's after-program was built, verified and timed: only such a program is a
+    search state that later steps start from."""
+    return (s.verified and s.outcome not in FAILED_OUTCOMES and s.before is not None
+            and s.after is not None and s.before.median_s > 0 and s.after.median_s > 0)
+
+
+def parent_links(steps: Sequence[StepRecord]) -> dict[int, int]:
+    """Index of each row's parent row: the measured row of the same trajectory, one level up,
+    whose after-program is this row's before-program (the first such row when a program was
+    reached twice). Rows at a root are absent. The one definition of a search tree's edges
+    (curation's roles and the release's ``parent_step_key`` both read it)."""
+    by_after: dict[tuple[str, str, int], int] = {}
+    for i, s in enumerate(steps):
+        if measured(s):
+            by_after.setdefault((s.trajectory_id, s.after_leir, s.step_index + 1), i)
+    out: dict[int, int] = {}
+    for i, s in enumerate(steps):
+        p = by_after.get((s.trajectory_id, s.before_leir, s.step_index))
+        if p is not None and p != i:
+            out[i] = p
+    return out
 
 class TrajectoryRecord(_Record):
     JSON_FIELDS: ClassVar[tuple[str, ...]] = ("strategies",)

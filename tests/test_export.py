@@ -167,14 +167,15 @@ def dataset_args():
 @pytest.mark.slow
 def test_card_loading_snippet_runs_with_datasets(release):
     """The card's loading snippet, executed as a user would (in the release folder), with the
-    Hugging Face ``datasets`` library and polars; the pairs load as a DPO dataset."""
+    Hugging Face ``datasets`` library (the folder by its card's configs) and polars; the pairs
+    load as a DPO dataset."""
     import os
     import re
 
     d, res, stats = release
     stage = d / "stage"
     card = (stage / "README.md").read_text()
-    code = re.search(r"## Loading\n\n```python\n(.*?)```", card, re.S).group(1)
+    code = re.search(r"## Loading\n.*?```python\n(.*?)```", card, re.S).group(1)
     cwd = os.getcwd()
     ns: dict = {}
     try:
@@ -191,7 +192,7 @@ def test_card_loading_snippet_runs_with_datasets(release):
     row = tr[0]
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
     assert [m["role"] for m in row["chosen"]] == [m["role"] for m in row["rejected"]] == ["assistant"]
-    assert len(ns["steps"]) == stats["counts"]["searched_steps"]
+    assert sum(len(ns["steps"][s]) for s in ns["steps"]) == stats["counts"]["searched_steps"]
     assert len(ns["train"]) == stats["counts"]["examples_per_split"]["train"]
 
 

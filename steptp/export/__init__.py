@@ -9,6 +9,8 @@
       data/trajectories.parquet  TrajectoryRecord rows + `split`
       data/rejects.parquet   RejectRecord rows (every dropped step and why)
       chat/{train,validation,test}.jsonl   the chat format (``steptp.format.chat``)
+      chat/pairs-{split}.jsonl             preference pairs (``steptp.export.pairs``)
+      configs/<config>/<split>.parquet     the ``datasets`` configs the card declares (``steptp.export.hub``)
       plots/*.png            strategy histogram, speedup and token distributions
       data_docs/             Great Expectations Data Docs (written by ``steptp validate``)
 

@@ -6,7 +6,8 @@ One JSON object per line in the conversational preference format TRL's ``DPOTrai
      "chosen":   [{"role": "assistant", "content": "<think>...</think>\\n{answer}"}],
      "rejected": [{"role": "assistant", "content": ...}],
      "meta": {"pair_key", "kernel_id", "split", "chosen_step_key", "rejected_step_key",
-              "chosen_role", "rejected_role", "rejected_why", "chosen_best_speedup", ...}}
+              "chosen_role", "rejected_role", "rejected_why", "chosen_best_speedup",
+              "parent_step_key", "tokens": {"prompt", "chosen", "rejected"}, ...}}
 
 ``prompt`` is exactly the system and user turns of ``steptp.format.chat`` for the shared
 before-program; ``chosen``/``rejected`` are assistant turns in the same format. Which pairs exist
@@ -19,14 +20,18 @@ import json
 from typing import Any, Mapping
 
 from ..format import chat
+from ..format.tokens import n_tokens
 from ..records import StepRecord
 
 PAIRS_FORMAT = "steptp-pairs-1"
 
 
 def pair_example(pair: Mapping[str, Any], chosen: StepRecord, rejected: StepRecord, hardware: str = "",
-                 split: str = "") -> dict[str, Any]:
+                 split: str = "", parent_step_key: str | None = None) -> dict[str, Any]:
+    """``parent_step_key``: the step whose after-program is the shared before-program (None at
+    the unscheduled kernel), so a pair joins the search tree by key."""
     msgs = chat.messages(chosen, hardware)
+    c_turn, r_turn = chat.assistant_turn(chosen), chat.assistant_turn(rejected)
     meta = {"format": PAIRS_FORMAT, "pair_key": pair["pair_key"], "kernel_id": chosen.kernel_id,
             "split": split, "trajectory_id": chosen.trajectory_id, "step_index": chosen.step_index,
             "chosen_step_key": pair["chosen"], "rejected_step_key": pair["rejected"],
@@ -34,10 +39,13 @@ def pair_example(pair: Mapping[str, Any], chosen: StepRecord, rejected: StepReco
             "chosen_strategy": chosen.strategy, "rejected_strategy": rejected.strategy,
             "chosen_is_sft": bool(pair.get("chosen_is_sft")), "rejected_why": pair.get("rejected_why", ""),
             "chosen_best_speedup": chosen.best_descendant_speedup,
-            "rejected_best_speedup": rejected.best_descendant_speedup}
+            "rejected_best_speedup": rejected.best_descendant_speedup,
+            "parent_step_key": parent_step_key,
+            "tokens": {"prompt": sum(n_tokens(m["content"]) for m in msgs[:2]),
+                       "chosen": n_tokens(c_turn), "rejected": n_tokens(r_turn)}}
     return {"prompt": msgs[:2],
-            "chosen": [{"role": "assistant", "content": chat.assistant_turn(chosen)}],
-            "rejected": [{"role": "assistant", "content": chat.assistant_turn(rejected)}],
+            "chosen": [{"role": "assistant", "content": c_turn}],
+            "rejected": [{"role": "assistant", "content": r_turn}],
             "meta": meta}
 
 

@@ -17,10 +17,10 @@ from typing import Any, Mapping, Sequence
 
 import polars as pl
 
-from ..records import (SCHEMA_VERSION, KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, step_key,
-                       table, write_table, write_text_atomic)
+from ..records import (SCHEMA_VERSION, KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, parent_links,
+                       step_key, table, write_table, write_text_atomic)
 from ..format import chat as chat_format
-from . import chat
+from . import chat, hub
 
 SPLITS = ("train", "validation", "test")
 ROLES = ("improving", "preparatory", "neutral", "regressing", "failed")
@@ -150,22 +150,31 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
     all_steps: list[StepRecord] = list(curated.get("all_steps") or steps)
     pairs: list[dict[str, Any]] = list(curated.get("pairs") or [])
     sft_keys = {step_key(s) for s in steps}
+    keys = [step_key(s) for s in all_steps]
+    parents = parent_links(all_steps)
+    parent_key = {keys[i]: keys[p] for i, p in parents.items()}
 
-    write_table(_with_split(table(kernels, KernelRecord), splits), out / "data/kernels.parquet")
-    write_table(_with_split(table(all_steps, StepRecord), splits)
-                .with_columns(pl.Series("step_key", [step_key(s) for s in all_steps], dtype=pl.Utf8),
-                              pl.Series("sft", [step_key(s) in sft_keys for s in all_steps], dtype=pl.Boolean)),
-                out / "data/steps.parquet")
-    write_table(_with_split(table(trajs, TrajectoryRecord), splits), out / "data/trajectories.parquet")
+    tables = {
+        "kernels": _with_split(table(kernels, KernelRecord), splits),
+        "steps": _with_split(table(all_steps, StepRecord), splits).with_columns(
+            pl.Series("step_key", keys, dtype=pl.Utf8),
+            pl.Series("parent_step_key", [parent_key.get(k) for k in keys], dtype=pl.Utf8),
+            pl.Series("sft", [k in sft_keys for k in keys], dtype=pl.Boolean)),
+        "trajectories": _with_split(table(trajs, TrajectoryRecord), splits),
+    }
+    for tname, df in tables.items():
+        write_table(df, out / f"data/{tname}.parquet")
     write_table(table(rejects, RejectRecord), out / "data/rejects.parquet")
 
     by_split: dict[str, list[str]] = {s: [] for s in SPLITS}
     tokens: list[int] = []
+    sft_rows: list[dict[str, Any]] = []
     for s in chat.interleaved(steps):
         sp = splits.get(s.kernel_id, "train")
         ex = chat_format.example(s, hw, sp)
         tokens.append(ex["meta"]["tokens"]["total"])
         by_split.setdefault(sp, []).append(chat.to_line(ex))
+        sft_rows.append({**ex, "split": sp})
     for sp, lines in by_split.items():
         write_text_atomic(out / "chat" / f"{sp}.jsonl", "".join(l + "\n" for l in lines))
 
@@ -173,12 +182,29 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
 
     by_key = {step_key(s): s for s in all_steps}
     pair_lines: dict[str, list[str]] = {s: [] for s in SPLITS}
+    pair_rows: list[dict[str, Any]] = []
     for pr in pairs:
         c, r = by_key.get(pr["chosen"]), by_key.get(pr["rejected"])
         if c is None or r is None:
             continue
         sp = splits.get(c.kernel_id, "train")
-        pair_lines.setdefault(sp, []).append(chat.to_line(pair_example(pr, c, r, hw, sp)))
+        ex = pair_example(pr, c, r, hw, sp, parent_key.get(pr["chosen"]))
+        pair_lines.setdefault(sp, []).append(chat.to_line(ex))
+        pair_rows.append({**ex, "split": sp})
+
+    prompt_rows = hub.prompt_states(tables["kernels"], all_steps, sft_keys,
+                                    {pr["chosen"] for pr in pairs if pr["chosen"] in by_key}, parents, splits, hw)
+    config_counts = {
+        "sft": hub.write_config(out, "sft", hub.frame(sft_rows)) if sft_rows else {},
+        "preference": hub.write_config(out, "preference", hub.frame(pair_rows)) if pair_rows else {},
+        "prompts": hub.write_config(out, "prompts", hub.frame(prompt_rows)) if prompt_rows else {},
+        **{tname: hub.write_config(out, tname, df) for tname, df in tables.items()},
+    }
+    pair_tokens = [ex["meta"]["tokens"]["prompt"] + max(ex["meta"]["tokens"]["chosen"], ex["meta"]["tokens"]["rejected"])
+                   for ex in pair_rows]
+    length_fit = {name: {"n": len(v), "fit": {str(k): n for k, n in hub.fits(v).items()}}
+                  for name, v in (("sft", tokens), ("preference", pair_tokens),
+                                  ("prompts", [r["prompt_tokens"] for r in prompt_rows]))}
     for sp, lines in pair_lines.items():
         write_text_atomic(out / "chat" / f"pairs-{sp}.jsonl", "".join(l + "\n" for l in lines))
 
@@ -230,6 +256,8 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
         "fingerprint": dict(fingerprint or {}),
         "fingerprints": sorted({s.fingerprint for s in steps if s.fingerprint}),
         "plots": plots, "chat_format": chat_format.FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
+        "configs": config_counts, "length_fit": length_fit,
+        "config_digests": {n: hub.config_digest(out, n) for n, c in config_counts.items() if c},
     }
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=1, default=str) + "\n")
     write_text_atomic(out / "README.md", card(stats, params or {}))
@@ -265,7 +293,8 @@ def _fmt(x: Any, spec: str = ".3g") -> str:
 def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     c = stats["counts"]
     lines = [
-        f"# {stats['name']} {stats['version']} — a Step-TP dataset", "",
+        # the publisher sets the license (params.yaml `license`); the Hub reads the front matter
+        hub.front_matter(stats, params.get("license")) + f"# {stats['name']} {stats['version']} — a Step-TP dataset", "",
         "Step-level, verified, measured and explained tensor-program optimizations. Each example is "
         "one atomic decision on a kernel written in LEIR: the program before, the strategy, the site "
         "and the parameters, the chain of thought, and the program after. Every after-program was "
@@ -338,34 +367,15 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "`chosen` is a child whose best measured program is significantly faster than the "
         "`rejected` one's, or `rejected` failed to build, verify or finish (`meta.rejected_why`); "
         "at most a few pairs per program.", "",
-        "## Loading", "",
-        "```python",
-        "from datasets import load_dataset",
-        f"chat = load_dataset(\"json\", data_files={{s: f\"chat/{{s}}.jsonl\" for s in {_nonempty(c.get('examples_per_split'))}}})",
-        *([f"pairs = load_dataset(\"json\", data_files={{s: f\"chat/pairs-{{s}}.jsonl\" for s in "
-           f"{_nonempty(c.get('pairs_per_split'))}}})   # a DPO dataset: prompt, chosen, rejected"]
-          if c.get("pairs") else []),
-        "steps = load_dataset(\"parquet\", data_files=\"data/steps.parquet\")[\"train\"]",
-        "",
-        "import polars as pl, json",
-        "steps = pl.read_parquet(\"data/steps.parquet\")           # site, params, cot: JSON strings",
-        "train = steps.filter((pl.col(\"split\") == \"train\") & pl.col(\"sft\"))",
-        "params = [json.loads(p) for p in train[\"params\"]]",
-        "```", "",
+        *hub.card_sections(stats),
         "Tables: `data/kernels.parquet`, `data/steps.parquet`, `data/trajectories.parquet` (each with a "
-        "`split` column; steps also with `step_key`) and `data/rejects.parquet`. `manifest.json` lists versions, parameters, seeds, "
+        "`split` column; steps also with `step_key` and `parent_step_key`) and `data/rejects.parquet`. `manifest.json` lists versions, parameters, seeds, "
         "fingerprints and the sha256 of every file; `data_docs/index.html` is the Great Expectations "
         "report of the quality gates this release passed.", "",
         "## Parameters", "",
         "```json", json.dumps(dict(params), indent=1, sort_keys=True, default=str), "```", "",
     ]
     return "\n".join(lines)
-
-
-def _nonempty(per_split: Mapping[str, int] | None) -> str:
-    """The splits with rows, as a Python tuple literal (``datasets`` refuses an empty file)."""
-    names = [sp for sp in SPLITS if (per_split or {}).get(sp)]
-    return "(" + ", ".join(f'"{n}"' for n in names) + ("," if len(names) == 1 else "") + ")"
 
 
 def _roles_section(stats: Mapping[str, Any]) -> list[str]:
@@ -487,7 +497,7 @@ class ReleaseExists(RuntimeError):
     """A release of that id is already published with different content."""
 
 
-CONTENT_DIRS = ("data", "chat")
+CONTENT_DIRS = ("data", "chat", hub.CONFIG_DIR)
 LATEST = "latest.json"
 
 

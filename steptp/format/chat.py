@@ -51,11 +51,22 @@ def hardware_text(step: StepRecord, hardware: str = "") -> str:
     return hardware or step.target or "unknown"
 
 
-def user_turn(step: StepRecord, hardware: str = "") -> str:
-    prog = step.before_leir if step.before_leir.endswith("\n") else step.before_leir + "\n"
-    return (f"Target hardware: {hardware_text(step, hardware)}\n\n"
+def user_text(program: str, hardware: str) -> str:
+    prog = program if program.endswith("\n") else program + "\n"
+    return (f"Target hardware: {hardware}\n\n"
             f"Kernel (LEIR):\n```leir\n{prog}```\n\n"
             "Propose the next optimization step.")
+
+
+def user_turn(step: StepRecord, hardware: str = "") -> str:
+    return user_text(step.before_leir, hardware_text(step, hardware))
+
+
+def prompt_messages(program: str, hardware: str) -> list[dict[str, str]]:
+    """The system and user turns for any program (a state with no step, e.g. an unscheduled
+    kernel): the prompt of an SFT example whose before-program it is."""
+    return [{"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": user_text(program, hardware)}]
 
 
 def answer(step: StepRecord) -> str:

@@ -38,35 +38,20 @@ from collections import defaultdict
 from typing import Callable, Optional, Sequence
 
 from ..measure.significance import SignificanceRule, interleaved
-from ..records import StepRecord, Timing, step_key
+from ..records import FAILED_OUTCOMES, StepRecord, Timing, measured, parent_links, step_key
 
 ROLES = ("improving", "preparatory", "neutral", "regressing", "failed")
 SFT_ROLES = ("improving", "preparatory")
-FAILED_OUTCOMES = frozenset({"failed_verify", "failed_build", "timeout", "crashed", "illegal"})
-
-
-def measured(s: StepRecord) -> bool:
-    return (s.verified and s.outcome not in FAILED_OUTCOMES and s.before is not None
-            and s.after is not None and s.before.median_s > 0 and s.after.median_s > 0)
-
-
 class Tree:
     """Parent/children links of a set of search rows (by trajectory and program text)."""
 
     def __init__(self, steps: Sequence[StepRecord]):
         self.steps = list(steps)
         self.keys = [step_key(s) for s in self.steps]
-        by_after: dict[tuple[str, str, int], int] = {}
-        for i, s in enumerate(self.steps):
-            if measured(s):
-                by_after.setdefault((s.trajectory_id, s.after_leir, s.step_index + 1), i)
         self.children: dict[int, list[int]] = defaultdict(list)
-        self.parent: dict[int, int] = {}
-        for i, s in enumerate(self.steps):
-            p = by_after.get((s.trajectory_id, s.before_leir, s.step_index))
-            if p is not None and p != i:
-                self.children[p].append(i)
-                self.parent[i] = p
+        self.parent: dict[int, int] = parent_links(self.steps)
+        for i, p in sorted(self.parent.items()):
+            self.children[p].append(i)
 
     def best_descendant(self, i: int) -> int:
         """The measured row in the subtree of ``i`` (``i`` included) with the fastest
