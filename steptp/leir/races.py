@@ -42,6 +42,11 @@ def _fmt(tensor: str, idx) -> str:
 
 def parallel_races(program: A.Program) -> list[str]:
     """One sentence per racing parallel loop; [] when none races."""
+    return [why for _, why in racing_loops(program)]
+
+
+def racing_loops(program: A.Program) -> list[tuple[tuple[int, ...], str]]:
+    """The path of each parallel loop that races (or may), with the sentence saying why."""
     infos = statements(program)
     shapes = {t.name: t.shape for t in program.params + program.intermediates}
     loop_paths = {}
@@ -57,7 +62,7 @@ def parallel_races(program: A.Program) -> list[str]:
         if why is UNDECIDED:
             why = symbolic_race(program, path, private)
         if why:
-            out.append(why)
+            out.append((tuple(path), why))
     return out
 
 

@@ -42,6 +42,8 @@ Everything else raises ``RaiseError`` whose ``reason`` is a short code for repor
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import re
 from dataclasses import dataclass, field
@@ -789,9 +791,24 @@ def raise_primfunc(f: tirx.PrimFunc, name: str | None = None) -> A.Program:
         gs = f.attrs.get("global_symbol") if f.attrs is not None else None
         name = str(gs) if gs is not None else "main"
     r = _Raiser(f, name)
-    prog = r.run()
+    prog = _serial_where_racy(r.run())
     _check_reduction_axes(prog, r._pending_axes_check)
     _check(prog)
+    return prog
+
+
+def _serial_where_racy(prog: A.Program) -> A.Program:
+    """TVM schedules some operators' loops parallel although iterations may write one element
+    (scatter and index_put write through an index tensor: duplicate indices race). The raised
+    kernel is the reference every candidate is verified against, so such a loop is raised
+    serial: a result that does not depend on the thread schedule, and a kernel the race check
+    accepts. Loops that provably do not race stay parallel."""
+    from ..leir.nav import replace_at
+    from ..leir.races import racing_loops
+
+    for path, _ in racing_loops(prog):
+        loop = A.node_at(prog, path)
+        prog = replace_at(prog, path, [dataclasses.replace(loop, kind="serial")])
     return prog
 
 
