@@ -101,7 +101,7 @@ def test_search_params_on_an_own_leir_kernel_below_the_floor(tmp_path):
     assert r.exit_code == 0, r.output
     (tmp_path / "params.yaml").write_text(
         "extract:\n  zoo: tiny\n  size: tiny\n  jobs: 1\n"
-        "search:\n  policy: greedy\n  max_kernels: 2\n  measurements: 2\n  seconds: 5\n"
+        "search:\n  policy: greedy\n  max_kernels: 2\n  measurements: 2\n  seconds: 30\n"
         "  threads: 1\n  min_time_us: 1000\n  larger_size: default\n")
     r = runner.invoke(app, ["search", "--kernels", str(tmp_path / "k.parquet"), "--params",
                             str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")])
