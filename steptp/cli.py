@@ -157,17 +157,10 @@ def verify(candidate: Path = typer.Argument(..., help="the candidate LEIR progra
             ref = ref["main"]
     else:
         ref = _load_program(reference, "reference")
-    # TVM sizes its thread pool when it first runs one, from this variable: a parallel
-    # candidate is also run with several threads (verify.RACE_THREADS), which a pool of the
-    # default size (one per physical core) may not allow
-    mine = "TVM_NUM_THREADS" not in os.environ
-    if mine:
-        os.environ["TVM_NUM_THREADS"] = str(max(4, os.cpu_count() or 1))
-    try:
-        res = do_verify(cand, ref, exactness=exactness, target=_target(target), seeds=seed_list)
-    finally:
-        if mine:
-            os.environ.pop("TVM_NUM_THREADS", None)
+    # not TVM_NUM_THREADS: TVM sizes its pool once per process from it, so raising it here
+    # would leave every later timing in this process on more threads than cores; the
+    # threaded race runs use as many threads as the pool has (verify.RACE_THREADS)
+    res = do_verify(cand, ref, exactness=exactness, target=_target(target), seeds=seed_list)
     if as_json:
         print(json.dumps(res.to_dict() if hasattr(res, "to_dict") else res.model_dump(), indent=2))
     else:

@@ -174,6 +174,7 @@ def _send(f, obj: Any) -> None:
 
 
 def _worker_main(rfd: int, wfd: int) -> None:
+    os.environ["STEPTP_IN_WORKER"] = "1"  # this process is a measurement worker (verify.threaded_problem)
     if os.environ.get("STEPTP_WORKER_SANDBOX"):
         # untrusted code (problem files): contained while the process is single-threaded;
         # the death signal is set after, as a change of user clears it
