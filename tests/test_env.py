@@ -185,3 +185,52 @@ def test_live_episodes_are_bounded_and_steps_on_one_episode_serialize(server, cl
     new = post(url, "/reset", {"kernel": MM})["episode"]
     with env._lock:
         assert set(env._episodes) == {new, eps[1], eps[2]}
+
+
+def test_serve_help_teaches_the_endpoints():
+    from typer.testing import CliRunner
+
+    from steptp.cli import app
+
+    r = CliRunner().invoke(app, ["env", "serve", "--help"])
+    assert r.exit_code == 0, r.output
+    for word in ("POST /reset", "POST /step", "/health", "curl", "--max-steps", "--release", "404"):
+        assert word in r.output, word
+
+
+@pytest.mark.slow
+def test_cli_serves_a_release_by_kernel_id(tmp_path):
+    """`steptp env serve --release DIR --port 0` in its own process: /reset takes the release's
+    kernel_id (data/kernels.parquet's `leir`), the prompt names the release's hardware."""
+    import os
+    import subprocess
+    import sys
+
+    import polars as pl
+
+    rel = tmp_path / "release"
+    (rel / "data").mkdir(parents=True)
+    pl.DataFrame({"kernel_id": ["mm16"], "leir": [MM], "split": ["test"]}).write_parquet(rel / "data/kernels.parquet")
+    (rel / "stats.json").write_text(json.dumps({"hardware": "Release CPU, 2 threads"}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(DOC.parent.parent),
+                                                                      os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "steptp.cli", "env", "serve", "--release", str(rel),
+                             "--port", "0", "--max-steps", "2", "--cache", str(tmp_path / "c.sqlite")],
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        line = proc.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        assert m, line + proc.stderr.read() if proc.poll() is not None else line
+        url = f"http://127.0.0.1:{m.group(1)}"
+        st, h = _raw(url, "GET", "/health")
+        assert st == 200 and h["max_steps"] == 2
+        st, start = _raw(url, "POST", "/reset", json.dumps({"kernel_id": "mm16"}).encode())
+        assert st == 200 and start["kernel_id"] == "mm16", start
+        assert "Release CPU, 2 threads" in start["observation"][1]["content"]
+        assert "C[i,j] += A[i,k] * B[k,j]" in start["observation"][1]["content"]
+        st, err = _raw(url, "POST", "/reset", json.dumps({"kernel_id": "other"}).encode())
+        assert st == 404 and "other" in err["error"]
+    finally:
+        proc.terminate()
+        # a clean exit: SIGTERM closed the server and the measurer's workers
+        assert proc.wait(timeout=60) == 0
