@@ -234,3 +234,30 @@ def test_cli_serves_a_release_by_kernel_id(tmp_path):
         proc.terminate()
         # a clean exit: SIGTERM closed the server and the measurer's workers
         assert proc.wait(timeout=60) == 0
+
+
+@pytest.mark.slow
+def test_a_step_past_the_time_limit_is_a_timeout(tmp_path):
+    """A judge whose verification limit is 50 ms (a build alone takes longer): the legal, faithful
+    step is a ``timeout``, scored as reward.score scores one, and the episode stays where it was."""
+    from steptp.rl.env import Env, make_server, open_judge
+
+    judge, m = open_judge(config=FAST, cache=False, step_timeout_s=0.05)
+    srv = make_server(Env(judge, hardware="Test CPU"), "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        p = parse(MM)
+        good = next(c for c in S.candidates(p, "loop_reorder") if list(c.params["order"]) == ["i", "k", "j"])
+        st, start = _raw(url, "POST", "/reset", json.dumps({"kernel": MM}).encode())
+        assert st == 200, start
+        st, out = _raw(url, "POST", "/step", json.dumps(
+            {"episode": start["episode"], "reply": _reply(good, format_program(good.program))}).encode())
+        assert st == 200 and out["outcome"] == "timeout", out
+        assert out["reward"] == SCORES["timeout"] and out["speedup"] is None
+        assert out["observation"] == start["observation"]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        judge.close()
+        m.close()
