@@ -207,6 +207,8 @@ class Env:
 class _Handler(BaseHTTPRequestHandler):
     env: Env                      # set on the subclass make_server builds
     server_version = "steptp-env"
+    # a client that opens a request and stalls holds one thread; after this it is dropped
+    timeout = 120
     protocol_version = "HTTP/1.1"
 
     def log_message(self, fmt, *args):   # a training loop's thousands of steps: no stderr line each
