@@ -1131,6 +1131,79 @@ def eval_(release: Optional[Path] = typer.Option(None, "--release", help="a rele
     typer.echo(f"wrote {folder}/report.md, summary.json, proposals.parquet, plots/")
 
 
+env_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                      help="An HTTP environment for multi-step RL (steptp.rl.env).")
+app.add_typer(env_app, name="env")
+
+
+@env_app.command("serve")
+def env_serve(release: Optional[Path] = typer.Option(None, "--release", help="a release folder: "
+                                                     "/reset also takes its kernel_id"),
+              host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (loopback by "
+                                       "default: the environment builds and runs what clients send)"),
+              port: int = typer.Option(8000, "--port", help="port (0: any free one, printed)"),
+              max_steps: int = typer.Option(4, "--max-steps", min=1, help="replies per episode"),
+              max_episodes: int = typer.Option(64, "--max-episodes", min=1,
+                                               help="live episodes at most (the oldest finished go first)"),
+              jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="measurement worker processes"),
+              memory_limit: Optional[int] = typer.Option(None, "--memory-limit-mb",
+                                                         help="memory limit per worker (MB)"),
+              step_timeout: Optional[float] = typer.Option(None, "--step-timeout",
+                                                           help="seconds one verification may take"),
+              cache: Path = typer.Option(Path("env-cache.sqlite"), "--cache",
+                                         help="measurement cache (a repeated program is not rebuilt)")):
+    """Serve episodes over HTTP; each reply is judged by the eval judge (built, verified against
+    the original kernel, timed) and scored by steptp.rl.reward.score.
+
+    \b
+    POST /reset  {"kernel": "<LEIR>"} or {"kernel_id": "..."} (with --release)
+                 -> {"episode", "kernel_id", "observation": [system, user messages], "done": false}
+    POST /step   {"episode": "...", "reply": "<model text>"}
+                 -> {"observation", "reward", "done", "outcome", "reason", "speedup",
+                     "step_speedup", "step", "strategy"}
+    GET  /health -> {"ok": true, "episodes", "max_episodes", "max_steps"}
+
+    \b
+    A verified step advances the episode's program; any other reply leaves it. "done" after
+    --max-steps replies. Errors are JSON {"error", "status"}: 400 bad body, 404 unknown episode,
+    409 finished episode, 413 body too large, 503 too many live episodes.
+
+    \b
+    Example:
+      steptp env serve --port 8000 &
+      curl -s 127.0.0.1:8000/reset -d '{"kernel": "kernel f32 k(A[8]) -> B[8]\\n for i in 8:\\n  B[i] = A[i] * 2.0\\n"}'
+      curl -s 127.0.0.1:8000/step -d '{"episode": "<id>", "reply": "<think>...</think> {...}"}'
+
+    docs/train.md ("Multi-step RL: the environment") has a Python client."""
+    from .rl.env import Env, make_server, open_judge
+
+    judge, m = open_judge(jobs=jobs, memory_limit_mb=memory_limit, cache=cache, step_timeout_s=step_timeout)
+    try:
+        try:
+            env = Env(judge, release=release, max_steps=max_steps, max_episodes=max_episodes)
+            srv = make_server(env, host, port)
+        except (ValueError, OSError) as e:
+            _err(f"steptp env serve: {e}")
+            raise typer.Exit(2) from None
+        import signal
+
+        def _stop(*_):
+            raise KeyboardInterrupt   # SIGTERM too closes the measurer's workers (the finally below)
+
+        signal.signal(signal.SIGTERM, _stop)
+        h, p = srv.server_address[:2]
+        typer.echo(f"serving on http://{h}:{p} (POST /reset, POST /step, GET /health); Ctrl-C stops", err=True)
+        try:
+            srv.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            srv.server_close()
+    finally:
+        judge.close()
+        m.close()
+
+
 def main() -> None:
     app()
 
