@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import polars as pl
 
+from ..params import Settings
 from ..records import write_table
 
 SPLITS = ("train", "validation", "test")
@@ -31,7 +32,6 @@ CONFIGS = ("sft", "preference", "prompts", "steps", "kernels", "trajectories")
 DEFAULT_CONFIG = "sft"
 # the max_length settings a trainer is commonly run with (TRL's default is 1024)
 MAX_LENGTHS = (1024, 2048, 4096, 8192)
-DEFAULT_LICENSE = "other"
 
 
 def config_digest(out: Path, name: str) -> str:
@@ -100,7 +100,7 @@ def front_matter(stats: Mapping[str, Any], license_id: str | None) -> str:
     largest = max((sum(v.values()) for v in counts.values()), default=0)
     meta = {
         "pretty_name": f"{stats['name']} {stats['version']} (Step-TP)",
-        "license": license_id or DEFAULT_LICENSE,
+        "license": license_id or Settings.model_fields["license"].default,
         "task_categories": ["text-generation"],
         "tags": ["code", "tensor-programs", "compiler-optimization", "chain-of-thought", "sft",
                  "dpo", "grpo", "steptp"],
