@@ -137,14 +137,20 @@ def test_identifiers_extraction():
     assert names == ["T0", "i", "j", "A", "i", "k", "exp", "x", "j", "B"]
 
 
-def test_effect_direction_comes_from_the_prediction(good, step):
-    f = facts(step)
-    assert good["expected_effect"]["direction"] == f.predicted_direction
+def test_effect_direction_supports_the_decision(good, step):
+    """The direction follows from the argument (the step answers the limit named), not from a
+    model's time; a chosen step expected slower is not argued for."""
+    assert good["expected_effect"]["direction"] == "faster"
     bad = copy.deepcopy(good)
-    other = "slower" if f.predicted_direction != "slower" else "faster"
-    bad["expected_effect"] = {"direction": other, "enables": None, "text": "Threads cost more."}
-    msg, _ = problems(bad, step)
-    assert f"expected_effect.direction is {other!r}, but the cost model predicts" in msg
+    bad["expected_effect"] = {"direction": "slower", "enables": None, "text": "Threads cost more."}
+    with pytest.raises(CotInvalid) as e:
+        validate(bad, step, coherent=True)
+    assert "coherence effect: the chosen step is expected 'slower'" in str(e.value)
+    contra = copy.deepcopy(good)
+    contra["expected_effect"]["text"] = "about the same as before."
+    with pytest.raises(CotInvalid) as e:
+        validate(contra, step, coherent=True)
+    assert "coherence effect: expected_effect.direction is 'faster' but its text says" in str(e.value)
 
 
 def test_measured_speedup_is_not_citable(good, step):

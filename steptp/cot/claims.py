@@ -240,10 +240,13 @@ def _staged(c: Claim, f: Facts) -> list[str]:
     lis = [li for li in an.loops if li.loop.var == c.loop]
     if not lis:
         return [f"`{c.loop}` is not a loop after the step"]
-    li = lis[0]
-    under = an.statements_under(li.path)
-    writes = [s for s in under if s.stmt.tensor == c.tensor]
-    reads = [s for s in under if any(ld.tensor == c.tensor for ld in A.loads(s.stmt.value))]
+    # loop names repeat across nests: the claim is about the one holding both sides
+    for li in lis:
+        under = an.statements_under(li.path)
+        writes = [s for s in under if s.stmt.tensor == c.tensor]
+        reads = [s for s in under if any(ld.tensor == c.tensor for ld in A.loads(s.stmt.value))]
+        if writes and reads:
+            break
     out = []
     if not writes or not reads:
         return [f"`{c.tensor}` is not both produced and consumed inside loop `{c.loop}`"]
@@ -351,18 +354,22 @@ def hindsight_problems(cot: Cot, f: Facts) -> list[str]:
     """The diagnosis, the candidates' figures and the expected effect must be what could be known
     before measuring: the before-program's diagnosis and the cost model's predictions."""
     out: list[str] = []
-    d = f.diagnosis
+    from .argument import site_findings
+
     b = cot.bottleneck
-    if d is not None:
-        if b.kind != d.kind:
-            out.append(f"claim bottleneck: bottleneck.kind is {b.kind!r}, but the before-program's "
-                       f"analysis on this hardware finds {d.kind!r}"
-                       + (f" (loop `{d.loop}`)" if d.loop else "") + "; the diagnosis must not depend "
-                       f"on the step that was applied")
-        elif b.loop is not None and d.loop is not None and b.loop != d.loop:
-            out.append(f"claim bottleneck: bottleneck.loop is `{b.loop}`, the analysis finds `{d.loop}`")
-        elif b.tensor is not None and d.tensor is not None and b.tensor != d.tensor:
-            out.append(f"claim bottleneck: bottleneck.tensor is `{b.tensor}`, the analysis finds `{d.tensor}`")
+    found = site_findings(f)
+    if found:
+        same = [x for x in found if x.kind == b.kind]
+        if not same:
+            out.append(f"claim bottleneck: bottleneck.kind is {b.kind!r}, but the limits found at the "
+                       f"step's site are {', '.join(repr(x.kind) for x in found)}; the bottleneck is "
+                       f"one of them, found from the program before the step")
+        elif b.loop is not None and all(x.loop is not None and x.loop != b.loop for x in same):
+            out.append(f"claim bottleneck: bottleneck.loop is `{b.loop}`, the {b.kind} limit at the "
+                       f"site is about `{same[0].loop}`")
+        elif b.tensor is not None and all(x.tensor is not None and x.tensor != b.tensor for x in same):
+            out.append(f"claim bottleneck: bottleneck.tensor is `{b.tensor}`, the {b.kind} limit at "
+                       f"the site is about `{same[0].tensor}`")
     import json
 
     def key(strategy, site, params):
@@ -400,20 +407,6 @@ def hindsight_problems(cot: Cot, f: Facts) -> list[str]:
                 and not _close(e.predicted_after_s, p.after_s):
             out.append(f"claim predicted_time: expected_effect.predicted_after_s is "
                        f"{e.predicted_after_s}, the cost model predicts {p.after_s:.4g} s")
-        want = f.predicted_direction
-        if want is not None:
-            if e.direction == "preparatory":
-                if not f.prepares:
-                    out.append(f"claim effect: the step is called preparatory, but no finishing move "
-                               f"after it is predicted faster than the program before it "
-                               f"(the step itself is predicted {want})")
-                elif e.enables != f.follow_up.strategy:
-                    out.append(f"claim effect: the step prepares `{f.follow_up.strategy}` (the best "
-                               f"predicted move after it), not `{e.enables}`")
-            elif e.direction != want:
-                out.append(f"claim effect: expected_effect.direction is {e.direction!r}, but the cost "
-                           f"model predicts {p.before_s:.3g} s -> {p.after_s:.3g} s ({want}); the "
-                           f"expected effect comes from the prediction, not from the measurement")
     return out
 
 

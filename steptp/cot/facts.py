@@ -231,20 +231,21 @@ class Facts:
                 "working_sets": [{"loop": w.loop, "bytes": w.bytes, "level": w.level}
                                  for w in sf.working_sets],
             }
-        if self.diagnosis is not None:
-            d = self.diagnosis
-            out["diagnosis"] = {"kind": d.kind, "loop": d.loop, "tensor": d.tensor,
-                                "statement_path": list(d.stmt_path), **d.detail}
-        if self.predicted is not None:
-            p = self.predicted
-            out["predicted"] = {"before_s": p.before_s, "after_s": p.after_s,
-                                "direction": self.predicted_direction,
-                                "prepares": self.follow_up.strategy if self.prepares else None,
-                                "follow_up": None if self.follow_up is None else {
-                                    "strategy": self.follow_up.strategy, "site": self.follow_up.site,
-                                    "predicted_s": self.follow_up.predicted_s}}
-        out["alternatives"] = [{"strategy": a.strategy, "site": a.site, "params": a.params,
-                                "predicted_s": a.predicted_s} for a in self.alternatives[:6]]
+        from .argument import answered, preparation, site_findings
+
+        def finding(x):
+            return None if x is None else {"kind": x.kind, "loop": x.loop, "tensor": x.tensor,
+                                           **x.detail}
+        ans = answered(self)
+        prep = preparation(self) if ans is None else None
+        out["findings"] = {
+            "at_site": [finding(x) for x in site_findings(self)],
+            "answered": finding(ans),
+            "prepares": None if prep is None else {
+                "strategy": prep.strategy, "loops": list(prep.loops), "why": prep.why,
+                "extent": prep.extent, "finding": finding(prep.finding)}}
+        out["alternatives"] = [{"strategy": a.strategy, "site": a.site, "params": a.params}
+                               for a in self.alternatives[:6]]
         out["refusals"] = [{"strategy": r.strategy, "site": r.site, "params": r.params,
                             "reason": r.reason} for r in self.refusals[:3]]
         # No measurement of the step: the reasoning must not know the outcome.
@@ -359,6 +360,9 @@ def program_facts(text: str) -> ProgramFacts:
 LINE_BYTES = 64   # cache line of every x86-64 and ARMv8 server core this project targets
 
 
+L3_PER_CORE = 8 << 20   # bytes of last-level cache per core a figure may plausibly claim
+
+
 @dataclass(frozen=True)
 class Hardware:
     """What the reasoning may say about the machine: the fingerprinted CPU's data caches, SIMD
@@ -375,12 +379,30 @@ class Hardware:
     def lanes(self, dtype: str) -> int:
         return max(1, self.vector_bits // (8 * ITEMSIZE.get(dtype, 4)))
 
+    @property
+    def l3_plausible(self) -> bool:
+        """Whether the reported last-level cache is one these cores can count on: at most
+        ``L3_PER_CORE`` per core. A VM often reports its host's whole L3 (480 MiB to two cores);
+        reasoning that "fits in L3 (480 MiB)" never bites, so such a figure is not used."""
+        return 0 < self.l3_bytes <= L3_PER_CORE * max(1, self.cores)
+
     def level(self, nbytes: int) -> str:
-        """The smallest cache level that holds ``nbytes`` ("L1", "L2", "L3" or "DRAM")."""
-        for name, size in (("L1", self.l1_bytes), ("L2", self.l2_bytes), ("L3", self.l3_bytes)):
+        """The smallest cache level that holds ``nbytes`` ("L1", "L2", "L3" or "DRAM"; L3 only
+        when :attr:`l3_plausible`, else anything beyond L2 is "DRAM")."""
+        levels = [("L1", self.l1_bytes), ("L2", self.l2_bytes)]
+        if self.l3_plausible:
+            levels.append(("L3", self.l3_bytes))
+        for name, size in levels:
             if nbytes <= size:
                 return name
         return "DRAM"
+
+    def beyond(self) -> str:
+        """How the reasoning names the level past the last usable cache."""
+        return "L3" if self.l3_plausible else "L2"
+
+    def beyond_bytes(self) -> int:
+        return self.l3_bytes if self.l3_plausible else self.l2_bytes
 
     def size(self, level: str) -> int:
         return {"L1": self.l1_bytes, "L2": self.l2_bytes, "L3": self.l3_bytes}[level]
@@ -749,14 +771,16 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
                      accessed, once)
 
 
-def staging(after_text: str) -> Optional[tuple[str, str, int, int]]:
+def staging(after_text: str, tensor: Optional[str] = None) -> Optional[tuple[str, str, int, int]]:
     """(intermediate, loop, extent, bytes per iteration) of the innermost loop of the
-    after-program that both produces and consumes an intermediate (compute_at, fusion), if any."""
+    after-program that both produces and consumes an intermediate (compute_at, fusion), if any;
+    with ``tensor`` (the step's own intermediate), only that one: another intermediate staged
+    long before (a reduction's partial sums) says nothing about what the step changed."""
     if not after_text.strip():
         return None
     prog = parse(after_text)
     an = Analysis(prog)
-    mids = [t.name for t in prog.intermediates]
+    mids = [t.name for t in prog.intermediates if tensor is None or t.name == tensor]
     best = None
     for li in an.loops:
         under = an.statements_under(li.path)
@@ -981,8 +1005,10 @@ def _numbers(f: "Facts") -> dict[str, float]:
         put("hw.vector_bits", hw.vector_bits)
         put("hw.cores", hw.cores)
         put("hw.line_bytes", hw.line_bytes)
-        for dt in {t.dtype for t in f.before.tensors.values()}:
+        for dt in sorted({t.dtype for t in f.before.tensors.values()}):
             put(f"hw.lanes.{dt}", hw.lanes(dt))
+            # elements of one cache line: what a unit-stride walk uses of each line it fetches
+            put(f"derived.per_line.{dt}", hw.line_bytes // ITEMSIZE[dt])
     for sf in (f.at_site, f.at_hot):
         if sf is None:
             continue
@@ -992,6 +1018,8 @@ def _numbers(f: "Facts") -> dict[str, float]:
         for a in sf.accesses:
             put(f"site{where}.stride.{a.text}", a.stride)
             put(f"site{where}.stride_bytes.{a.text}", a.stride_bytes)
+            if hw is not None and a.stride_bytes:
+                put(f"derived.per_line.{a.text}", max(1, hw.line_bytes // abs(a.stride_bytes)))
             put(f"site{where}.stride_after.{a.text}", a.stride_after)
             put(f"site{where}.reuse_bytes.{a.text}", a.reuse_bytes)
             put(f"site{where}.reuse_bytes_after.{a.text}", a.reuse_bytes_after)
@@ -1096,7 +1124,7 @@ def facts(step: StepRecord, hardware: Optional[Hardware] = None) -> Facts:
         "diagnosis": diagnose(before, step.before_leir, hw, all_alts, pred.before_s),
         "alternatives": alts, "refusals": refs,
         "follow_up": follow_up(after_text, kind, hw.cores) if after_text else None,
-        "staging": staging(after_text) if after_text else None,
+        "staging": staging(after_text, (step.site or {}).get("tensor")) if after_text else None,
     }
     extra["at_hot"] = site_facts(step.before_leir, after_text,
                                  {"path": list(extra["diagnosis"].stmt_path)}, hw)

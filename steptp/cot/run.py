@@ -36,9 +36,14 @@ def with_cot(step: StepRecord, cot: Cot, source: str, f: Optional[Facts] = None)
     was measured and the hardware the facts describe — never part of the rendered text."""
     side: dict[str, Any] = {}
     if f is not None:
-        side["measured"] = measured_side(step, f)
+        from .coherence import ARGUMENT, coherence_problems
+
+        side["measured"] = measured_side(step, f, cot)
         if f.hardware is not None:
             side["hardware"] = f.hardware.to_dict()
+        # an argument the step cannot support (it answers nothing found at its site): the
+        # reasoning stays true, curation keeps the step out of the SFT set
+        side["coherence"] = coherence_problems(cot, step, f, ARGUMENT)
     return step.model_copy(update={"cot": cot_record(cot, **side),
                                    "cot_text": render(cot, _answer(step)), "cot_source": source})
 
@@ -144,7 +149,7 @@ def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int =
                 if raw is None:
                     raise CotInvalid([f"the answer has no `{getattr(writer, 'tool_name', 'tool')}` call "
                                       f"(stop_reason={msg.get('stop_reason')!r})"])
-                cot = validate(raw, st, f)
+                cot = validate(raw, st, f, coherent=True)
             except CotInvalid as e:
                 history.append((msg, str(e)))
                 log.info("step %s/%s attempt %d rejected: %s", st.trajectory_id, st.step_index, k + 1,

@@ -15,7 +15,6 @@ Python's salted ``hash``); the content varies because kernels and hardware do.
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 import re
 from typing import Any, Optional
@@ -26,15 +25,8 @@ from ..format.cot_schema import (Bottleneck, Candidate, Check, Claim, Cot, Decis
 from ..records import StepRecord
 from .facts import Facts, SiteAccess, facts as compute_facts
 
-WRITER_VERSION = "template-4"
+WRITER_VERSION = "template-5"
 MAX_ALTERNATIVES = 2
-
-
-def _fmt_time(s: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if s >= scale or unit == "ns":
-            return f"{s / scale:.3g} {unit}"
-    return f"{s:.3g} s"  # pragma: no cover
 
 
 def fmt_bytes(b: int) -> str:
@@ -44,6 +36,17 @@ def fmt_bytes(b: int) -> str:
     if b >= 1 << 10 and b % (1 << 10) == 0:
         return f"{b // (1 << 10)} KiB"
     return f"{b} bytes"
+
+
+def _per_core(level: str) -> str:
+    return " per core" if level in ("L1", "L2") else ""
+
+
+def _held(hw, nbytes: int) -> str:
+    """Where ``nbytes`` of data are held, in the reasoning's words: "L1", "L2", "L3" (when a
+    plausible figure), else "beyond L2"."""
+    lvl = hw.level(nbytes)
+    return lvl if lvl != "DRAM" else f"beyond {hw.beyond()}"
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -196,16 +199,16 @@ class TemplateWriter:
             a = max(reused, key=lambda x: (x.reuse_bytes or 0))
             if a.reuse_bytes and not a.write:
                 w.append(pick(f"`{a.text}` is reused across iterations of `{a.reuse_loop}`, "
-                              f"{fmt_bytes(a.reuse_bytes)} apart ({hw.level(a.reuse_bytes)}).",
+                              f"{fmt_bytes(a.reuse_bytes)} apart ({_held(hw, a.reuse_bytes)}).",
                               f"Reuse: `{a.text}` comes back every iteration of `{a.reuse_loop}`, after "
-                              f"{fmt_bytes(a.reuse_bytes)} of other data ({hw.level(a.reuse_bytes)})."))
+                              f"{fmt_bytes(a.reuse_bytes)} of other data ({_held(hw, a.reuse_bytes)})."))
             elif a.reuse_bytes:
                 w.append(pick(f"The written `{a.text}` comes back: every iteration of "
                               f"`{a.reuse_loop}` rewrites the same elements, "
-                              f"{fmt_bytes(a.reuse_bytes)} apart ({hw.level(a.reuse_bytes)}).",
+                              f"{fmt_bytes(a.reuse_bytes)} apart ({_held(hw, a.reuse_bytes)}).",
                               f"Only the write `{a.text}` is reused: each iteration of "
                               f"`{a.reuse_loop}` stores to the same elements again, after "
-                              f"{fmt_bytes(a.reuse_bytes)} of other data ({hw.level(a.reuse_bytes)})."))
+                              f"{fmt_bytes(a.reuse_bytes)} of other data ({_held(hw, a.reuse_bytes)})."))
             else:
                 w.append(f"{'The written ' if a.write else ''}`{a.text}` does not move with the "
                          f"innermost loop `{a.reuse_loop}`: it stays in a register there.")
@@ -242,100 +245,127 @@ class TemplateWriter:
         if sf.working_sets:
             ws = sf.working_sets[0]
             lvl = ws.level
-            where = (f"fits in {lvl} ({fmt_bytes(hw.size(lvl))})" if lvl != "DRAM"
-                     else f"exceeds L3 ({fmt_bytes(hw.l3_bytes)})")
+            where = (f"fits in {lvl} ({fmt_bytes(hw.size(lvl))}{_per_core(lvl)})" if lvl != "DRAM"
+                     else f"exceeds {hw.beyond()} ({fmt_bytes(hw.beyond_bytes())}"
+                          f"{_per_core(hw.beyond())})")
             w.append(pick(f"One run of `{ws.loop}` touches {fmt_bytes(ws.bytes)}, which {where} "
                           f"on this CPU.",
                           f"Working set of the whole nest: {fmt_bytes(ws.bytes)}; it {where}."))
             claims.append(Claim(kind="fits_in_cache", loop=ws.loop, value=ws.bytes, level=lvl))
-        if f.predicted is not None:
-            w.append(pick(f"The cost model estimates {_fmt_time(f.predicted.before_s)} for the "
-                          f"program on {hw.cores} cores.",
-                          f"Predicted time as written: {_fmt_time(f.predicted.before_s)} "
-                          f"({hw.cores} cores, {hw.vector_bits}-bit vectors)."))
-            claims.append(Claim(kind="predicted_time", value=f.predicted.before_s))
         return Observation(computes=s1, work=" ".join(w))
 
     # ------------------------------------------------------------------ bottleneck
     def _bottleneck(self, f: Facts, pick: _Pick, claims: list[Claim]) -> Bottleneck:
-        d, hw = f.diagnosis, f.hardware
-        hot = f.at_hot
-        m = hot.main
+        """The limit at the step's own site that the step answers (or that the move it prepares
+        answers); with neither, the first limit found there (the example is then incoherent,
+        :mod:`steptp.cot.coherence`, and stays out of the SFT set)."""
+        from .argument import answered, preparation, site_findings
+
+        x = answered(f)
+        if x is None:
+            prep = preparation(f)
+            x = prep.finding if prep is not None else (site_findings(f) or [None])[0]
+        if x is None:
+            return Bottleneck(kind="compute", text="The program's arithmetic itself.")
+        return Bottleneck(kind=x.kind, loop=x.loop, tensor=x.tensor,
+                          text=self._finding_text(f, x, pick, claims))
+
+    def _finding_text(self, f: Facts, x, pick: _Pick, claims: list[Claim]) -> str:
+        hw, m = f.hardware, f.at_site.main
         path = list(m.path)
-        det = d.detail
-        # the diagnosis is of the heaviest statement; when the site is another one, a text that
-        # names only a loop would read as the site's loop (max_pool2d's padding copy's `l` 114
-        # beside a step on the pooling's `l_i` 8)
-        of_m = f" of `{m.text}`" if tuple(m.path) != tuple(f.at_site.main.path) else ""
-        if d.kind == "locality":
-            a = next(x for x in hot.accesses if x.text == det["access"])
+        det = x.detail
+        if x.kind == "locality" and "stride" in det:
             line = (f" every iteration touches a new {hw.line_bytes}-byte line" if det["new_line"]
-                    else f" {abs(a.stride)} elements apart")
-            text = pick(f"`{a.text}` moves with stride {abs(a.stride)} ({det['stride_bytes']} bytes) along "
-                        f"the innermost loop `{d.loop}` of `{m.text}`:{line}.",
-                        f"Poor locality in `{m.text}`: the innermost loop `{d.loop}` walks `{a.text}` "
-                        f"with stride {abs(a.stride)};{line}.")
+                    else f" {det['stride']} elements apart")
+            a = next(a for a in f.at_site.accesses if a.text == det["access"])
             claims.append(Claim(kind="stride", access=a.text, value=a.stride, path=path))
-            claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
-        elif d.kind == "parallelism":
-            text = pick(f"All the work runs on one core, but `{d.loop}` ({det['extent']} iterations), "
-                        f"the outer loop of `{m.text}`, carries no dependence and this CPU gives "
-                        f"{hw.cores} cores; a parallel `{d.loop}` is predicted "
-                        f"{_fmt_time(det['predicted_s'])}.",
-                        f"Serial code on a {hw.cores}-core machine: the outer loop `{d.loop}` of "
-                        f"`{m.text}` has {det['extent']} independent iterations (parallel: predicted "
-                        f"{_fmt_time(det['predicted_s'])}).")
-            claims.append(Claim(kind="parallel_safe", loop=d.loop, path=path))
-            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
-        elif d.kind == "vectorization":
-            text = pick(f"The innermost loop `{d.loop}`{of_m} ({det['extent']} iterations) is scalar "
-                        f"with unit or zero strides; {hw.vector_bits}-bit registers hold "
-                        f"{det['lanes']} lanes, and vector code is predicted "
-                        f"{_fmt_time(det['predicted_s'])}.",
-                        f"Scalar code: `{d.loop}` is innermost{of_m}, contiguous and {det['extent']} "
-                        f"long, while the CPU could do {det['lanes']} lanes per instruction.")
-            claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
-            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], path=path))
-        elif d.kind == "dependence" and det.get("scan"):
-            text = pick(f"The innermost loop `{d.loop}` carries a dependence through `{d.tensor}` in "
-                        f"`{m.text}`: each of its {det['extent']} iterations reads what an earlier one "
-                        f"wrote, so they cannot overlap or run as vector lanes.",
-                        f"A scan: along `{d.loop}` ({det['extent']} iterations) `{m.text}` reads the "
-                        f"value of `{d.tensor}` the previous iteration produced.")
-            claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
-        elif d.kind == "dependence":
-            text = pick(f"The innermost loop `{d.loop}` is the reduction axis of `{m.text}`: its "
-                        f"{det['extent']} iterations accumulate into one element of `{d.tensor}`, a "
-                        f"serial chain of dependent adds.",
-                        f"`{m.text}` accumulates into `{d.tensor}` along the innermost loop `{d.loop}` "
-                        f"({det['extent']} iterations): each update waits for the previous one.")
-            claims.append(Claim(kind="reduction_writes", tensor=d.tensor, axes=list(m.reduction_axes)))
-            claims.append(Claim(kind="innermost_loop", loop=d.loop, path=path))
-        elif d.kind == "memory" and det["level"] in ("L1", "L2"):
-            text = pick(f"At {det['intensity']:.2f} FLOP/B there is little arithmetic per byte; all "
-                        f"{fmt_bytes(det['bytes'])} fit in {det['level']} "
-                        f"({fmt_bytes(hw.size(det['level']))}), so loads and stores from cache set "
-                        f"the pace.",
-                        f"Access-bound: {det['intensity']:.2f} FLOP/B over {fmt_bytes(det['bytes'])} "
-                        f"that stay in {det['level']}.")
-        elif d.kind == "memory":
-            text = pick(f"The program touches {fmt_bytes(det['bytes'])}, more than L2 holds "
-                        f"({fmt_bytes(hw.l2_bytes)}): traffic from {det['level']} bounds it.",
-                        f"Memory-bound: {fmt_bytes(det['bytes'])} of data against an L2 of "
-                        f"{fmt_bytes(hw.l2_bytes)}.")
-        elif d.kind == "loop_overhead":
-            text = pick(f"The innermost loop `{d.loop}`{of_m} is short ({det['extent']} iterations): "
-                        f"its increment and branch are a visible share of each iteration.",
-                        f"Loop control: `{d.loop}`{of_m} runs only {det['extent']} iterations per "
-                        f"entry.")
-            claims.append(Claim(kind="loop_extent", loop=d.loop, value=det["extent"], short=True,
+            claims.append(Claim(kind="innermost_loop", loop=x.loop, path=path))
+            return pick(f"`{a.text}` moves with stride {det['stride']} ({det['stride_bytes']} bytes) "
+                        f"along the innermost loop `{x.loop}` of `{m.text}`:{line}.",
+                        f"Poor locality in `{m.text}`: the innermost loop `{x.loop}` walks "
+                        f"`{a.text}` with stride {det['stride']};{line}.")
+        if x.kind == "locality":
+            rb = det["reuse_bytes"]
+            claims.append(Claim(kind="reuse", access=det["access"], loop=x.loop, value=rb,
+                                level=hw.level(rb)))
+            return pick(f"`{det['access']}` is read again in every iteration of `{x.loop}`, but "
+                        f"{fmt_bytes(rb)} of other data pass in between, more than L1 holds "
+                        f"({fmt_bytes(hw.l1_bytes)}): each reuse comes from {_held(hw, rb)}.",
+                        f"Reuse too far apart: `{det['access']}` comes back every iteration of "
+                        f"`{x.loop}` after {fmt_bytes(rb)} of other data, beyond the "
+                        f"{fmt_bytes(hw.l1_bytes)} of L1, so it is fetched again from "
+                        f"{_held(hw, rb)}.")
+        if x.kind == "parallelism":
+            claims.append(Claim(kind="parallel_safe", loop=x.loop, path=path))
+            claims.append(Claim(kind="loop_extent", loop=x.loop, value=det["extent"], path=path))
+            return pick(f"All the work of `{m.text}` runs on one core, but its outer loop `{x.loop}` "
+                        f"has {det['extent']} iterations with no dependence between them, and this "
+                        f"CPU gives {hw.cores} cores.",
+                        f"Serial code on a {hw.cores}-core machine: the outer loop `{x.loop}` of "
+                        f"`{m.text}` has {det['extent']} independent iterations.")
+        if x.kind == "vectorization":
+            claims.append(Claim(kind="innermost_loop", loop=x.loop, path=path))
+            claims.append(Claim(kind="loop_extent", loop=x.loop, value=det["extent"], path=path))
+            if det.get("strided"):
+                g = _ticks(det["strided"])
+                return pick(f"The innermost loop `{x.loop}` of `{m.text}` ({det['extent']} "
+                            f"iterations) is scalar and carries no dependence; {hw.vector_bits}-bit "
+                            f"registers hold {det['lanes']} lanes, though {g} would be gathered "
+                            f"lane by lane.",
+                            f"Scalar code: `{x.loop}` is innermost in `{m.text}`, {det['extent']} "
+                            f"iterations with no dependence, {det['lanes']} lanes per register "
+                            f"({g} strided along it).")
+            return pick(f"The innermost loop `{x.loop}` of `{m.text}` ({det['extent']} iterations) "
+                        f"is scalar, and every access moves by 0 or 1 element along it; "
+                        f"{hw.vector_bits}-bit registers hold {det['lanes']} lanes.",
+                        f"Scalar code: `{x.loop}` is innermost in `{m.text}`, contiguous and "
+                        f"{det['extent']} long, while the CPU could do {det['lanes']} lanes per "
+                        f"instruction.")
+        if x.kind == "dependence" and det.get("scan"):
+            claims.append(Claim(kind="innermost_loop", loop=x.loop, path=path))
+            return pick(f"The innermost loop `{x.loop}` carries a dependence in `{m.text}`: each of "
+                        f"its {det['extent']} iterations reads what an earlier one wrote, so they "
+                        f"cannot overlap or run as vector lanes.",
+                        f"A scan: along `{x.loop}` ({det['extent']} iterations) `{m.text}` reads the "
+                        f"value the previous iteration produced.")
+        if x.kind == "dependence":
+            claims.append(Claim(kind="reduction_writes", tensor=x.tensor, axes=list(m.reduction_axes)))
+            claims.append(Claim(kind="innermost_loop", loop=x.loop, path=path))
+            return pick(f"The innermost loop `{x.loop}` is the reduction axis of `{m.text}`: its "
+                        f"{det['extent']} iterations accumulate into one element of `{x.tensor}`, "
+                        f"a serial chain of dependent adds.",
+                        f"`{m.text}` accumulates into `{x.tensor}` along the innermost loop "
+                        f"`{x.loop}` ({det['extent']} iterations): each update waits for the "
+                        f"previous one.")
+        if x.kind == "structure":
+            b = det["bytes"]
+            return pick(f"`{x.tensor}` ({fmt_bytes(b)}) is written whole by one nest and read back "
+                        f"by another: between producing an element and using it, the whole "
+                        f"intermediate passes, so the element is read back from {_held(hw, b)}.",
+                        f"Producer and consumer are separate nests: all {fmt_bytes(b)} of "
+                        f"`{x.tensor}` are written before the first is read again, from "
+                        f"{_held(hw, b)}.")
+        if x.kind == "memory":
+            b = det["bytes"]
+            claims.append(Claim(kind="fits_in_cache", loop=x.loop, value=b, level=hw.level(b)))
+            return pick(f"One run of the nest of `{m.text}` touches {fmt_bytes(b)}, more than L2 "
+                        f"holds ({fmt_bytes(hw.l2_bytes)} per core): its data come from "
+                        f"{_held(hw, b)}.",
+                        f"Memory-bound: `{m.text}` touches {fmt_bytes(b)} against an L2 of "
+                        f"{fmt_bytes(hw.l2_bytes)} per core.")
+        if x.kind == "loop_overhead":
+            claims.append(Claim(kind="loop_extent", loop=x.loop, value=det["extent"], short=True,
                                 path=path))
-        else:
-            text = pick(f"Nothing is strided or out of cache, and no finishing move stands out; at "
-                        f"{f.before.arithmetic_intensity:.2f} FLOP/B the arithmetic itself dominates.",
-                        f"Compute-bound: the data fit in cache and the intensity is "
-                        f"{f.before.arithmetic_intensity:.2f} FLOP/B.")
-        return Bottleneck(kind=d.kind, loop=d.loop, tensor=d.tensor, text=text)
+            return pick(f"The innermost loop `{x.loop}` of `{m.text}` is short ({det['extent']} "
+                        f"iterations): its increment and branch are a visible share of each "
+                        f"iteration.",
+                        f"Loop control: `{x.loop}` runs only {det['extent']} iterations per entry "
+                        f"in `{m.text}`.")
+        return pick(f"Nothing at this site is strided, serial where it could be parallel, or out of "
+                    f"cache; at {f.before.arithmetic_intensity:.2f} FLOP/B the arithmetic itself "
+                    f"dominates.",
+                    f"Compute-bound: the data fit in cache and the intensity is "
+                    f"{f.before.arithmetic_intensity:.2f} FLOP/B.")
 
     # ------------------------------------------------------------------ the chosen action
     def _chosen_reason(self, f: Facts, pick: _Pick, claims: list[Claim]) -> str:
@@ -510,13 +540,16 @@ class TemplateWriter:
                 claims.append(Claim(kind="staged_in_cache", side="after", tensor=t, loop=loop,
                                     value=b, level=hw.level(b)))
                 return pick(f"each of the {ext} iterations of `{loop}` then produces and consumes "
-                            f"{fmt_bytes(b)} of `{t}` ({hw.level(b)}).",
+                            f"{fmt_bytes(b)} of `{t}` ({_held(hw, b)}).",
                             f"`{t}` is consumed in the same iteration of `{loop}` that produces it: "
-                            f"{fmt_bytes(b)} at a time, held in {hw.level(b)}.")
-            return pick("brings producer and consumer into one nest; the intermediate is still "
-                        "produced whole before it is read.",
-                        "merges the nests; no loop with several iterations holds both producer and "
-                        "consumer, so nothing stays closer than before.")
+                            f"{fmt_bytes(b)} at a time, held in {_held(hw, b)}.")
+            t = f.site.get("tensor")
+            if t:
+                return pick(f"computes `{t}` inside the nest that reads it, next to its use, instead "
+                            f"of in a nest of its own.",
+                            f"moves the producer of `{t}` into its consumer's nest.")
+            return pick("brings producer and consumer into one nest.",
+                        "one nest holds both the producer and its consumer.")
         if s == "reduction_factorization" and m.is_reduction:
             claims.append(Claim(kind="reduction_writes", tensor=m.tensor, axes=list(m.reduction_axes)))
             return pick(f"partial results over `{v}` split the single chain into `{m.tensor}` into "
@@ -543,7 +576,7 @@ class TemplateWriter:
                     b = new[0].bytes
                     why = (f" The {fmt_bytes(b)} buffer holds the accumulators of every row "
                            f"tile inside {at}, more than the vector registers hold but within "
-                           f"{hw.level(b)}: each block of the reduction updates it there, and "
+                           f"{_held(hw, b)}: each block of the reduction updates it there, and "
                            f"`{t}` is written once per iteration, not once per block.")
                 return pick(f"each iteration of {at} accumulates `{t}` in a {scope} staging buffer and "
                             f"writes it back once, instead of updating `{t}` in place.{why}",
@@ -604,98 +637,55 @@ class TemplateWriter:
 
     # ------------------------------------------------------------------ alternatives
     def _alternatives(self, f: Facts, pick: _Pick, claims: list[Claim]) -> list[Candidate]:
-        best: dict[str, Any] = {}
+        """Other legal moves, each with a reason from the findings at the site, never a ranking:
+        a move that answers another limit found here is left for a later step (this step takes
+        the limit the bottleneck names); a move that answers nothing found here is not called
+        for. No cost-model time is cited: a model cannot derive one from the prompt."""
+        from .argument import answered, answers, preparation, site_findings
+
+        found = site_findings(f)
+        mine = answered(f)
+        prep = preparation(f) if mine is None else None
+        taken = mine or (prep.finding if prep is not None else None)
+        firsts: dict[str, Any] = {}
         for a in f.alternatives:
-            if a.strategy != f.strategy:
-                best.setdefault(a.strategy, a)
-        ranked = sorted(best.values(), key=lambda a: (a.score, a.strategy))
-        # the move that answers the diagnosis comes first, so the reasoning weighs it
-        remedy = {"parallelism": "loop_parallelization", "vectorization": "loop_vectorization",
-                  "dependence": "reduction_factorization", "locality": "loop_reorder",
-                  "loop_overhead": "loop_unrolling"}.get(f.diagnosis.kind if f.diagnosis else "")
-        ranked = [a for a in ranked if a.strategy == remedy] + [a for a in ranked if a.strategy != remedy]
-        p = f.predicted
-        chosen_score = None
-        if p is not None and p.after_s:
-            from ..analysis.cost_model import blend
-            chosen_score = blend(math.log(p.after_s), math.log(p.after_potential_s or p.after_s))
-        out: list[Candidate] = []
+            if a.strategy != f.strategy and (prep is None or a.strategy != prep.strategy):
+                firsts.setdefault(a.strategy, a)
+        later, idle = [], []
+        for name in sorted(firsts):
+            a = firsts[name]
+            other = [x for x in found if answers(name, x.kind) and x != taken]
+            if other:
+                later.append((a, other[0]))
+            elif not any(answers(name, x.kind) for x in found):
+                idle.append(a)
+        picks: list[tuple[Any, Any]] = []
         n_alt = self.max_alternatives - (1 if f.refusals else 0)
-        for a in ranked[:max(1, n_alt)]:
+        if later:
+            picks.append(pick.rng.choice(later))
+        while idle and len(picks) < max(1, n_alt):
+            a = pick.rng.choice(idle)
+            idle.remove(a)
+            picks.append((a, None))
+        picks = picks[:max(1, n_alt)]
+        out: list[Candidate] = []
+        for a, other in picks:
             where = _ticks(a.site.get("loops") or []) or "its site"
-            ahead = chosen_score is not None and a.score < chosen_score - 1e-6
-            tie = chosen_score is None or abs(a.score - chosen_score) <= 1e-6
-            if tie:
-                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}: the cost model sees no "
-                              f"difference from the chosen step.",
-                              f"predicted {_fmt_time(a.predicted_s)} at {where}, a tie with the chosen "
-                              f"action.")
-            elif ahead:
-                claims.append(Claim(kind="ranks_below", strategy=f.strategy, other=a.strategy))
-                # ranked by what it and its best follow-up reach, not by its own time: without
-                # those figures "predicted 32.8 ms, ranked ahead" of a 27.8 ms step reads as a
-                # contradiction
-                opens = bool(p.after_potential_s and a.potential_s
-                             and a.potential_s < p.after_potential_s)
-                if opens and a.potential_s < 0.99 * a.predicted_s:
-                    why = (f"with its best follow-up it reaches {_fmt_time(a.potential_s)}, "
-                           f"against {_fmt_time(p.after_potential_s)} after the chosen step")
-                elif p.after_s and a.predicted_s < p.after_s:
-                    why = (f"faster by itself than the chosen step's "
-                           f"{_fmt_time(p.after_s)}")
-                elif opens:
-                    why = (f"nothing after the chosen step is predicted below "
-                           f"{_fmt_time(p.after_potential_s)}")
-                else:   # no follow-up predicted for one of them: the blend decided
-                    why = "its own time and what it leaves open, together, come out better"
-                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}; {why}: the cost "
-                              f"model ranks it ahead of this step, a candidate for the next one.",
-                              f"predicted {_fmt_time(a.predicted_s)} at {where}; {why}, so the "
-                              f"cost model ranks it higher; it stays open for a later step.")
-            elif p is not None and p.after_s and a.predicted_s < p.after_s \
-                    and p.after_potential_s and a.potential_s > p.after_potential_s:
-                # faster by itself yet ranked below: the ranking weighs what each step leaves
-                # open, and saying only "predicted faster, ranked below" reads as a contradiction
-                claims.append(Claim(kind="ranks_below", strategy=a.strategy, other=f.strategy))
-                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}, faster by itself, "
-                              f"but it leaves less to gain: the best follow-up is predicted "
-                              f"{_fmt_time(a.potential_s)} after it and "
-                              f"{_fmt_time(p.after_potential_s)} after the chosen step.",
-                              f"predicted {_fmt_time(a.predicted_s)} at {where}, ahead for one step; "
-                              f"the chosen step opens more (best follow-up predicted "
-                              f"{_fmt_time(p.after_potential_s)}, against {_fmt_time(a.potential_s)} "
-                              f"after this one), so the cost model ranks it below.")
-            elif p is not None and p.after_potential_s and a.potential_s \
-                    and a.potential_s < 0.99 * a.predicted_s:
-                # its best follow-up alone (below the chosen step's own time, often) reads as a
-                # reason to rank it ahead: the chosen step's follow-up is the comparison
-                claims.append(Claim(kind="ranks_below", strategy=a.strategy, other=f.strategy))
-                if a.potential_s >= p.after_potential_s:
-                    vs = (f"best follow-up {_fmt_time(a.potential_s)}, against "
-                          f"{_fmt_time(p.after_potential_s)} after the chosen step")
-                else:
-                    vs = (f"its best follow-up reaches {_fmt_time(a.potential_s)} against "
-                          f"{_fmt_time(p.after_potential_s)}, but by itself it is slower than "
-                          f"the chosen step's {_fmt_time(p.after_s)}")
-                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)} ({vs}): ranked "
-                              f"below the chosen action.",
-                              f"predicted {_fmt_time(a.predicted_s)} at {where}; {vs}, so the "
-                              f"cost model prefers the chosen step.")
+            if other is not None:
+                kind = other.kind.replace("_", " ")
+                on = f" of `{other.loop}`" if other.loop else (f" of `{other.tensor}`" if other.tensor else "")
+                reason = pick(f"at {where}: it answers the {kind} limit{on}, a different one from the "
+                              f"limit this step takes on; it stays open for a later step.",
+                              f"at {where}, for the {kind}{on}, not for the limit named above; "
+                              f"left for a later step.")
             else:
-                claims.append(Claim(kind="ranks_below", strategy=a.strategy, other=f.strategy))
-                reason = pick(f"at {where}, predicted {_fmt_time(a.predicted_s)}: ranked below the "
-                              f"chosen action.",
-                              f"predicted {_fmt_time(a.predicted_s)} at {where}; the cost model "
-                              f"prefers the chosen step.")
-            if a.strategy == remedy and f.strategy not in _ANSWERS.get(f.diagnosis.kind, {remedy}) \
-                    and f.diagnosis.loop in (a.site.get("loops") or []):
-                # the bottleneck above names this move; without a word tying the two, "the
-                # bottleneck is X" followed by a step that does Y reads as a non sequitur
-                reason = pick("the move the bottleneck above calls for, ",
-                              "the direct answer to the bottleneck, ") + reason
+                reason = pick(f"at {where}: none of the limits found at this site calls for it.",
+                              f"at {where}; nothing found here is what it fixes.")
             out.append(Candidate(strategy=a.strategy, site=a.site, params=dict(a.params) or None,
-                                 verdict="rejected", reason=reason, predicted_s=a.predicted_s))
+                                 verdict="rejected", reason=reason))
         if f.refusals:
+            remedy = next((s for s in S.names() if taken is not None and answers(s, taken.kind)
+                           and any(r.strategy == s for r in f.refusals)), "")
             r = self._teaching_refusal(f, remedy, pick)
             out.append(Candidate(strategy=r.strategy, site=r.site, params=dict(r.params) or None,
                                  verdict="rejected", refused=True,
@@ -739,34 +729,146 @@ class TemplateWriter:
 
     # ------------------------------------------------------------------ effect, check
     def _effect(self, f: Facts, pick: _Pick, claims: list[Claim]) -> ExpectedEffect:
-        p = f.predicted
-        if p is None or p.after_s is None:
-            return ExpectedEffect(direction="neutral", text="no estimate of the result is available.")
-        ratio = p.ratio
-        b, a = _fmt_time(p.before_s), _fmt_time(p.after_s)
-        claims.append(Claim(kind="predicted_time", side="after", value=p.after_s))
-        if f.prepares:
-            fu = f.follow_up
-            where = _ticks(fu.site.get("loops") or [])
-            text = pick(f"the cost model predicts {b} -> {a} for this step alone; it prepares "
-                        f"`{fu.strategy}` at {where} of the new program, predicted "
-                        f"{_fmt_time(fu.predicted_s)} afterwards.",
-                        f"little by itself ({b} -> {a} predicted), but then `{fu.strategy}` "
-                        f"(at {where} after the step) is predicted {_fmt_time(fu.predicted_s)}.")
-            return ExpectedEffect(direction="preparatory", enables=fu.strategy, text=text,
-                                  predicted_before_s=p.before_s, predicted_after_s=p.after_s)
-        d = f.predicted_direction
-        if d == "faster":
-            text = pick(f"the cost model predicts {b} -> {a} ({ratio:.2f}x faster).",
-                        f"predicted {a} instead of {b}: {ratio:.2f}x.")
-        elif d == "slower":
-            text = pick(f"the cost model predicts {b} -> {a}: slower by itself at this size.",
-                        f"predicted slower ({b} -> {a}); worth knowing as a trade-off.")
+        """What the step can gain, by a rule over prompt quantities (an upper bound, not a
+        model's time): cores, lanes, elements per cache line, reuse distance, bytes no longer
+        written and read back. A preparatory step names the move it makes possible and why that
+        move needs it."""
+        from .argument import answered, preparation
+
+        hw = f.hardware
+        x = answered(f)
+        if x is None:
+            prep = preparation(f)
+            if prep is None:
+                return ExpectedEffect(direction="neutral", text=pick(
+                    "nothing found at this site is what this step changes; no gain follows from "
+                    "the program's figures.",
+                    "no limit found here is answered by it, so no gain can be argued."))
+            where = _ticks(prep.loops) or "its site"
+            kind = prep.finding.kind.replace("_", " ")
+            if prep.why == "no_site":
+                need = pick(f"`{prep.strategy}` has no legal site in the program before this step",
+                            f"before this step the registry finds no legal `{prep.strategy}`")
+            else:
+                need = pick(f"`{prep.strategy}` acts on `{prep.loops[0]}` ({prep.extent} iterations), "
+                            f"a loop this step creates",
+                            f"the loop `{prep.loops[0]}` that `{prep.strategy}` needs ({prep.extent} "
+                            f"iterations) exists only after this step")
+            text = pick(f"no gain by itself; it prepares `{prep.strategy}` at {where}, which answers "
+                        f"the {kind} limit above: {need}.",
+                        f"preparatory: {need}, and `{prep.strategy}` at {where} is the move for the "
+                        f"{kind} limit named above.")
+            return ExpectedEffect(direction="preparatory", enables=prep.strategy, text=text)
+        det = x.detail
+        new_bufs = [t for t in (f.after.tensors.values() if f.after is not None else ())
+                    if t.name not in f.before.tensors]
+        t_site = f.site.get("tensor")
+        if f.strategy == "cache_read_write" and t_site and len(new_bufs) == 1:
+            b = new_bufs[0].bytes
+            at = _ticks(f.site.get("loops") or []) or "the site"
+            if f.site.get("mode", "write") == "write":
+                text = pick(f"the updates of `{t_site}` inside {at} go to a {fmt_bytes(b)} buffer "
+                            f"held in {_held(hw, b)}, and `{t_site}` itself is written once per "
+                            f"iteration of {at}.",
+                            f"a {fmt_bytes(b)} local buffer ({_held(hw, b)}) takes the repeated "
+                            f"updates; `{t_site}` in memory sees one write per iteration of {at}.")
+            else:
+                text = pick(f"the reads of `{t_site}` inside {at} come from a {fmt_bytes(b)} copy "
+                            f"held in {_held(hw, b)}.",
+                            f"a {fmt_bytes(b)} local copy ({_held(hw, b)}) serves the reads of "
+                            f"`{t_site}` inside {at}.")
+            return ExpectedEffect(direction="faster", text=text)
+        if x.kind == "structure" and f.staging is not None and f.staging[0] == x.tensor \
+                and f.staging[2] > 1:
+            t, loop, ext, b = f.staging
+            text = pick(f"`{t}` ({fmt_bytes(det['bytes'])} as a whole) is then produced and used "
+                        f"{fmt_bytes(b)} at a time in each of the {ext} iterations of `{loop}`, "
+                        f"from {_held(hw, b)}.",
+                        f"each iteration of `{loop}` produces and consumes {fmt_bytes(b)} of "
+                        f"`{t}` while it is in {_held(hw, b)}, instead of all "
+                        f"{fmt_bytes(det['bytes'])} before the first use.")
+            return ExpectedEffect(direction="faster", text=text)
+        if x.kind == "parallelism":
+            n = min(det["extent"], hw.cores)
+            text = pick(f"the {det['extent']} iterations of `{x.loop}` shared by {hw.cores} "
+                        f"cores, at most {n}x on this nest.",
+                        f"bounded by {n}x on this nest ({det['extent']} iterations over "
+                        f"{hw.cores} cores).")
+        elif x.kind == "vectorization" and f.strategy == "loop_vectorization":
+            n = min(det["extent"], det["lanes"])
+            text = pick(f"up to {n} lanes per instruction instead of one on `{x.loop}`.",
+                        f"at most {n}x on the arithmetic of `{x.loop}` ({det['lanes']} "
+                        f"lanes per register).")
+        elif x.kind == "locality" and "stride" in det:
+            a = next(a for a in f.at_site.accesses if a.text == det["access"])
+            isz = max(1, (a.stride_bytes or 1) // max(1, a.stride or 1)) if a.stride else 4
+            per = hw.line_bytes // isz
+            was = max(1, hw.line_bytes // max(1, det["stride_bytes"]))
+            if a.stride_after == 0:
+                text = pick(f"`{a.text}` then stays the same element along the innermost loop: one "
+                            f"load kept in a register instead of a new element {det['stride']} "
+                            f"elements away each iteration.",
+                            f"`{a.text}` no longer moves along the innermost loop; it is loaded once "
+                            f"per run of it.")
+            elif a.stride_after is not None and abs(a.stride_after) <= 1 and a.text_after:
+                text = pick(f"`{a.text}` then moves by one element, so each {hw.line_bytes}-byte line "
+                            f"serves {per} consecutive iterations instead of {was}.",
+                            f"unit stride for `{a.text}`: {per} elements of each {hw.line_bytes}-"
+                            f"byte line used in turn, against {was} before.")
+            else:
+                text = pick(f"`{a.text}` is walked in an order that uses more of each "
+                            f"{hw.line_bytes}-byte line before it is evicted.",
+                            f"fewer lines of `{a.text}` fetched per iteration.")
+        elif x.kind == "locality":
+            rb = det["reuse_bytes"]
+            after = next((a.reuse_bytes_after for a in f.at_site.accesses
+                          if a.text == det["access"]), None)
+            if after is not None and after < rb:
+                text = pick(f"uses of `{det['access']}` come {fmt_bytes(after)} apart instead "
+                            f"of {fmt_bytes(rb)}, from {_held(hw, after)} rather than "
+                            f"{_held(hw, rb)}.",
+                            f"the reuse distance of `{det['access']}` drops from "
+                            f"{fmt_bytes(rb)} to {fmt_bytes(after)} ({_held(hw, after)}).")
+            else:
+                text = pick(f"`{det['access']}` is reused while it is still in a nearer "
+                            f"cache than {_held(hw, rb)}.",
+                            f"fewer of the {fmt_bytes(rb)} between uses of "
+                            f"`{det['access']}` in the way.")
+        elif x.kind == "dependence" and f.strategy in ("loop_reorder", "loop_tiling"):
+            new = f.at_site.innermost_after
+            text = pick(f"the innermost loop then walks `{new}`, whose iterations update different "
+                        f"elements of `{x.tensor}`: they no longer wait on each other, so they can "
+                        f"overlap.",
+                        f"no chain along the new innermost loop (`{new}`): its iterations are "
+                        f"independent updates of `{x.tensor}`.")
+        elif x.kind == "dependence" and f.strategy == "cache_read_write":
+            text = pick(f"the chain of {det['extent']} updates of `{x.tensor}` then runs on a local "
+                        f"buffer that can stay in registers, not on `{x.tensor}` in memory.",
+                        f"each of the {det['extent']} dependent updates reads and writes a local "
+                        f"buffer instead of `{x.tensor}` in memory.")
+        elif x.kind == "dependence":
+            k = f.params.get("factor")
+            text = pick(f"the chain of {det['extent']} dependent updates of `{x.tensor}` is "
+                        f"broken up" + (f" into {k} independent ones." if k else "."),
+                        f"updates of `{x.tensor}` no longer wait on each other one by one.")
+        elif x.kind == "structure":
+            text = pick(f"the {fmt_bytes(det['bytes'])} of `{x.tensor}` are no longer all "
+                        f"written before they are read back; each part is used while still near.",
+                        f"`{x.tensor}` ({fmt_bytes(det['bytes'])}) is consumed close to "
+                        f"where it is produced.")
+        elif x.kind == "memory":
+            text = pick(f"less of the {fmt_bytes(det['bytes'])} comes from "
+                        f"{_held(hw, det['bytes'])} each time it is needed.",
+                        f"more of the nest's {fmt_bytes(det['bytes'])} are used from a "
+                        f"nearer cache.")
+        elif x.kind == "loop_overhead":
+            text = pick(f"the increment and branch of `{x.loop}` ({det['extent']} "
+                        f"iterations) disappear.",
+                        f"no loop control left for `{x.loop}`.")
         else:
-            text = pick(f"the cost model predicts no real change ({b} -> {a}).",
-                        f"about the same: {b} predicted before, {a} after.")
-        return ExpectedEffect(direction=d or "neutral", text=text, predicted_before_s=p.before_s,
-                              predicted_after_s=p.after_s)
+            text = pick("fewer operations per element for the same result.",
+                        "less arithmetic per iteration.")
+        return ExpectedEffect(direction="faster", text=text)
 
     def _check(self, f: Facts, pick: _Pick) -> Check:
         outs = list(f.outputs)
@@ -791,10 +893,8 @@ class TemplateWriter:
         claims: list[Claim] = []
         obs = self._observation(f, pick, claims)
         bott = self._bottleneck(f, pick, claims)
-        p = f.predicted
         chosen = Candidate(strategy=step.strategy, site=dict(step.site), params=dict(step.params) or None,
-                           verdict="chosen", reason=self._chosen_reason(f, pick, claims),
-                           predicted_s=p.after_s if p is not None else None)
+                           verdict="chosen", reason=self._chosen_reason(f, pick, claims))
         alts = self._alternatives(f, pick, claims)
         cands = [chosen] + alts
         if pick("first", "shuffled") == "shuffled":

@@ -282,6 +282,10 @@ def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
             probs.append(f"expected_effect.enables {e.enables!r} is not a registered strategy")
     # ---------------------------------------------------------------- claims, no hindsight
     probs += check_claims(cot, f, _texts(cot))
+    # ---------------------------------------------------------------- the writing's coherence
+    from .coherence import WRITING, coherence_problems
+
+    probs += coherence_problems(cot, step, f, WRITING)
     return probs
 
 
@@ -298,18 +302,21 @@ def measured_direction(step: StepRecord, f: Facts) -> Optional[str]:
     return "neutral"
 
 
-def measured_side(step: StepRecord, f: Facts, path: Optional[list[StepRecord]] = None) -> dict[str, Any]:
-    """What was measured, stored beside the reasoning (``cot["measured"]``), never in it."""
-    cot_pred = f.predicted_direction
+def measured_side(step: StepRecord, f: Facts, cot: Optional[Cot] = None) -> dict[str, Any]:
+    """What was measured, stored beside the reasoning (``cot["measured"]``), never in it, and
+    whether it agrees with the direction the reasoning states (``cot.expected_effect``; without
+    a ``cot``, the cost model's): a preparatory step agrees when it measured neutral or faster."""
+    stated = cot.expected_effect.direction if cot is not None else f.predicted_direction
     out: dict[str, Any] = {
         "before_s": f.before_s, "after_s": f.after_s, "step_speedup": f.step_speedup,
         "noise": f.noise, "direction": measured_direction(step, f),
-        "predicted_direction": cot_pred,
-        "prepares": f.follow_up.strategy if f.prepares else None,
+        "predicted_direction": stated,
+        "prepares": (cot.expected_effect.enables if cot is not None
+                     else (f.follow_up.strategy if f.prepares else None)),
     }
     md = out["direction"]
-    out["prediction_agrees"] = None if md is None or cot_pred is None else (
-        md == cot_pred or (md == "neutral" and cot_pred != "faster" and f.prepares))
+    out["prediction_agrees"] = None if md is None or stated is None else (
+        md == stated or (stated == "preparatory" and md in ("neutral", "faster")))
     return out
 
 
@@ -340,12 +347,18 @@ def sft_problems(cot: Cot, step: StepRecord, f: Facts, path: Optional[list[StepR
 
 
 def validate(raw: Any, step: StepRecord, f: Optional[Facts] = None, *, sft: bool = False,
-             path: Optional[list[StepRecord]] = None) -> Cot:
-    """Schema, then semantic checks (and, with ``sft``, agreement with the measurement). Returns
-    the Cot or raises CotInvalid listing every problem."""
+             path: Optional[list[StepRecord]] = None, coherent: bool = False) -> Cot:
+    """Schema, then semantic checks, the writing's coherence (:mod:`steptp.cot.coherence`), and
+    with ``coherent`` also the argument's (the bottleneck is the step's own and it answers it);
+    with ``sft``, agreement with the measurement. Returns the Cot or raises CotInvalid listing
+    every problem."""
     cot = parse_cot(raw)
     f = f if f is not None else compute_facts(step)
     probs = semantic_problems(cot, step, f)
+    if coherent:
+        from .coherence import ARGUMENT, coherence_problems
+
+        probs += coherence_problems(cot, step, f, ARGUMENT)
     if sft:
         probs += sft_problems(cot, step, f, path)
     if probs:

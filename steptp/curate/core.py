@@ -36,6 +36,8 @@ REASONS: dict[str, str] = {
     "regressing": "significantly slower, and nothing measured through it is faster (a negative)",
     "prediction_disagrees": "its reasoning's cost-model prediction is contradicted by the "
                             "measurement (a right step for a wrong stated reason; pairs/rewards)",
+    "incoherent": "its reasoning cannot argue for it: the step answers no limit found at its site "
+                  "and prepares no move that does (steptp.cot.coherence; pairs/rewards only)",
     "duplicate": "the canonical (before, after) pair is already in the release",
     "alternative": "another child of the same program is the SFT answer to this prompt (pairs)",
     "unknown_kernel": "the step's kernel is not in the kernels table",
@@ -373,6 +375,8 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
                 code, detail = "prediction_disagrees", (
                     f"the reasoning predicts {m.get('predicted_direction')}, the measurement says "
                     f"{m.get('direction')} ({s.step_speedup:.3g}x)")
+            elif (s.cot or {}).get("coherence"):
+                code, detail = "incoherent", "; ".join(s.cot["coherence"])[:300]
             elif (k := (_canon(s.before_leir), _canon(s.after_leir))) in pairs_seen:
                 o = pairs_seen[k]
                 code, detail = "duplicate", f"same as {o.trajectory_id}:{o.step_index}"

@@ -138,9 +138,9 @@ class Cot(_Part):
                                 "makes, in structured form")
 
 
-# Fields of the stored record that are not reasoning: what was measured, and the hardware the
-# facts were computed for. Never rendered into the <think> text.
-SIDE_FIELDS = ("measured", "hardware")
+# Fields of the stored record that are not reasoning: what was measured, the hardware the facts
+# were computed for, and the argument's coherence problems. Never rendered into the <think> text.
+SIDE_FIELDS = ("measured", "hardware", "coherence")
 
 
 def cot_record(cot: Cot, **side: Any) -> dict[str, Any]:
