@@ -165,6 +165,74 @@ def test_prompts_config_holds_every_state(release, tmp_path):
     assert all(r["exactness"] in ("exact", "reassociation", "algebraic") and r["target"] for r in rows)
 
 
+def test_eval_inputs_hold_every_prompt_of_the_release(release, tmp_path):
+    """`steptp eval --release` reads the prompts config: every state of a split (the SFT prompts,
+    the pair-only prompts and the kernels) is an eval state, with the config's checker inputs and
+    the very prompt the release shows (the eval's prompt of that state)."""
+    from steptp.eval.inputs import from_release
+    from steptp.eval.policies import prompt_messages
+    from steptp.leir import parse
+    from steptp.leir.canon import canonical_hash
+
+    path, _, _ = release
+    prompts = _load(path, "prompts", tmp_path)
+    steps = pl.read_parquet(path / "data/steps.parquet")
+    strategy = dict(zip(steps["step_key"], steps["strategy"]))
+    parent = dict(zip(steps["step_key"], steps["parent_step_key"]))
+    sources = []
+    for sp in prompts:
+        inp = from_release(path, sp)
+        by_id = {(s.kernel_id, s.state_id): s for s in inp.states}
+        assert len(by_id) == len(inp.states) == len(prompts[sp]), sp
+        for r in prompts[sp]:
+            s = by_id[(r["kernel_id"], canonical_hash(parse(r["program"]))[:16])]
+            assert (s.exactness, s.depth, s.meta["source"]) == (r["exactness"], r["depth"], r["source"])
+            assert canonical_hash(parse(s.original)) == canonical_hash(parse(r["original"]))
+            assert prompt_messages(s) == r["prompt"], (sp, r["state_id"])
+            # the recorded path to the state, by the steps' parent keys
+            want, k = [], r["parent_step_key"]
+            while k is not None:
+                want.append(strategy[k])
+                k = parent[k]
+            assert s.path == tuple(reversed(want)) and len(s.path) == s.depth
+            sources.append(r["source"])
+        # the SFT steps are replay's answers; each starts from one of the states
+        assert {(x.kernel_id, canonical_hash(parse(x.before_leir))[:16]) for x in inp.sft_steps} <= set(by_id)
+    # the states the SFT rows alone missed are in: the prompts of pairs only
+    assert sources.count("sft") and sources.count("pair")
+
+    # a folder with the data tables only (no configs): the same states but the pair-only ones
+    # below the roots (every kernel is a root state either way)
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(path, bare, ignore=shutil.ignore_patterns("configs"))
+    for sp in prompts:
+        want = {(r["kernel_id"], r["state_id"], r["depth"], r["exactness"]) for r in prompts[sp]
+                if r["source"] != "pair" or r["depth"] == 0}
+        got = {(s.kernel_id, s.state_id, s.depth, s.exactness) for s in from_release(bare, sp).states}
+        assert got == want, sp
+
+
+def test_eval_inputs_reject_a_malformed_prompts_config(release, tmp_path):
+    import shutil
+
+    from steptp.eval.inputs import EvalInputError, from_release
+
+    path, _, _ = release
+    bad = tmp_path / "bad"
+    shutil.copytree(path, bad)
+    f = bad / "configs/prompts/test.parquet"
+    df = pl.read_parquet(f)
+    for column, value, msg in (("exactness", "approximate", "unknown exactness 'approximate'"),
+                               ("kernel_id", "nope", "kernel 'nope' is not a kernel"),
+                               ("program", "kernel f32 broken(", "does not parse")):
+        df.with_columns(pl.lit(value).alias(column)).write_parquet(f)
+        with pytest.raises(EvalInputError, match=re.escape(msg)) as e:
+            from_release(bad, "test")
+        assert "configs/prompts/test.parquet: row 0" in str(e.value)
+
+
 def test_reward_scores_the_release_answers_and_bounds_garbage(release, tmp_path):
     from steptp.rl import SCORES, reward
     from steptp.rl.reward import MAX_CHARS
