@@ -399,3 +399,54 @@ def test_measured_reward_builds_verifies_and_times(release, tmp_path):
         assert got == [pytest.approx(SCORES["faithful"] + bonus), SCORES["failed_verification"], SCORES["unparsable"]]
     finally:
         m.close()
+
+
+@pytest.mark.slow
+def test_grpo_trains_with_the_measured_reward(release, tmp_path, monkeypatch):
+    """docs/train.md's ``grpo-measured`` block executed: GRPOTrainer for two steps with
+    ``MeasuredReward`` (the build/verify/time judge) as its reward. The tiny model's completions
+    are judged unparsable (-1.0, and no state is built for them); a release answer passed through
+    the same reward callable, with the trainer's own dataset row as its columns, is built,
+    verified and timed (a positive score)."""
+    from steptp.rl import SCORES
+
+    path, _, _ = release
+    texts = [ln for f in sorted((path / "chat").glob("*.jsonl")) for ln in f.read_text().splitlines()]
+    model = tiny_model(texts, tmp_path / "tiny")
+    monkeypatch.chdir(tmp_path)             # the block's cache file lands in the run's folder
+    ns = {"release": str(path), "model": model, "completion_tokens": 8,
+          "run": dict(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2,
+                      learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no",
+                      seed=0, dataloader_num_workers=0)}
+    code = re.search(r"```python grpo-measured\n(.*?)```", DOC.read_text(), re.S).group(1)
+    import torch
+
+    torch.set_num_threads(2)
+    try:
+        exec(compile(code, "docs/train.md:grpo-measured", "exec"), ns)   # our own docs, not user input
+        t, reward = ns["trainer"], ns["reward"]
+        assert type(t).__name__ == "GRPOTrainer" and t.state.global_step == 2
+        assert (tmp_path / "rewards.sqlite").is_file()
+        # two steps of one prompt and two generations each: four completions, all judged
+        st = reward.stats()
+        assert st["completions"] == 4 and st["outcomes"] == {"unparsable": 4}, st
+        logged = [h["rewards/steptp_measured_reward/mean"] for h in t.state.log_history
+                  if "rewards/steptp_measured_reward/mean" in h]
+        assert logged == [SCORES["unparsable"]] * 2, t.state.log_history
+
+        # a known-good completion through the same callable, with the columns TRL passes
+        sft = _load(path, cache=tmp_path / "hf")
+        answers = {x["messages"][1]["content"]: x["messages"][2]["content"] for sp in sft for x in sft[sp]}
+        row = next(r for r in t.train_dataset if r["prompt"][1]["content"] in answers)
+        good = [{"role": "assistant", "content": answers[row["prompt"][1]["content"]]}]
+        garbage = [{"role": "assistant", "content": "<think>\nno answer"}]
+        cols = {k: [v, v] for k, v in row.items() if k != "prompt"}
+        got = reward([row["prompt"]] * 2, [good, garbage], **cols)
+        assert SCORES["faithful"] - 1.0 <= got[0] <= SCORES["faithful"] + 1.0 and got[0] > 0, got
+        assert got[1] == SCORES["unparsable"]
+        st = reward.stats()
+        assert st["completions"] == 6 and st["outcomes"] == {"unparsable": 5, "verified": 1}, st
+        assert st["seconds"] > 0 and st["per_second"] > 0
+    finally:
+        if "reward" in ns:
+            ns["reward"].close()
