@@ -433,6 +433,9 @@ def test_grpo_trains_with_the_measured_reward(release, tmp_path, monkeypatch):
         logged = [h["rewards/steptp_measured_reward/mean"] for h in t.state.log_history
                   if "rewards/steptp_measured_reward/mean" in h]
         assert logged == [SCORES["unparsable"]] * 2, t.state.log_history
+        # nothing passed the static checks: no state was built, verified or timed for them
+        ms = reward.measurer.stats
+        assert ms["verify_runs"] + ms["verify_hits"] + ms["time_runs"] + ms["time_hits"] == 0, ms
 
         # a known-good completion through the same callable, with the columns TRL passes
         sft = _load(path, cache=tmp_path / "hf")
@@ -447,6 +450,7 @@ def test_grpo_trains_with_the_measured_reward(release, tmp_path, monkeypatch):
         st = reward.stats()
         assert st["completions"] == 6 and st["outcomes"] == {"unparsable": 5, "verified": 1}, st
         assert st["seconds"] > 0 and st["per_second"] > 0
+        assert reward.measurer.stats["verify_runs"] == 1 and reward.measurer.stats["time_runs"] == 2
     finally:
         if "reward" in ns:
             ns["reward"].close()
