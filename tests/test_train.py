@@ -30,8 +30,11 @@ def release(tmp_path_factory):
     fp = {"cpu_model": "Test CPU", "machine": "x86_64", "num_threads": 2, "id": "abc"}
     stats = export_release(read_curated(d / "cur"), d / "release", name="steptp-test", version="9",
                            params={"seed": 0, "license": "cc-by-4.0"}, fingerprint=fp)
-    # the quality gates write their report beside the data; it must not become a split
+    # the quality gates write their report and Data Docs beside the data; neither may become a split
     (d / "release" / "validation.json").write_text(json.dumps({"success": True}))
+    (d / "release" / "data_docs" / "validations").mkdir(parents=True)
+    (d / "release" / "data_docs" / "index.html").write_text("<html></html>")
+    (d / "release" / "data_docs" / "validations" / "test.json").write_text(json.dumps({"success": True}))
     return d / "release", res, stats
 
 
