@@ -30,8 +30,11 @@ def release(tmp_path_factory):
     fp = {"cpu_model": "Test CPU", "machine": "x86_64", "num_threads": 2, "id": "abc"}
     stats = export_release(read_curated(d / "cur"), d / "release", name="steptp-test", version="9",
                            params={"seed": 0, "license": "cc-by-4.0"}, fingerprint=fp)
-    # the quality gates write their report beside the data; it must not become a split
+    # the quality gates write their report and Data Docs beside the data; neither may become a split
     (d / "release" / "validation.json").write_text(json.dumps({"success": True}))
+    (d / "release" / "data_docs" / "validations").mkdir(parents=True)
+    (d / "release" / "data_docs" / "index.html").write_text("<html></html>")
+    (d / "release" / "data_docs" / "validations" / "test.json").write_text(json.dumps({"success": True}))
     return d / "release", res, stats
 
 
@@ -163,6 +166,74 @@ def test_prompts_config_holds_every_state(release, tmp_path):
     # the checker's inputs: exactness is the loosest along the path (exact at a root)
     assert all(r["exactness"] == "exact" for r in rows if r["depth"] == 0)
     assert all(r["exactness"] in ("exact", "reassociation", "algebraic") and r["target"] for r in rows)
+
+
+def test_eval_inputs_hold_every_prompt_of_the_release(release, tmp_path):
+    """`steptp eval --release` reads the prompts config: every state of a split (the SFT prompts,
+    the pair-only prompts and the kernels) is an eval state, with the config's checker inputs and
+    the very prompt the release shows (the eval's prompt of that state)."""
+    from steptp.eval.inputs import from_release
+    from steptp.eval.policies import prompt_messages
+    from steptp.leir import parse
+    from steptp.leir.canon import canonical_hash
+
+    path, _, _ = release
+    prompts = _load(path, "prompts", tmp_path)
+    steps = pl.read_parquet(path / "data/steps.parquet")
+    strategy = dict(zip(steps["step_key"], steps["strategy"]))
+    parent = dict(zip(steps["step_key"], steps["parent_step_key"]))
+    sources = []
+    for sp in prompts:
+        inp = from_release(path, sp)
+        by_id = {(s.kernel_id, s.state_id): s for s in inp.states}
+        assert len(by_id) == len(inp.states) == len(prompts[sp]), sp
+        for r in prompts[sp]:
+            s = by_id[(r["kernel_id"], canonical_hash(parse(r["program"]))[:16])]
+            assert (s.exactness, s.depth, s.meta["source"]) == (r["exactness"], r["depth"], r["source"])
+            assert canonical_hash(parse(s.original)) == canonical_hash(parse(r["original"]))
+            assert prompt_messages(s) == r["prompt"], (sp, r["state_id"])
+            # the recorded path to the state, by the steps' parent keys
+            want, k = [], r["parent_step_key"]
+            while k is not None:
+                want.append(strategy[k])
+                k = parent[k]
+            assert s.path == tuple(reversed(want)) and len(s.path) == s.depth
+            sources.append(r["source"])
+        # the SFT steps are replay's answers; each starts from one of the states
+        assert {(x.kernel_id, canonical_hash(parse(x.before_leir))[:16]) for x in inp.sft_steps} <= set(by_id)
+    # the states the SFT rows alone missed are in: the prompts of pairs only
+    assert sources.count("sft") and sources.count("pair")
+
+    # a folder with the data tables only (no configs): the same states but the pair-only ones
+    # below the roots (every kernel is a root state either way)
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(path, bare, ignore=shutil.ignore_patterns("configs"))
+    for sp in prompts:
+        want = {(r["kernel_id"], r["state_id"], r["depth"], r["exactness"]) for r in prompts[sp]
+                if r["source"] != "pair" or r["depth"] == 0}
+        got = {(s.kernel_id, s.state_id, s.depth, s.exactness) for s in from_release(bare, sp).states}
+        assert got == want, sp
+
+
+def test_eval_inputs_reject_a_malformed_prompts_config(release, tmp_path):
+    import shutil
+
+    from steptp.eval.inputs import EvalInputError, from_release
+
+    path, _, _ = release
+    bad = tmp_path / "bad"
+    shutil.copytree(path, bad)
+    f = bad / "configs/prompts/test.parquet"
+    df = pl.read_parquet(f)
+    for column, value, msg in (("exactness", "approximate", "unknown exactness 'approximate'"),
+                               ("kernel_id", "nope", "kernel 'nope' is not a kernel"),
+                               ("program", "kernel f32 broken(", "does not parse")):
+        df.with_columns(pl.lit(value).alias(column)).write_parquet(f)
+        with pytest.raises(EvalInputError, match=re.escape(msg)) as e:
+            from_release(bad, "test")
+        assert "configs/prompts/test.parquet: row 0" in str(e.value)
 
 
 def test_reward_scores_the_release_answers_and_bounds_garbage(release, tmp_path):
@@ -331,3 +402,58 @@ def test_measured_reward_builds_verifies_and_times(release, tmp_path):
         assert got == [pytest.approx(SCORES["faithful"] + bonus), SCORES["failed_verification"], SCORES["unparsable"]]
     finally:
         m.close()
+
+
+@pytest.mark.slow
+def test_grpo_trains_with_the_measured_reward(release, tmp_path, monkeypatch):
+    """docs/train.md's ``grpo-measured`` block executed: GRPOTrainer for two steps with
+    ``MeasuredReward`` (the build/verify/time judge) as its reward. The tiny model's completions
+    are judged unparsable (-1.0, and no state is built for them); a release answer passed through
+    the same reward callable, with the trainer's own dataset row as its columns, is built,
+    verified and timed (a positive score)."""
+    from steptp.rl import SCORES
+
+    path, _, _ = release
+    texts = [ln for f in sorted((path / "chat").glob("*.jsonl")) for ln in f.read_text().splitlines()]
+    model = tiny_model(texts, tmp_path / "tiny")
+    monkeypatch.chdir(tmp_path)             # the block's cache file lands in the run's folder
+    ns = {"release": str(path), "model": model, "completion_tokens": 8,
+          "run": dict(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2,
+                      learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no",
+                      seed=0, dataloader_num_workers=0)}
+    code = re.search(r"```python grpo-measured\n(.*?)```", DOC.read_text(), re.S).group(1)
+    import torch
+
+    torch.set_num_threads(2)
+    try:
+        exec(compile(code, "docs/train.md:grpo-measured", "exec"), ns)   # our own docs, not user input
+        t, reward = ns["trainer"], ns["reward"]
+        assert type(t).__name__ == "GRPOTrainer" and t.state.global_step == 2
+        assert (tmp_path / "rewards.sqlite").is_file()
+        # two steps of one prompt and two generations each: four completions, all judged
+        st = reward.stats()
+        assert st["completions"] == 4 and st["outcomes"] == {"unparsable": 4}, st
+        logged = [h["rewards/steptp_measured_reward/mean"] for h in t.state.log_history
+                  if "rewards/steptp_measured_reward/mean" in h]
+        assert logged == [SCORES["unparsable"]] * 2, t.state.log_history
+        # nothing passed the static checks: no state was built, verified or timed for them
+        ms = reward.measurer.stats
+        assert ms["verify_runs"] + ms["verify_hits"] + ms["time_runs"] + ms["time_hits"] == 0, ms
+
+        # a known-good completion through the same callable, with the columns TRL passes
+        sft = _load(path, cache=tmp_path / "hf")
+        answers = {x["messages"][1]["content"]: x["messages"][2]["content"] for sp in sft for x in sft[sp]}
+        row = next(r for r in t.train_dataset if r["prompt"][1]["content"] in answers)
+        good = [{"role": "assistant", "content": answers[row["prompt"][1]["content"]]}]
+        garbage = [{"role": "assistant", "content": "<think>\nno answer"}]
+        cols = {k: [v, v] for k, v in row.items() if k != "prompt"}
+        got = reward([row["prompt"]] * 2, [good, garbage], **cols)
+        assert SCORES["faithful"] - 1.0 <= got[0] <= SCORES["faithful"] + 1.0 and got[0] > 0, got
+        assert got[1] == SCORES["unparsable"]
+        st = reward.stats()
+        assert st["completions"] == 6 and st["outcomes"] == {"unparsable": 5, "verified": 1}, st
+        assert st["seconds"] > 0 and st["per_second"] > 0
+        assert reward.measurer.stats["verify_runs"] == 1 and reward.measurer.stats["time_runs"] == 2
+    finally:
+        if "reward" in ns:
+            ns["reward"].close()

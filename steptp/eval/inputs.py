@@ -1,8 +1,8 @@
 """What an eval runs on: a release split, a kernels table, or LEIR files — as loop states.
 
-A release gives (a) its kernels of the split (multi-step roots), (b) one state per distinct
-program its SFT rows start from (single-step states, with the loosest exactness along the
-recorded path to them), (c) the SFT rows themselves (the ``replay`` policy) and (d) the best
+A release gives (a) its kernels of the split (multi-step roots), (b) every state of the split
+once (single-step states: its ``prompts`` config, the prompt of every SFT example and preference
+pair and every kernel, with the loosest exactness along the recorded path to it), (c) the SFT rows themselves (the ``replay`` policy) and (d) the best
 recorded trajectory speedup per kernel (the report's ratio)."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import polars as pl
 from ..leir import check, format_program, parse
 from ..leir.canon import canonical_hash
 from ..leir.parser import decode
-from ..records import StepRecord
+from ..records import StepRecord, parent_links, step_key
 from ..exactness import worse
+from ..export.hub import CONFIG_DIR, prompt_states
 from .judge import State
 
 
@@ -61,7 +62,64 @@ def _roots(df: pl.DataFrame, hardware: str, target: str, where: str) -> list[Sta
     return out
 
 
+def _path(key: Optional[str], strategy: dict[str, str], parent: dict[str, Optional[str]]) -> tuple[str, ...]:
+    """The strategies from the root to the state a step of ``key`` ends in (``key``: the state's
+    ``parent_step_key``, None at a root)."""
+    out: list[str] = []
+    while key is not None and key in strategy and len(out) <= len(strategy):
+        out.append(strategy[key])
+        key = parent.get(key)
+    return tuple(reversed(out))
+
+
+def _prompt_rows(folder: Path, split: str, kdf: pl.DataFrame, steps: list[StepRecord], sft_mask: list[bool],
+                 parents: dict[int, int], hardware: str) -> tuple[list[dict], str]:
+    """The release's states of ``split``: its ``prompts`` config (every SFT and pair prompt and
+    every kernel of the split, the states the RL reward and environment see), or, for a folder
+    with data tables only, the same rows derived from them (``export.hub.prompt_states``; the
+    pair prompts are then missing: pairs live in the configs and chat files)."""
+    config = folder / CONFIG_DIR / "prompts"
+    if config.is_dir():
+        f = config / f"{split}.parquet"
+        return (_read(f).to_dicts() if f.is_file() else []), str(f)
+    if "split" not in kdf.columns:
+        kdf = kdf.with_columns(pl.lit(split).alias("split"))
+    sft_keys = {step_key(s) for s, m in zip(steps, sft_mask) if m}
+    rows = prompt_states(kdf, steps, sft_keys, set(), parents, {k: split for k in kdf["kernel_id"]}, hardware)
+    return rows, str(folder / "data")
+
+
+def _states(rows: list[dict], where: str, originals: dict[str, str], steps: list[StepRecord], keys: list[str],
+            parent_keys: list[Optional[str]], hardware: str, target: str) -> list[State]:
+    strategy = {k: s.strategy for k, s in zip(keys, steps)}
+    parent = dict(zip(keys, parent_keys))
+    states: dict[tuple[str, str], State] = {}
+    for i, r in enumerate(rows):
+        try:
+            kid, text, exact, depth = r["kernel_id"], r["program"], r["exactness"], int(r["depth"])
+            worse("exact", exact)
+        except (KeyError, TypeError, ValueError) as e:
+            raise EvalInputError(f"{where}: row {i}: no valid kernel_id, program, exactness and depth "
+                                 f"({type(e).__name__}: {e})") from None
+        if kid not in originals:
+            raise EvalInputError(f"{where}: row {i}: kernel {kid!r} is not a kernel of the split")
+        try:
+            prog = format_program(parse(text))
+        except Exception as e:  # noqa: BLE001 - a release file is input: name the row
+            raise EvalInputError(f"{where}: row {i} ({kid}): its program does not parse "
+                                 f"({type(e).__name__}: {str(e)[:200]})") from None
+        key = (kid, canonical_hash(parse(prog)))
+        if key not in states:
+            states[key] = State(kid, originals[kid], prog, exactness=exact, depth=depth,
+                                path=_path(r.get("parent_step_key"), strategy, parent), hardware=hardware,
+                                target=target, meta={"source": r.get("source", "")})
+    return list(states.values())
+
+
 def from_release(folder: str | Path, split: str = "test", target: str = "cpu") -> Inputs:
+    """A release's kernels of ``split`` (roots), every state of the split (the ``prompts``
+    config's rows: SFT prompts, pair-only prompts and unscheduled kernels), its SFT steps and its
+    best trajectory speedups."""
     folder = Path(folder)
     hardware = ""
     if (folder / "stats.json").is_file():
@@ -78,27 +136,13 @@ def from_release(folder: str | Path, split: str = "test", target: str = "cpu") -
     all_steps = [_step(r) for r in sdf.iter_rows(named=True)]
     sft_mask = sdf["sft"].to_list() if "sft" in sdf.columns else [True] * len(all_steps)
     sft = [s for s, m in zip(all_steps, sft_mask) if m]
-    by_after: dict[tuple[str, str], StepRecord] = {}
-    for s in all_steps:
-        if s.verified:
-            by_after.setdefault((s.trajectory_id, s.after_leir), s)
-    states: dict[tuple[str, str], State] = {}
-    for s in sorted(sft, key=lambda s: (s.kernel_id, s.trajectory_id, s.step_index)):
-        exact, cur, path, hops = "exact", s.before_leir, [], 0
-        while hops <= s.step_index and (s.trajectory_id, cur) in by_after:
-            parent = by_after[(s.trajectory_id, cur)]
-            try:
-                exact = worse(exact, parent.exactness)
-            except ValueError as e:
-                raise EvalInputError(f"{folder}: step {parent.trajectory_id}/{parent.step_index}: {e}") from None
-            cur, hops = parent.before_leir, hops + 1
-            path.append(parent.strategy)
-        prog = format_program(parse(s.before_leir))
-        key = (s.kernel_id, canonical_hash(parse(prog)))
-        if key not in states:
-            states[key] = State(s.kernel_id, originals[s.kernel_id], prog, exactness=exact,
-                                depth=s.step_index, path=tuple(reversed(path)), hardware=hardware,
-                                target=target)
+    # the tree's edges as released (data/steps.parquet's keys), else as the export derives them
+    parents = parent_links(all_steps)
+    keys = sdf["step_key"].to_list() if "step_key" in sdf.columns else [step_key(s) for s in all_steps]
+    parent_keys = (sdf["parent_step_key"].to_list() if "parent_step_key" in sdf.columns
+                   else [keys[parents[i]] if i in parents else None for i in range(len(keys))])
+    rows, where = _prompt_rows(folder, split, kdf, all_steps, sft_mask, parents, hardware)
+    states = _states(rows, where, originals, all_steps, keys, parent_keys, hardware, target)
     best: dict[str, float] = {}
     tpath = folder / "data" / "trajectories.parquet"
     if tpath.is_file():
@@ -106,7 +150,7 @@ def from_release(folder: str | Path, split: str = "test", target: str = "cpu") -
             sp = r.get("remeasured_speedup") or r.get("speedup")
             if sp and sp > best.get(r["kernel_id"], 0.0):
                 best[r["kernel_id"]] = float(sp)
-    return Inputs(roots, list(states.values()), sft, best, f"{folder} ({split})")
+    return Inputs(roots, states, sft, best, f"{folder} ({split})")
 
 
 def this_machine() -> str:

@@ -22,8 +22,13 @@ any failure to read one is a low score, never an exception in the training loop.
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import time
+from collections import Counter
 from typing import Any, Optional, Sequence
+
+log = logging.getLogger(__name__)
 
 # one score per first failing check; a legal but unfaithful step (the program is not what the
 # stated action gives) earns less than a faithful one, more than an illegal one
@@ -86,9 +91,16 @@ def judge_completions(prompts: Optional[Sequence[Any]], completions: Sequence[An
                 res = [J.static_judgement(_program(prog), _program(orig), ex, replies[i], tgt or "cpu") for i in idx]
                 got = [(j, cand is not None) for j, cand in res]
             else:
-                state = J.State(kid, orig, prog, exactness=ex, target=tgt or "cpu")
-                state.timing = judge.time_state(prog)[0]
-                got = [(j, j.legal is True) for j in judge.judge_many(state, [replies[i] for i in idx])]
+                texts = [replies[i] for i in idx]
+                static = [J.static_judgement(_program(prog), _program(orig), ex, t, tgt or "cpu") for t in texts]
+                if any(cand is not None for _, cand in static):
+                    state = J.State(kid, orig, prog, exactness=ex, target=tgt or "cpu")
+                    state.timing = judge.time_state(prog)[0]
+                    got = [(j, j.legal is True) for j in judge.judge_many(state, texts)]
+                else:
+                    # nothing to build (what an untrained policy mostly writes): the state is
+                    # not built or timed either
+                    got = [(j, False) for j, _ in static]
         except Exception as e:  # noqa: BLE001 - an unreadable completion scores low; training goes on
             if judge is not None:
                 raise   # the measurer failed, not the completion (it runs them in limited workers)
@@ -120,7 +132,8 @@ class MeasuredReward:
     **columns)``. Builds, verifies and times through ``measurer`` (a
     :class:`~steptp.measure.Measurer`; its cache makes a repeated program free, its
     ``jobs`` and ``memory_limit_mb`` bound the workers). Without one it opens its own with
-    ``jobs``, ``memory_limit_mb`` and ``cache``, and :meth:`close` closes it."""
+    ``jobs``, ``memory_limit_mb`` and ``cache``, and :meth:`close` closes it. Each call logs
+    its batch's throughput and outcomes; :meth:`stats` sums them over the run."""
 
     __name__ = "steptp_measured_reward"      # TRL logs a reward function by its name
 
@@ -135,11 +148,27 @@ class MeasuredReward:
             measurer = Measurer(config=config, cache=cache, jobs=jobs, memory_limit_mb=memory_limit_mb)
         self.measurer = measurer
         self.judge = Judge(measurer, seeds, retime_rounds=0)
+        self.completions, self.seconds, self.outcomes = 0, 0.0, Counter()
 
     def __call__(self, prompts: Optional[Sequence[Any]] = None, completions: Sequence[Any] = (),
                  **columns: Any) -> list[float]:
-        return [score(j, passed) for j, passed in
-                judge_completions(prompts, completions, judge=self.judge, **columns)]
+        t0 = time.perf_counter()
+        judged = judge_completions(prompts, completions, judge=self.judge, **columns)
+        dt = time.perf_counter() - t0
+        self.completions += len(judged)
+        self.seconds += dt
+        batch = Counter(j.outcome for j, _ in judged)
+        self.outcomes.update(batch)
+        log.info("measured reward: %d completions in %.2f s (%.1f/s): %s", len(judged), dt,
+                 len(judged) / dt if dt > 0 else float("inf"), dict(sorted(batch.items())))
+        return [score(j, passed) for j, passed in judged]
+
+    def stats(self) -> dict[str, Any]:
+        """What was judged so far: completions, seconds, completions per second and the judge's
+        outcomes (the throughput a run's reward costs)."""
+        return {"completions": self.completions, "seconds": round(self.seconds, 3),
+                "per_second": round(self.completions / self.seconds, 2) if self.seconds > 0 else None,
+                "outcomes": dict(sorted(self.outcomes.items()))}
 
     def close(self) -> None:
         self.judge.close()
