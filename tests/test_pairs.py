@@ -118,7 +118,8 @@ def test_the_interleaved_re_timing_decides_and_the_pair_is_the_right_way_round(p
     assert t["chosen_step_speedup"] == pytest.approx(1 / 0.55) and t["rejected_step_speedup"] == pytest.approx(2.0)
     # re-timings of one side only are not compared with the other's search timing: the search's
     # timings decide (B1 10% faster there), the re-timed side's own is still reported
-    pairs, got = _pairs(progs, {"AB1": b1, "AB2": b2.model_copy(update={"paired_before": None, "paired_after": None})})
+    b2_search = b2.model_copy(update={"paired_before": None, "paired_after": None})
+    pairs, got = _pairs(progs, {"AB1": b1, "AB2": b2_search})
     assert pairs == {("AB1", "AB2")}
     t = got[0]["timings"]
     assert t["compared_on"] == "step_speedup" and t["rejected_paired_speedup"] is None

@@ -129,8 +129,9 @@ def compare_siblings(rule: SignificanceRule, c: StepRecord, c_best: StepRecord, 
                      r_best: StepRecord) -> Optional[dict[str, Any]]:
     """Whether measured sibling ``c`` may be preferred to measured sibling ``r``: its step is
     significantly faster (step against step) and ``r``'s best descendant is not significantly
-    faster than ``c``'s (nor too noisy to tell). Returns the deciding fields (``compared_on``, ``best_compared_on``,
-    ``margin_log``: ln of the rejected over the chosen relative after-time), or None."""
+    faster than ``c``'s (nor too noisy to tell). Returns the deciding fields (``compared_on``,
+    ``best_compared_on``, ``margin_log``: ln of the rejected over the chosen relative
+    after-time), or None."""
     src = _pick(_step_timings(c, "paired"), _step_timings(r, "paired"))
     tc, tr = _step_timings(c, src), _step_timings(r, src)
     if _versus(rule, tc, tr) != "faster":
