@@ -152,7 +152,13 @@ def test_pairs_file_is_a_dpo_dataset(release):
             assert r["role"] == "failed"
             assert ex["rejected"][0]["content"].startswith("<think>\n") and r["cot_source"] == "template"
         else:
-            assert c["best_descendant_speedup"] > r["best_descendant_speedup"]
+            # step against step on the timing named by compared_on; never inverted on best descendants
+            m = ex["meta"]
+            on = m["compared_on"]
+            assert on in ("step_speedup", "paired_speedup") and m[f"chosen_{on}"] > m[f"rejected_{on}"]
+            best = m["best_compared_on"]
+            assert m[f"chosen_{best}"] * (1 + 0.25) >= m[f"rejected_{best}"]   # margin <= max_spread
+        assert c["role"] in ("improving", "preparatory") and ex["meta"]["rejected_role"] == r["role"]
     # the same release again: the same pairs (deterministic given the seed)
     again = curate(*dataset_args(), CurateConfig())
     assert again.pairs == res.pairs

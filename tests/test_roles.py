@@ -190,8 +190,11 @@ def test_curation_keeps_improving_and_preparatory_one_per_prompt_and_pairs_the_r
     alt = next(r for r in res.rejects if r.reason.startswith("alternative"))
     assert alt.strategy == "loop_tiling"                      # AH: a smaller gain than AB's, same prompt
     pairs = {(name_of[p["chosen"]], name_of[p["rejected"]]) for p in res.pairs}
-    assert {("AB", "AD"), ("AB", "AE"), ("AB", "AH"), ("BC", "BG")} <= pairs
+    assert {("AB", "AD"), ("AB", "AH"), ("BC", "BG")} <= pairs
     assert ("AB", "AJ") not in pairs                          # J is noisy: not significantly worse
+    # B (0.99 ms) and E (0.96) are the same step for step: that the search found C under B and
+    # explored nothing under E is no evidence that B is the better answer
+    assert ("AB", "AE") not in pairs and ("AE", "AB") not in pairs
     assert sum(1 for c, _ in pairs if c[0] == "A") <= 4       # the cap per prompt
     assert all(rows[c].before_leir == rows[r].before_leir for c, r in pairs)
     assert res.report["pairs"] == len(res.pairs) and res.report["sft_roles"] == {"improving": 2, "preparatory": 1}

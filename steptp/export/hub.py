@@ -222,6 +222,7 @@ def card_sections(stats: Mapping[str, Any]) -> list[str]:
         "Pairs can be filtered on their `meta`: keep only measured comparisons (both sides built and "
         "verified) with `pairs.filter(lambda r: r[\"meta\"][\"rejected_why\"] == \"slower\")`; keep "
         "pairs whose chosen side is an SFT answer with `r[\"meta\"][\"chosen_is_sft\"]`; keep pairs "
+        "decided on interleaved re-timings with `r[\"meta\"][\"compared_on\"] == \"paired_speedup\"`; keep pairs "
         "that fit a length with `max(r[\"meta\"][\"tokens\"][\"chosen\"], r[\"meta\"][\"tokens\"][\"rejected\"]) "
         "+ r[\"meta\"][\"tokens\"][\"prompt\"] <= 4096`.", "",
         "The `prompts` config holds every state of the release once: the unscheduled kernels of "

@@ -6,12 +6,15 @@ One JSON object per line in the conversational preference format TRL's ``DPOTrai
      "chosen":   [{"role": "assistant", "content": "<think>...</think>\\n{answer}"}],
      "rejected": [{"role": "assistant", "content": ...}],
      "meta": {"pair_key", "kernel_id", "split", "chosen_step_key", "rejected_step_key",
-              "chosen_role", "rejected_role", "rejected_why", "chosen_best_speedup",
+              "chosen_role", "rejected_role", "rejected_why", "compared_on",
+              "chosen_step_speedup", "chosen_paired_speedup", "chosen_best_speedup", ...,
               "parent_step_key", "tokens": {"prompt", "chosen", "rejected"}, ...}}
 
 ``prompt`` is exactly the system and user turns of ``steptp.format.chat`` for the shared
-before-program; ``chosen``/``rejected`` are assistant turns in the same format. Which pairs exist
-is curation's decision (``steptp.curate.pairs``).
+before-program; ``chosen``/``rejected`` are assistant turns in the same format. Which pairs exist,
+which timing decided each and the speedups per timing source (the pair's ``timings``, spread into
+``meta``: ``steptp.curate.pairs.PAIR_TIMING_FIELDS``) are curation's decision
+(``steptp.curate.pairs``).
 """
 
 from __future__ import annotations
@@ -38,8 +41,7 @@ def pair_example(pair: Mapping[str, Any], chosen: StepRecord, rejected: StepReco
             "chosen_role": chosen.role, "rejected_role": rejected.role,
             "chosen_strategy": chosen.strategy, "rejected_strategy": rejected.strategy,
             "chosen_is_sft": bool(pair.get("chosen_is_sft")), "rejected_why": pair.get("rejected_why", ""),
-            "chosen_best_speedup": chosen.best_descendant_speedup,
-            "rejected_best_speedup": rejected.best_descendant_speedup,
+            **dict(pair.get("timings") or {}),
             "parent_step_key": parent_step_key,
             "tokens": {"prompt": sum(n_tokens(m["content"]) for m in msgs[:2]),
                        "chosen": n_tokens(c_turn), "rejected": n_tokens(r_turn)}}

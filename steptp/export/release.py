@@ -128,6 +128,14 @@ def _geomean(vals: Sequence[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(x) for x in v)) if v else None
 
 
+def _role_timing(s: StepRecord) -> str | None:
+    """Which timing a step's role, ``log_speedup`` and ``best_descendant_speedup`` come from
+    (``steptp.search.roles``: the interleaved re-timing when the step has one); None when failed."""
+    if s.role == "failed" or s.log_speedup is None:
+        return None
+    return "paired" if s.paired_before is not None and s.paired_after is not None else "search"
+
+
 # ---------------------------------------------------------------------------- export
 def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "steptp",
                    version: str = "0.0.0", params: Mapping[str, Any] | None = None,
@@ -159,7 +167,8 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
         "steps": _with_split(table(all_steps, StepRecord), splits).with_columns(
             pl.Series("step_key", keys, dtype=pl.Utf8),
             pl.Series("parent_step_key", [parent_key.get(k) for k in keys], dtype=pl.Utf8),
-            pl.Series("sft", [k in sft_keys for k in keys], dtype=pl.Boolean)),
+            pl.Series("sft", [k in sft_keys for k in keys], dtype=pl.Boolean),
+            pl.Series("role_timing", [_role_timing(s) for s in all_steps], dtype=pl.Utf8)),
         "trajectories": _with_split(table(trajs, TrajectoryRecord), splits),
     }
     for tname, df in tables.items():
@@ -364,9 +373,18 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "`chat/pairs-{train,validation,test}.jsonl`: preference pairs in the conversational format "
         "TRL's `DPOTrainer` reads: `prompt` (the system and user turns above), `chosen` and `rejected` "
         "(one assistant turn each, same format). For a program with several measured children, "
-        "`chosen` is a child whose best measured program is significantly faster than the "
-        "`rejected` one's, or `rejected` failed to build, verify or finish (`meta.rejected_why`); "
-        "at most a few pairs per program.", "",
+        "`chosen` is a child that is `improving` or `preparatory` (significantly faster than the "
+        "program, or on a path to a significantly faster one), and `rejected` is a sibling that "
+        "failed to build, verify or finish, or whose own after-program is significantly slower "
+        "than `chosen`'s (`meta.rejected_why`: `failed` or `slower`). Siblings are compared step "
+        "against step, each relative to the shared before-program: on the interleaved re-timings "
+        "when both were re-timed, else on the search's timings; not on their best descendants, "
+        "whose depth depends on how far the search explored under each. No pair is inverted: the "
+        "best program measured through `rejected` is never significantly faster than the best "
+        "through `chosen`. `meta` carries both roles (`chosen_role`, `rejected_role`), the "
+        "timing that decided the pair (`compared_on`) and each side's speedups per timing "
+        "source (see *Timing fields*); at most a few pairs per program.", "",
+        *_timing_fields_section(),
         *hub.card_sections(stats),
         "Tables: `data/kernels.parquet`, `data/steps.parquet`, `data/trajectories.parquet` (each with a "
         "`split` column; steps also with `step_key` and `parent_step_key`) and `data/rejects.parquet`. `manifest.json` lists versions, parameters, seeds, "
@@ -376,6 +394,42 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "```json", json.dumps(dict(params), indent=1, sort_keys=True, default=str), "```", "",
     ]
     return "\n".join(lines)
+
+
+def _timing_fields_section() -> list[str]:
+    """Which timing each speedup field of the tables and the pairs comes from."""
+    rows = [
+        ("`step_speedup`", "steps, chat `meta`",
+         "before / after, the search's medians (the two programs timed minutes apart)"),
+        ("`cumulative_speedup`", "steps", "the unscheduled kernel / after, the search's medians"),
+        ("`paired_before`, `paired_after`, `paired_best`", "steps",
+         "interleaved re-timings (A, B, A, B, …) of the before-program, the after-program and the "
+         "best descendant; null where the step was not re-timed"),
+        ("`role_timing`", "steps", "the timing the role was decided on: `paired` (the `paired_*` "
+         "re-timings) or `search`; null for a failed step"),
+        ("`log_speedup`", "steps, chat `meta`", "ln(before / after) on the `role_timing` timing, so "
+         "`exp(log_speedup)` equals `step_speedup` only where `role_timing` is `search`"),
+        ("`best_descendant_speedup`", "steps, chat `meta`",
+         "before / the fastest program measured through the step, on the `role_timing` timing"),
+        ("`chosen_step_speedup`, `rejected_step_speedup`", "pair `meta`",
+         "before / after, the search's medians (the side's `step_speedup`)"),
+        ("`chosen_paired_speedup`, `rejected_paired_speedup`", "pair `meta`",
+         "before / after, the interleaved re-timing; null where the side was not re-timed"),
+        ("`chosen_best_speedup`, `rejected_best_speedup`", "pair `meta`",
+         "before / the side's best descendant, the search's medians"),
+        ("`chosen_paired_best_speedup`, `rejected_paired_best_speedup`", "pair `meta`",
+         "the same from the interleaved re-timing; null where the side was not re-timed"),
+        ("`compared_on`", "pair `meta`", "the field whose timing decided the pair: "
+         "`paired_speedup` (both sides re-timed), `step_speedup`, or `failed` (the rejected side "
+         "failed; nothing was compared)"),
+        ("`best_compared_on`", "pair `meta`", "the timing of the no-inversion check on best "
+         "descendants: `paired_best_speedup`, `best_speedup` or `failed`"),
+    ]
+    return ["## Timing fields", "",
+            "Every speedup is a ratio of medians, before / after; the fields say which timing they "
+            "come from (steps: `data/steps.parquet`, joined to chat and pair rows by `step_key`).", "",
+            "| field | in | timing |", "| --- | --- | --- |",
+            *[f"| {f} | {where} | {what} |" for f, where, what in rows], ""]
 
 
 def _roles_section(stats: Mapping[str, Any]) -> list[str]:
@@ -404,8 +458,9 @@ def _roles_section(stats: Mapping[str, Any]) -> list[str]:
         f"(median re-timed trajectory speedup {_fmt((rem.get('trajectory_speedup') or {}).get('median'))}).", "",
         "Only `improving` and `preparatory` steps are SFT examples, one answer per distinct prompt (the "
         "best-measured child of that program; its siblings go to the preference pairs). "
-        "`data/steps.parquet` keeps every searched step with `role`, `log_speedup`, "
-        "`best_descendant_speedup` (for returns) and `sft` (whether it is a chat example).", "",
+        "`data/steps.parquet` keeps every searched step with `role`, `role_timing` (the timing "
+        "it was decided on), `log_speedup`, `best_descendant_speedup` (for returns) and `sft` "
+        "(whether it is a chat example).", "",
         "| steps | " + " | ".join(cols) + " |", "| --- |" + " ---: |" * len(cols),
         "| all searched | " + " | ".join(str((r.get("all_steps") or {}).get(k, 0)) for k in cols) + " |",
         "| SFT examples | " + " | ".join(str((r.get("sft") or {}).get(k, 0)) for k in cols) + " |",
