@@ -8,10 +8,14 @@ LEIR text by brute force — a small evaluator of index expressions, enumeration
 spaces (no interval arithmetic, no affine analysis), address differences for strides, element
 sets for footprints and reuse, an element-by-element dependence test — and the cost model's
 figures by calling the cost model again on the programs (re-applying each alternative through
-the registry). It also checks what the issue calls hindsight: the same before-program must get
-the same bottleneck in every step (it may not depend on what was applied), the expected
-direction must be the cost model's, and no measured figure of the step may appear in the text.
-Finally it counts distinct sentence templates (names and numbers masked).
+the registry). It also checks hindsight (no measured figure of the step in the text), coherence (the
+reasoning leads to its decision: the bottleneck is at the step's site and is a limit the step
+answers, no alternative is presented as better without a reason, a preparatory step names what
+it enables and why, the expected effect supports the decision, no implausible L3 figure; the
+``coherence_*`` rows) and derivability (every number in the text recomputed from the prompt by
+brute force; the ``derivable`` row). Only the SFT examples must be coherent: other steps may be
+incoherent by design (curation keeps them out of SFT). Finally it counts distinct sentence
+templates (names and numbers masked).
 
 Iteration spaces above ``--max-points`` are reported as unverified, not as right.
 """
@@ -195,8 +199,15 @@ def distinct(prog, accs, loops, guards=(), cap=300_000):
     return sum(ITEM[prog.tensors[t].dtype] for t, _ in seen)
 
 
+def l3_plausible(hw):
+    """The documented rule (docs/dataset.md): a last-level figure counts only up to 8 MiB per
+    core; a VM reporting its host's whole L3 to two cores gets none."""
+    return 0 < hw["l3_bytes"] <= (8 << 20) * max(1, int(hw["cores"]))
+
+
 def level(b, hw):
-    for name, key in (("L1", "l1_bytes"), ("L2", "l2_bytes"), ("L3", "l3_bytes")):
+    keys = [("L1", "l1_bytes"), ("L2", "l2_bytes")] + ([("L3", "l3_bytes")] if l3_plausible(hw) else [])
+    for name, key in keys:
         if b <= hw[key]:
             return name
     return "DRAM"
@@ -411,7 +422,12 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
             elif k == "staged_in_cache":
                 prog = st.after
                 lp_hits = [(lp, p) for _, _, loops, _ in st.a_stmts for lp, p in loops if lp.var == c["loop"]]
-                lp, lpath = lp_hits[0]
+
+                def holds_both(hit):   # loop names repeat across nests: the one holding both
+                    sub = [x for x in st.a_stmts if x[0][:len(hit[1])] == hit[1]]
+                    return any(x[1].tensor == c["tensor"] for x in sub) and any(
+                        ld.tensor == c["tensor"] for x in sub for ld in loads(x[1].value))
+                lp, lpath = next((h for h in lp_hits if holds_both(h)), lp_hits[0])
                 under = [x for x in st.a_stmts if x[0][:len(lpath)] == lpath]
                 idx, inner = [], {}
                 for p, s, loops, g in under:
@@ -496,13 +512,7 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
         if cand.get("refused"):
             v = S.check(st.before, cand["strategy"], cand.get("site") or {}, cand.get("params") or {})
             record("candidate_refusal", not v.ok, f"{cand['strategy']} is legal")
-    # expected effect: the cost model's direction
-    e = cot["expected_effect"]
-    if pred_a is not None:
-        r = pred_b / pred_a
-        want = "faster" if r > 1.05 else "slower" if r < 0.95 else "neutral"
-        record("effect", e["direction"] == want or (e["direction"] == "preparatory" and want != "faster"),
-               f"{e['direction']} but predicted {want}")
+    coherence(st, cot, record)
     # hindsight: no measured figure of the step in the text
     from steptp.cot.validate import cited_numbers, number_matches
     meas = [x for x in (st.row.get("step_speedup"),) if x]
@@ -515,7 +525,151 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
     leak = [n for n, u, _ in cited_numbers(body) if u in ("x", "×", "s", "ms", "µs", "us", "ns")
             and number_matches(n, u, meas) and not number_matches(n, u, allowed)]
     record("hindsight_numbers", not leak, f"measured figures in the text: {leak}")
+    derivable(st, cot, body, record)
     return pred_b
+
+
+# ============================================================================ coherence
+_BETTER = re.compile(r"\b(ranks? (?:it |them )?(?:ahead|higher|above|first)|better than|faster "
+                     r"(?:by itself )?than the chosen|faster by itself|ahead of (?:this|the chosen)|"
+                     r"cost model (?:prefers|ranks) it|more promising|outperforms?)\b", re.I)
+_NOT_NOW = re.compile(r"\b(because|since|not (?:yet )?legal|only after|cannot|requires|would "
+                      r"(?:break|undo|lose))\b", re.I)
+_WHY = re.compile(r"\b(needs?|requires?|no legal|not legal|creates?|only after|exists only|cannot|"
+                  r"before this step)\b", re.I)
+_ASSIGN = re.compile(r"`([^`]*?(?:\+=|max=|min=|[^=!<>]=[^=])[^`]*)`")
+
+
+def coherence(st: Step, cot: dict, record) -> None:
+    """Does the reasoning lead to its decision (docs/dataset.md, "Reasoning")? Re-derived here
+    from the program text and the stored JSON: the bottleneck is about the statement and loops
+    the step acts on and is a limit the applied (or, for a preparatory step, the enabled)
+    strategy answers; no rejected alternative is presented as better without a reason it is not
+    taken now; a preparatory step names what it enables and why; the expected effect supports
+    the decision; no implausible L3 figure."""
+    from steptp.cot.argument import ANSWERS   # the declared table, not a computation
+
+    b, e = cot["bottleneck"], cot["expected_effect"]
+    sp = tuple(st.site.get("path") or ())
+    here = [x for x in st.b_stmts if x[0][:len(sp)] == sp] or st.b_stmts
+    texts = {" ".join(format_stmt_text(x[1]).split()) for x in here}
+    quoted = [" ".join(m.group(1).split()) for m in _ASSIGN.finditer(b["text"])]
+    m = st.main()
+    nest = [lp.var for lp, _ in m[2]]
+    ok = all(any(q in t for t in texts) for q in quoted) and (
+        b.get("loop") is None or b["kind"] == "structure" or b["loop"] in nest)
+    mover = e.get("enables") if e["direction"] == "preparatory" else st.row["strategy"]
+    ok = ok and mover in ANSWERS.get(b["kind"], ())
+    record("coherence_site", ok, f"bottleneck {b['kind']} at {b.get('loop')} / {quoted} for "
+                                 f"`{mover}` at {sp}")
+    chosen = next((c for c in cot["candidates"] if c["verdict"] == "chosen"), {})
+    bad = [c["strategy"] for c in cot["candidates"] if c["verdict"] == "rejected"
+           and not c.get("refused") and (_BETTER.search(c["reason"]) or (
+               c.get("predicted_s") is not None and chosen.get("predicted_s") is not None
+               and c["predicted_s"] < chosen["predicted_s"])) and not _NOT_NOW.search(c["reason"])]
+    bad += [c["other"] for c in cot.get("claims", []) if c["kind"] == "ranks_below"
+            and c.get("strategy") == st.row["strategy"]]
+    record("coherence_ranking", not bad, f"presented as better than the chosen step: {bad}")
+    if e["direction"] == "preparatory":
+        en = e.get("enables") or ""
+        record("coherence_preparatory", bool(en) and f"`{en}`" in e["text"] and bool(_WHY.search(e["text"])),
+               f"enables {en!r}: {e['text'][:120]}")
+    contra = {"faster": r"\b(slower|no real change|about the same|no gain)\b",
+              "slower": r"\b(faster|speeds? up)\b"}.get(e["direction"])
+    record("coherence_effect", e["direction"] in ("faster", "preparatory")
+           and not (contra and re.search(contra, e["text"], re.I)),
+           f"expected {e['direction']}: {e['text'][:120]}")
+    body = st.row["cot_text"].split("</think>")[0]
+    record("coherence_cache", l3_plausible(st.hw) or not re.search(r"\bL3\b", body),
+           "an L3 figure the hardware cannot plausibly give these cores")
+
+
+def format_stmt_text(s):
+    from steptp.leir.printer import format_stmt
+
+    return format_stmt(s).strip()
+
+
+# ============================================================================ derivable
+def derivable(st: Step, cot: dict, body: str, record) -> None:
+    """Every number in the reasoning is recomputed from the prompt by brute force: shapes,
+    element counts and bytes, loop extents and iteration counts, operation counts and the
+    intensity, strides (elements, bytes, elements per cache line) along every innermost loop,
+    the hardware line's figures and lanes, distinct bytes between reuses and per run of each
+    loop, the decision's and candidates' site/params, the program's constants; a number that
+    matches none is one a model could not derive."""
+    from steptp.cot.validate import SMALL_COUNTS, cited_numbers, number_matches
+
+    hw = st.hw
+    vals: set = {hw[k] for k in ("l1_bytes", "l2_bytes", "l3_bytes", "vector_bits", "cores",
+                                 "line_bytes")}
+    for prog, stmts in ((st.before, st.b_stmts), (st.after, st.a_stmts)):
+        if prog is None:
+            continue
+        read, written = set(), set()
+        total_ops = 0
+        vals.add(len(stmts))
+        for t in prog.tensors.values():
+            isz = ITEM[t.dtype]
+            vals |= set(t.shape) | {math.prod(t.shape), math.prod(t.shape) * isz, isz, len(t.shape),
+                                   int(hw["vector_bits"]) // (8 * isz), int(hw["line_bytes"]) // isz}
+        for p, s, loops, g in stmts:
+            ext = [lp.extent for lp, _ in loops]
+            vals |= set(ext) | {math.prod(ext[k:]) for k in range(len(ext) + 1)} | {len(ext)}
+            ops = count_ops(s.value) + (1 if s.op != "=" else 0)
+            n = math.prod(ext) if ext else 1
+            total_ops += ops * n
+            vals |= {ops * n}
+            for t, i, w in accesses(s, g):
+                (written if w else read).add(t)
+                if loops:
+                    try:
+                        d = stride(prog, t, i, loops[-1][0].var, loops)
+                    except Exception:  # noqa: BLE001 - a gather: no constant stride
+                        d = None
+                    if d is not None:
+                        sb = abs(d) * ITEM[prog.tensors[t].dtype]
+                        vals |= {abs(d), sb, max(1, int(hw["line_bytes"]) // sb) if sb else 0}
+
+        # distinct bytes per run of each loop of the site's statement (working sets, reuse
+        # distances), where the run is small enough to enumerate
+        m = st.main() if prog is st.before else st.matching_after(st.main())
+        if m is not None:
+            accs_m = [(t2, i2) for t2, i2, _ in accesses(m[1], m[3])]
+            for k in range(len(m[2]), -1, -1):
+                inner = [lp for lp, _ in m[2][k:]]
+                if math.prod(lp.extent for lp in inner) > 100_000:
+                    break
+                vals.add(distinct(prog, accs_m, inner, m[3]) if inner else 0)
+            # bytes the accesses move over the whole nest, each access's distinct elements
+            whole = [lp for lp, _ in m[2]]
+            if whole and math.prod(lp.extent for lp in whole) <= 600_000:
+                vals.add(sum(distinct(prog, [a], whole, m[3], cap=600_000) for a in dict.fromkeys(accs_m)))
+        moved = sum(math.prod(t.shape) * ITEM[t.dtype] for t in prog.inputs if t.name in read) \
+            + sum(math.prod(t.shape) * ITEM[t.dtype] for t in prog.outputs if t.name in written)
+        vals |= {total_ops, moved, total_ops / moved if moved else 0}
+        vals |= {float(x) for x in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?:e[-+]?\d+)?",
+                                               st.row["before_leir" if prog is st.before else "after_leir"])}
+    def walk_json(v):
+        if isinstance(v, dict):
+            for x in v.values():
+                yield from walk_json(x)
+        elif isinstance(v, list):
+            for x in v:
+                yield from walk_json(x)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            yield v
+    for c in cot["candidates"]:
+        vals |= set(walk_json(c.get("site") or {})) | set(walk_json(c.get("params") or {}))
+    # figures the claims state and the audit verified above (reuse distances, staged slices)
+    vals |= {c["value"] for c in cot.get("claims", []) if c.get("value") is not None
+             and c["kind"] in ("reuse", "fits_in_cache", "staged_in_cache")}
+    vals = [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
+    quotes = [st.row["before_leir"], st.row["after_leir"]]
+    bad = [f"{n}{(' ' + u) if u else ''}" for n, u, _ in cited_numbers(body, quotes)
+           if not (not u and float(n.replace(",", "")) in SMALL_COUNTS)
+           and not number_matches(n, u, vals)]
+    record("derivable", not bad, f"numbers no rule computes from the prompt: {bad}")
 
 
 def main() -> int:
@@ -534,17 +688,18 @@ def main() -> int:
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     wrong: list[str] = []
     unverified: Counter = Counter()
-    diag: dict[str, set] = defaultdict(set)
-    for r in rows:
+    sft_rows = {n for n, r in enumerate(rows) if r.get("sft")}
+    incoherent, underivable = set(), 0
+    for n, r in enumerate(rows):
         cot = json.loads(r["cot"])
         hw = cot.get("hardware") or GENERIC.to_dict()
         st = Step(r, hw)
+        before = len(wrong)
         audit_step(st, cot, tally, wrong, unverified)
-        b = cot["bottleneck"]
-        diag[r["before_leir"]].add((b["kind"], b.get("loop"), b.get("tensor")))
-    rep = [p for p, ds in diag.items() if len(ds) > 1]
-    multi = [p for p in diag if sum(1 for r in rows if r["before_leir"] == p) > 1]
-    tally["bottleneck_consistency"] = [len(multi), sum(1 for p in rep if p in multi)]
+        mine = wrong[before:]
+        if any(" coherence_" in w for w in mine):
+            incoherent.add(n)
+        underivable += sum(1 for w in mine if " derivable: " in w)
     from steptp.cot.run import template_counts
     from steptp.records import StepRecord
 
@@ -562,8 +717,9 @@ def main() -> int:
         print(f"{k:26s} {n:8d} {w:6d} {(w / n if n else 0):7.2%}")
     if unverified:
         print("unverified (iteration space too large):", dict(unverified))
-    print(f"repeated before-programs: {len(multi)}, with differing diagnoses: "
-          f"{sum(1 for p in rep if p in multi)}")
+    print(f"incoherent reasoning: {len(incoherent)} of {len(rows)} steps"
+          + (f"; SFT examples: {len(incoherent & sft_rows)} of {len(sft_rows)}" if sft_rows else "")
+          + f"; steps citing an underivable number: {underivable}")
     print(f"templates: {tc['distinct_templates']} distinct over {tc['sentences']} sentences; "
           f"{tc['distinct_openings']} opening patterns")
     agree = [json.loads(r["cot"]).get("measured", {}).get("prediction_agrees") for r in rows]
@@ -571,7 +727,10 @@ def main() -> int:
           f"{sum(a is False for a in agree)} disagree, {sum(a is None for a in agree)} untimed")
     for line in wrong[:args.show]:
         print("  WRONG", line)
-    return 1 if bad else 0
+    # a non-SFT step may be incoherent by design (curation keeps it out of SFT): only facts,
+    # and the SFT examples' coherence, fail the audit
+    bad_facts = sum(v[1] for k, v in tally.items() if not k.startswith("coherence_"))
+    return 1 if bad_facts or (incoherent & sft_rows if sft_rows else False) else 0
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ REASONS: dict[str, str] = {
     "too_long": "the chat example exceeds the token limit",
     "neutral": "not significantly faster, and nothing measured through it is (a negative)",
     "regressing": "significantly slower, and nothing measured through it is faster (a negative)",
-    "prediction_disagrees": "its reasoning's cost-model prediction is contradicted by the "
+    "prediction_disagrees": "the direction its reasoning expects is contradicted by the "
                             "measurement (a right step for a wrong stated reason; pairs/rewards)",
     "incoherent": "its reasoning cannot argue for it: the step answers no limit found at its site "
                   "and prepares no move that does (steptp.cot.coherence; pairs/rewards only)",
@@ -368,15 +368,17 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
                     code, detail = "noisy", _spread_problem(s, rule.max_spread) or "paired re-timing too noisy"
                 else:
                     code, detail = s.role, s.role_detail
+            elif (s.cot or {}).get("coherence"):
+                # no argument leads to this step (steptp.cot.coherence): its reasoning would
+                # teach a conclusion that does not follow; the step stays in pairs and rewards
+                code, detail = "incoherent", "; ".join(s.cot["coherence"])[:300]
             elif (s.cot or {}).get("measured", {}).get("prediction_agrees") is False:
-                # the reasoning states the cost model's prediction (no hindsight); an SFT answer
+                # the reasoning states what it expects (no hindsight); an SFT answer
                 # whose stated expectation the measurement contradicts would teach the wrong why
                 m = s.cot["measured"]
                 code, detail = "prediction_disagrees", (
                     f"the reasoning predicts {m.get('predicted_direction')}, the measurement says "
                     f"{m.get('direction')} ({s.step_speedup:.3g}x)")
-            elif (s.cot or {}).get("coherence"):
-                code, detail = "incoherent", "; ".join(s.cot["coherence"])[:300]
             elif (k := (_canon(s.before_leir), _canon(s.after_leir))) in pairs_seen:
                 o = pairs_seen[k]
                 code, detail = "duplicate", f"same as {o.trajectory_id}:{o.step_index}"
