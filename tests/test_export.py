@@ -230,7 +230,8 @@ def test_the_prompt_states_the_hardware_facts_the_reasoning_cites(release):
     for sp in ("train", "validation", "test"):
         for line in (d / "stage" / f"chat/{sp}.jsonl").read_text().splitlines():
             user, assistant = (m["content"] for m in json.loads(line)["messages"][1:])
-            for level, size in re.findall(r"\b(L[123]) \(([\d.]+ (?:KiB|MiB|bytes))\)", assistant):
+            for level, size in re.findall(r"\b(L[123]) \(([\d.]+ (?:KiB|MiB|bytes))(?: per core)?\)",
+                                          assistant):
                 assert f"{level} {size}" in user, (level, size, user[:300])
                 cited += 1
             for bits in re.findall(r"(\d+)-bit (?:vectors|registers)", assistant):

@@ -274,24 +274,37 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
 
 
 def _cot_variety(steps: Sequence[StepRecord]) -> dict[str, Any]:
-    """Distinct sentence templates of the reasoning, and how often the cost model's predicted
-    direction (what the reasoning says) agreed with the measurement (stored beside it)."""
+    """Distinct sentence templates of the reasoning, and how often the direction the reasoning
+    expects agreed with the measurement (stored beside it)."""
     from ..cot.run import template_counts
 
     agree = [(s.cot.get("measured") or {}).get("prediction_agrees") for s in steps if s.cot]
     return {**template_counts(list(steps)), "prediction_agrees": sum(a is True for a in agree),
-            "prediction_disagrees": sum(a is False for a in agree)}
+            "prediction_disagrees": sum(a is False for a in agree),
+            "incoherent": sum(1 for s in steps if s.cot and s.cot.get("coherence"))}
 
 
 def _cot_lines(v: Mapping[str, Any] | None) -> list[str]:
     if not v:
         return []
     return ["", "## Reasoning", "",
+            "Each example's reasoning argues for its answer from what the prompt shows: the "
+            "bottleneck is a limit found at the step's own site (the statement and loops it "
+            "changes), the step is chosen because it answers that limit (or prepares the move "
+            "that does, which it names, saying why that move needs it), alternatives are set "
+            "aside with a reason from the same findings and never ranked by a model's time, and "
+            "the expected effect is a bound computed from the program and the hardware line "
+            "(cores, vector lanes, elements per cache line, reuse distance). Every number is "
+            "computable from the prompt; caches are reasoned with per core (L1, L2; a last-level "
+            "figure only when plausible for the core count). Steps whose reasoning cannot argue "
+            "for them are kept out of the SFT set (`incoherent` in the rejects) and stay in pairs "
+            "and `steps`; see `steptp/cot/coherence.py` for the rule.",
+            "",
             f"{v['distinct_templates']} distinct sentence templates over {v['sentences']} sentences "
-            f"(names and numbers masked), {v['distinct_openings']} opening patterns. The reasoning "
-            "states the cost model's prediction, never the measurement; the prediction agreed with "
-            f"the measured direction in {v['prediction_agrees']} steps and disagreed in "
-            f"{v['prediction_disagrees']} (`cot.measured.prediction_agrees`)."]
+            f"(names and numbers masked), {v['distinct_openings']} opening patterns. The measured "
+            "direction never enters the text; it agreed with the direction the reasoning expects "
+            f"in {v['prediction_agrees']} steps and disagreed in {v['prediction_disagrees']} "
+            "(`cot.measured.prediction_agrees`)."]
 
 
 # ---------------------------------------------------------------------------- card
