@@ -8,7 +8,7 @@ import pytest
 
 from steptp.cot import TemplateWriter, facts, validate, write_cot
 from steptp.cot.samples import sample_steps
-from steptp.format.cot_schema import SCHEMA_VERSION, cot_from_record, render, think_text
+from steptp.format.cot_schema import SCHEMA_VERSION, cot_from_record, render
 from steptp.records import StepRecord, read_records, table, write_table
 
 

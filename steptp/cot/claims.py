@@ -13,8 +13,9 @@ Claims come from two places, and both are checked:
 ``check_claims(cot, f)`` returns one problem per wrong claim, each starting with
 ``claim <kind>:`` so that the audit can count errors by kind. Besides the claims themselves it
 checks the parts of the reasoning that must come from before the measurement: the bottleneck is
-the one :func:`steptp.cot.facts.diagnose` finds in the before-program; candidates' predicted
-times are the cost model's; the expected direction is the cost model's prediction.
+one of the limits :func:`steptp.cot.argument.site_findings` finds at the step's site in the
+before-program; predicted times, where a writer fills the structured fields, are the cost
+model's (the text may not cite them: :mod:`steptp.cot.coherence`, ``derivable``).
 """
 
 from __future__ import annotations
@@ -351,8 +352,8 @@ def prose_claims(text: str, field: str, f: Facts) -> list[str]:
 
 # ============================================================================ no hindsight
 def hindsight_problems(cot: Cot, f: Facts) -> list[str]:
-    """The diagnosis, the candidates' figures and the expected effect must be what could be known
-    before measuring: the before-program's diagnosis and the cost model's predictions."""
+    """The bottleneck and the candidates' figures must be what could be known before measuring:
+    a limit found at the site in the before-program, and the cost model's predictions."""
     out: list[str] = []
     from .argument import site_findings
 

@@ -1,12 +1,14 @@
 """The template writer: offline, deterministic reasoning built only from ``facts(step)``.
 
-What it says could all be known before the step was measured: the program before the step, the
-fingerprinted hardware (caches, SIMD width, cores) and the analytic cost model. The diagnosis is
-the one :func:`steptp.cot.facts.diagnose` finds in the before-program (the same for every step
-taken from that program, whatever was applied); the alternatives are the state's other legal
-actions ranked by the cost model; the expected effect is the cost model's prediction. Every claim
-is also written in structured form (``Cot.claims``) and checked by :mod:`steptp.cot.claims`, so a
-template that says something untrue is a failing test, not a dataset.
+What it says could all be worked out from the prompt: the program before the step and the
+fingerprinted hardware line (caches per core, SIMD width, cores). The argument is the one
+:mod:`steptp.cot.argument` finds: the bottleneck is a limit at the step's own site that the step
+answers (or that the move it prepares answers, named with the reason it needs this step); other
+legal moves are set aside with reasons from the same findings, never ranked by a model's time;
+the expected effect is a bound from prompt figures (cores, lanes, line elements, reuse
+distance). Every claim is also written in structured form (``Cot.claims``) and checked by
+:mod:`steptp.cot.claims`, and the argument by :mod:`steptp.cot.coherence`, so a template that
+says something untrue or that does not follow is a failing test, not a dataset.
 
 The wording varies by a choice seeded from the step's identity and the run seed (SHA-256, never
 Python's salted ``hash``); the content varies because kernels and hardware do.
