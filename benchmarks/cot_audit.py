@@ -631,20 +631,6 @@ def derivable(st: Step, cot: dict, body: str, record) -> None:
                         sb = abs(d) * ITEM[prog.tensors[t].dtype]
                         vals |= {abs(d), sb, max(1, int(hw["line_bytes"]) // sb) if sb else 0}
 
-        # distinct bytes per run of each loop of the site's statement (working sets, reuse
-        # distances), where the run is small enough to enumerate
-        m = st.main() if prog is st.before else st.matching_after(st.main())
-        if m is not None:
-            accs_m = [(t2, i2) for t2, i2, _ in accesses(m[1], m[3])]
-            for k in range(len(m[2]), -1, -1):
-                inner = [lp for lp, _ in m[2][k:]]
-                if math.prod(lp.extent for lp in inner) > 100_000:
-                    break
-                vals.add(distinct(prog, accs_m, inner, m[3]) if inner else 0)
-            # bytes the accesses move over the whole nest, each access's distinct elements
-            whole = [lp for lp, _ in m[2]]
-            if whole and math.prod(lp.extent for lp in whole) <= 600_000:
-                vals.add(sum(distinct(prog, [a], whole, m[3], cap=600_000) for a in dict.fromkeys(accs_m)))
         moved = sum(math.prod(t.shape) * ITEM[t.dtype] for t in prog.inputs if t.name in read) \
             + sum(math.prod(t.shape) * ITEM[t.dtype] for t in prog.outputs if t.name in written)
         vals |= {total_ops, moved, total_ops / moved if moved else 0}
@@ -664,11 +650,33 @@ def derivable(st: Step, cot: dict, body: str, record) -> None:
     # figures the claims state and the audit verified above (reuse distances, staged slices)
     vals |= {c["value"] for c in cot.get("claims", []) if c.get("value") is not None
              and c["kind"] in ("reuse", "fits_in_cache", "staged_in_cache")}
-    vals = [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
     quotes = [st.row["before_leir"], st.row["after_leir"]]
-    bad = [f"{n}{(' ' + u) if u else ''}" for n, u, _ in cited_numbers(body, quotes)
-           if not (not u and float(n.replace(",", "")) in SMALL_COUNTS)
-           and not number_matches(n, u, vals)]
+
+    def unmatched(vals):
+        vals = [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
+        return [(n, u) for n, u, _ in cited_numbers(body, quotes)
+                if not (not u and float(n.replace(",", "")) in SMALL_COUNTS)
+                and not number_matches(n, u, vals)]
+    bad = unmatched(vals)
+    if bad:
+        # the expensive figures, only when a number needs them: distinct bytes per run of each
+        # loop of the site's statement (working sets, reuse distances), and the bytes its
+        # accesses move over the whole nest, each access's distinct elements
+        for prog in (st.before, st.after):
+            m = st.main() if prog is st.before else st.matching_after(st.main())
+            if prog is None or m is None:
+                continue
+            accs_m = [(t2, i2) for t2, i2, _ in accesses(m[1], m[3])]
+            for k in range(len(m[2]), -1, -1):
+                inner = [lp for lp, _ in m[2][k:]]
+                if math.prod(lp.extent for lp in inner) > 100_000:
+                    break
+                vals.add(distinct(prog, accs_m, inner, m[3]) if inner else 0)
+            whole = [lp for lp, _ in m[2]]
+            if whole and math.prod(lp.extent for lp in whole) <= 600_000:
+                vals.add(sum(distinct(prog, [a], whole, m[3], cap=600_000) for a in dict.fromkeys(accs_m)))
+        bad = unmatched(vals)
+    bad = [f"{n}{(' ' + u) if u else ''}" for n, u in bad]
     record("derivable", not bad, f"numbers no rule computes from the prompt: {bad}")
 
 

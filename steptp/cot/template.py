@@ -146,6 +146,24 @@ def _tile_row(f: Facts, lp) -> bool:
         return False
 
 
+def _alt_answers(a, x) -> bool:
+    """Would the legal move ``a`` answer the finding ``x``, as far as its site and parameters
+    show: its strategy answers the kind, a tensor it names is the finding's, and a reorder said
+    to end a strided walk or a chain along the innermost loop does not keep that loop innermost."""
+    from .argument import answers
+
+    if not answers(a.strategy, x.kind):
+        return False
+    t = (a.site or {}).get("tensor") or (a.params or {}).get("tensor")
+    if t and x.tensor and t != x.tensor:
+        return False
+    order = (a.params or {}).get("order")
+    if a.strategy == "loop_reorder" and order and x.kind in ("locality", "dependence") \
+            and x.loop is not None and order[-1] == x.loop:
+        return False
+    return True
+
+
 class TemplateWriter:
     """``write(step) -> Cot``. Deterministic given (step, seed, hardware)."""
 
@@ -654,13 +672,18 @@ class TemplateWriter:
             if a.strategy != f.strategy and (prep is None or a.strategy != prep.strategy):
                 firsts.setdefault(a.strategy, a)
         later, idle = [], []
+        m_path = tuple(f.at_site.main.path)
         for name in sorted(firsts):
             a = firsts[name]
-            other = [x for x in found if answers(name, x.kind) and x != taken]
+            a_path = tuple(a.site.get("path") or ())
+            if m_path[:len(a_path)] != a_path:
+                idle.append((a, "elsewhere"))     # another nest: not about this statement
+                continue
+            other = [x for x in found if _alt_answers(a, x) and x != taken]
             if other:
                 later.append((a, other[0]))
             elif not any(answers(name, x.kind) for x in found):
-                idle.append(a)
+                idle.append((a, "idle"))
         picks: list[tuple[Any, Any]] = []
         n_alt = self.max_alternatives - (1 if f.refusals else 0)
         if later:
@@ -668,12 +691,16 @@ class TemplateWriter:
         while idle and len(picks) < max(1, n_alt):
             a = pick.rng.choice(idle)
             idle.remove(a)
-            picks.append((a, None))
+            picks.append(a)
         picks = picks[:max(1, n_alt)]
         out: list[Candidate] = []
         for a, other in picks:
             where = _ticks(a.site.get("loops") or []) or "its site"
-            if other is not None:
+            if other == "elsewhere":
+                reason = pick(f"at {where}: it changes another nest, not the statement this step "
+                              f"acts on.",
+                              f"at {where}, in a different nest from the one diagnosed here.")
+            elif other is not None and other != "idle":
                 kind = other.kind.replace("_", " ")
                 on = f" of `{other.loop}`" if other.loop else (f" of `{other.tensor}`" if other.tensor else "")
                 reason = pick(f"at {where}: it answers the {kind} limit{on}, a different one from the "
