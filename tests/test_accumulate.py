@@ -208,3 +208,136 @@ def test_the_shard_takes_never_searched_kernels_first_then_stale_ones():
     chosen, _ = choose_kernels(ks, search, P.Extract(), time_fn=no_timing, log=lambda m: None,
                                searched={}, shard=2)
     assert [k.kernel_id for k in chosen] == order[:2]
+
+
+# ---------------------------------------------------------------------------- nights in a row
+def _night_params(threads: int = 1) -> dict:
+    from test_nightly import SMALL
+
+    return {**SMALL, "name": "steptp-acc",
+            "search": {**SMALL["search"], "max_kernels": None, "threads": threads},
+            # one kernel a night, every carried label re-timed (the drift test needs its step)
+            "nightly": {"accumulate": True, "shard_kernels": 1, "retime_fraction": 1.0,
+                        "max_age_days": 30}}
+
+
+def _tables(rel: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, str]]:
+    steps = pl.read_parquet(rel / "data/steps.parquet")
+    kernels = pl.read_parquet(rel / "data/kernels.parquet")
+    return steps, kernels, dict(zip(kernels["kernel_id"].to_list(), kernels["split"].to_list()))
+
+
+def _searched_names(log: str) -> list[str]:
+    from test_nightly import _search_lines
+
+    return sorted(line.split("Task run 'search-", 1)[1].split("'", 1)[0] for line in _search_lines(log))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3000)
+def test_nightlies_accumulate_on_one_hardware_line(tmp_path):
+    """Four backfilled nights through `steptp release --nightly` (the Prefect flow, one
+    measurement cache): night 1 searches one kernel of two; night 2 carries it and searches only
+    the other; night 3 re-searches the kernel whose records an older code version made and
+    drops a carried label that no longer holds on re-timing; night 4, timed with another thread
+    count (another hardware fingerprint), carries nothing. No kernel changes split."""
+    import yaml
+    from test_nightly import BIN, _env, _run
+
+    from steptp.codehash import stage_hash
+    from steptp.search.roles import SFT_ROLES
+
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(_night_params()))
+    env = _env(tmp_path, STEPTP_CACHE=str(tmp_path / "cache.sqlite"))
+    out = tmp_path / "releases"
+    rel = [BIN / "steptp", "release", "--params", "params.yaml", "--out", out, "--nightly", "--date"]
+    rid = lambda d: f"steptp-acc-0.0.1+nightly.{d}"  # noqa: E731
+    code = stage_hash("search")
+
+    # night 1: one kernel of the two, every record with its provenance
+    log1 = _run(rel + ["20260101"], tmp_path, env)
+    n1 = out / rid("20260101")
+    s1, k1, split1 = _tables(n1)
+    names = dict(zip(k1["kernel_id"].to_list(), k1["name"].to_list()))
+    assert len(names) == 2
+    first = set(s1["kernel_id"].to_list())
+    assert len(first) == 1 and _searched_names(log1) == [names[next(iter(first))]]
+    fp = json.loads((n1 / "stats.json").read_text())["fingerprint"]["id"]
+    assert set(s1["night"].to_list()) == {"20260101"} and set(s1["code_version"].to_list()) == {code}
+    assert set(s1["fingerprint"].to_list()) == {fp}
+    acc1 = json.loads((n1 / "accumulation.json").read_text())
+    assert acc1["carried_from"] is None and acc1["carried_steps"] == 0
+
+    # night 2: the first kernel carried as it was, only the new one searched
+    log2 = _run(rel + ["20260102"], tmp_path, env)
+    n2 = out / rid("20260102")
+    s2, _, split2 = _tables(n2)
+    second = set(s2["kernel_id"].to_list()) - first
+    assert len(second) == 1 and _searched_names(log2) == [names[next(iter(second))]]
+    carried = s2.filter(pl.col("kernel_id").is_in(list(first)))
+    assert sorted(carried["step_key"].to_list()) == sorted(s1["step_key"].to_list())
+    assert set(carried["night"].to_list()) == {"20260101"}
+    assert set(s2.filter(pl.col("kernel_id").is_in(list(second)))["night"].to_list()) == {"20260102"}
+    acc2 = json.loads((n2 / "accumulation.json").read_text())
+    assert acc2["carried_from"] == rid("20260101") and acc2["carried_kernels"] == 1
+    assert acc2["carried_steps"] == s1.height and acc2["retimed"] >= 1
+    d2 = json.loads((n2 / "diff.json").read_text())
+    assert d2["accumulation"]["retimed"] == acc2["retimed"] and d2["kernels_changed_split"] == []
+    assert "## Accumulation" in (n2 / "README.md").read_text()
+    assert split2 == split1
+
+    # before night 3, two things happen to night 2's records: the softmax kernel's were made by
+    # an older search (stale), and one of the matmul's labels was timed under a load spike: the
+    # record claims its after-program (here: the kernel as extracted) 2x+ faster than its
+    # before-program (the reordered one), which no re-timing will confirm
+    soft = next(k for k in names if "softmax" in names[k])
+    mm = next(k for k in names if k != soft)
+    data = n2 / "data"
+    st = pl.read_parquet(data / "steps.parquet")
+    best = st.filter((pl.col("kernel_id") == mm) & pl.col("sft")).sort("step_speedup", descending=True).row(0, named=True)
+    assert best["step_speedup"] >= 1.5, best["step_speedup"]
+    swap = (pl.col("step_key") == best["step_key"])
+    st = st.with_columns(pl.when(swap).then(pl.col("after_leir")).otherwise(pl.col("before_leir")).alias("before_leir"),
+                         pl.when(swap).then(pl.col("before_leir")).otherwise(pl.col("after_leir")).alias("after_leir"))
+    old = pl.when(pl.col("kernel_id") == soft).then(pl.lit("0" * 16)).otherwise(pl.col("code_version"))
+    st.with_columns(old.alias("code_version")).write_parquet(data / "steps.parquet")
+    tr = pl.read_parquet(data / "trajectories.parquet")
+    tr.with_columns(old.alias("code_version")).write_parquet(data / "trajectories.parquet")
+    swapped = next(step_key(s) for s in A._read(data / "steps.parquet", StepRecord)
+                   if s.before_leir == best["after_leir"] and s.after_leir == best["before_leir"])
+
+    log3 = _run(rel + ["20260103"], tmp_path, env)
+    n3 = out / rid("20260103")
+    s3, _, split3 = _tables(n3)
+    assert _searched_names(log3) == [names[soft]]                     # the stale kernel, again
+    assert set(s3.filter(pl.col("kernel_id") == soft)["night"].to_list()) == {"20260103"}
+    assert set(s3.filter(pl.col("kernel_id") == soft)["code_version"].to_list()) == {code}
+    acc3 = json.loads((n3 / "accumulation.json").read_text())
+    assert acc3["stale_kernels"] == 1 and "another code version" in acc3["stale"][soft]["why"]
+    assert acc3["researched_kernels"] == 1 and acc3["carried_kernels"] == 1
+    dropped = {r["step_key"]: r for r in acc3["retimed_steps"] if not r["holds"]}
+    assert swapped in dropped and dropped[swapped]["role_after"] not in SFT_ROLES, acc3["retimed_steps"]
+    assert acc3["dropped"] == len(dropped) and acc3["retimed"] >= acc3["dropped"]
+    row = s3.filter(pl.col("step_key") == swapped).row(0, named=True)
+    assert not row["sft"] and row["role"] not in SFT_ROLES             # kept, as a searched step
+    assert json.loads((n3 / "diff.json").read_text())["accumulation"]["dropped"] == acc3["dropped"]
+    card = (n3 / "README.md").read_text()
+    assert f"| labels that no longer hold (dropped from SFT) | {acc3['dropped']} |" in card
+    assert json.loads((n3 / "stats.json").read_text())["accumulation"]["dropped"] == acc3["dropped"]
+    assert split3 == split1
+
+    # night 4 on other hardware (another thread count, another fingerprint): its own line
+    params.write_text(yaml.safe_dump(_night_params(threads=2)))
+    _run(rel + ["20260104"], tmp_path, env)
+    n4 = out / rid("20260104")
+    s4, _, _ = _tables(n4)
+    fp2 = json.loads((n4 / "stats.json").read_text())["fingerprint"]["id"]
+    assert fp2 != fp and set(s4["fingerprint"].to_list()) == {fp2}
+    assert len(set(s4["kernel_id"].to_list())) == 1 and set(s4["night"].to_list()) == {"20260104"}
+    acc4 = json.loads((n4 / "accumulation.json").read_text())
+    assert acc4["carried_from"] is None and acc4["carried_steps"] == 0
+    assert not (n4 / "diff.json").exists()              # not compared with the other machine's
+    # the first machine's line goes on from night 3, not from night 4
+    nxt = A.load_carry(out, rid("20260105"), "steptp-acc", fp, "20260105", code, 30)
+    assert Path(nxt.previous).name == rid("20260103") and nxt.stale == {}
