@@ -341,3 +341,27 @@ def test_nightlies_accumulate_on_one_hardware_line(tmp_path):
     # the first machine's line goes on from night 3, not from night 4
     nxt = A.load_carry(out, rid("20260105"), "steptp-acc", fp, "20260105", code, 30)
     assert Path(nxt.previous).name == rid("20260103") and nxt.stale == {}
+
+
+def test_the_diff_and_stats_report_the_drift(tmp_path):
+    from steptp.export.diff import release_diff
+
+    out = tmp_path / "releases"
+    a = _publish(out, "n-1", "fpA", [_step("p0", "p1")], [_traj("k0")], {"k0": "train"})
+    b = _publish(out, "n-2", "fpA", [_step("p0", "p1")], [_traj("k0")], {"k0": "train"})
+    rows = [{"step_key": "s1", "kernel_id": "k0", "strategy": "loop_reorder", "night": "20260101",
+             "role_before": "improving", "role_after": "neutral", "recorded_speedup": 2.0,
+             "retimed_speedup": 1.01, "holds": False, "why": "after same"},
+            {"step_key": "s2", "kernel_id": "k0", "strategy": "loop_reorder", "night": "20260101",
+             "role_before": "improving", "role_after": "improving", "recorded_speedup": 2.0,
+             "retimed_speedup": 1.9, "holds": True, "why": ""}]
+    rep = A.report(A.Carry(str(a), "fpA", "20260102", steps=[_step("p0", "p1")]),
+                   {"carried_kernels": 1, "carried_steps": 1, "carried_trajectories": 1,
+                    "stale_carried": [], "researched": [], "left_pool": []}, rows, [])
+    A.write_report(b, rep)
+    assert json.loads((b / "stats.json").read_text())["accumulation"]["dropped"] == 1
+    assert "## Accumulation" in (b / "README.md").read_text()
+    d = release_diff(a, b)["accumulation"]
+    assert d["carried_from"] == "n-1" and (d["retimed"], d["dropped"]) == (2, 1)
+    assert [r["step_key"] for r in d["dropped_steps"]] == ["s1"]
+    assert "accumulation" not in release_diff(b, a)        # a release that carried nothing

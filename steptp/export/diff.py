@@ -104,9 +104,13 @@ def release_diff(previous: str | Path, current: str | Path) -> dict[str, Any]:
                               "current": sp})
     count = lambda df: 0 if df is None else len(df)  # noqa: E731
     # an accumulating nightly's counts (steptp.release.accumulate): what was carried, re-timed, dropped
+    # (the counts and the dropped labels; every re-timed step is in accumulation.json)
     acc = current / "accumulation.json"
-    accumulation = ({k: v for k, v in json.loads(acc.read_text()).items() if k != "stale"}
-                    if acc.is_file() else None)
+    accumulation = None
+    if acc.is_file():
+        a = json.loads(acc.read_text())
+        accumulation = {k: v for k, v in a.items() if k not in ("stale", "retimed_steps")}
+        accumulation["dropped_steps"] = [r for r in a.get("retimed_steps", []) if not r.get("holds")]
     return {
         "previous": ident(previous), "current": ident(current),
         "counts": {"previous": {"kernels": len(pkid), "steps": count(ps),

@@ -342,7 +342,7 @@ def card_section(rep: Mapping[str, Any]) -> str:
              "| | count |", "| --- | ---: |",
              f"| kernels carried | {rep['carried_kernels']} |",
              f"| steps carried | {rep['carried_steps']} |",
-             f"| kernels searched again (stale or not carried) | {rep['researched_kernels']} |",
+             f"| kernels of the previous release searched again tonight (stale records) | {rep['researched_kernels']} |",
              f"| kernels with stale records still carried (the shard had no room) | {rep['stale_carried']} |",
              f"| kernels carried from no longer in the pool (left out) | {rep['left_pool']} |",
              f"| records of another fingerprint (left out) | {rep['other_hardware_records']} |",
