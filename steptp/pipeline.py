@@ -96,9 +96,8 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
                  ceiling_s=None if floors["ceiling_s"] is None else floors["ceiling_s"] * 4,
                  max_per_family=None if not fam else 2 * fam)
     times = time_fn(pre.chosen, search.threads)
-    final = select(kernels, times, max_kernels=max_k, estimates=est, **floors)
-    if searched:
-        final = _shard(kernels, searched, times, est, floors, max_k)
+    final = (_shard(kernels, searched, times, est, floors, max_k) if searched else
+             select(kernels, times, max_kernels=max_k, estimates=est, **floors))
     log(f"search: {len(final.chosen)} kernels selected ({len(times)} timed unscheduled): "
         + ", ".join(f"{k.name} [{kernel_family(k)}]" for k in final.chosen))
     for k in final.chosen:

@@ -95,11 +95,13 @@ def test_carry_follows_the_line_of_the_same_fingerprint(tmp_path):
     assert Path(c.previous).name == "n-1"                      # not the newer release of fpB
     assert {s.kernel_id for s in c.steps} == {"ka", "kb"} and c.other_hardware == 1
     assert c.searched() == {"ka": False, "kb": True} and "another code version" in c.stale["kb"]
-    assert c.splits == {"ka": "train", "kb": "test", "kc": "train"}
+    # splits are the newest release's, whichever hardware timed it; the line's fill in
+    assert c.splits == {"ka": "validation", "kb": "test", "kc": "train"}
     b = A.load_carry(out, "n-3", "n", "fpB", "20260103", "c1", 30)
     assert Path(b.previous).name == "n-2" and b.steps[0].fingerprint == "fpB"
     new = A.load_carry(out, "n-3", "n", "fpC", "20260103", "c1", 30)
     assert new.previous is None and new.steps == [] and new.searched() == {}   # its own line
+    assert new.splits == {"ka": "validation"}
     # the records round-trip through the work folder as the flows hand them on
     again = A.read_carry(A.write_carry(c, tmp_path / "work"))
     assert again.steps == c.steps and again.stale == c.stale and again.splits == c.splits
@@ -331,7 +333,8 @@ def test_nightlies_accumulate_on_one_hardware_line(tmp_path):
     params.write_text(yaml.safe_dump(_night_params(threads=2)))
     _run(rel + ["20260104"], tmp_path, env)
     n4 = out / rid("20260104")
-    s4, _, _ = _tables(n4)
+    s4, _, split4 = _tables(n4)
+    assert split4 == split1                             # splits do not follow the hardware
     fp2 = json.loads((n4 / "stats.json").read_text())["fingerprint"]["id"]
     assert fp2 != fp and set(s4["fingerprint"].to_list()) == {fp2}
     assert len(set(s4["kernel_id"].to_list())) == 1 and set(s4["night"].to_list()) == {"20260104"}

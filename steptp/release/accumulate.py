@@ -26,8 +26,8 @@ searches plus every still-valid record of the previous release on the same hardw
   timings and the significance rule decides its role again (``steptp.search.roles``). A label
   that no longer holds is dropped (the step stays, with its new role, among the searched steps
   and the rejects); a step whose programs fail to time is removed with its subtree.
-* **Splits.** Every kernel of the previous release keeps its split (``pinned`` of
-  ``steptp.curate.assign_splits``).
+* **Splits.** Every kernel of the newest release of the name (on any hardware: a split is no
+  property of the machine) keeps its split (``pinned`` of ``steptp.curate.assign_splits``).
 
 The counts (carried, stale, re-timed, dropped) go to ``accumulation.json``, ``stats.json``
 (``accumulation``), the card and ``diff.json``.
@@ -122,6 +122,16 @@ def load_carry(out: str | Path, rid: str, name: str, fingerprint: str, night: st
 
     prev = previous_release(out, rid, name, fingerprint)
     carry = Carry(str(prev) if prev else None, fingerprint, night)
+    # splits are no property of the hardware: they come from the newest release of the name,
+    # whichever line it is on, so that no line tests on another's training kernels (the
+    # line's own previous release fills in kernels the newest lacks)
+    for rel in (prev, previous_release(out, rid, name)):
+        kt = Path(rel) / "data" / "kernels.parquet" if rel is not None else None
+        if kt is not None and kt.is_file():
+            df = pl.read_parquet(kt)
+            if "split" in df.columns:
+                carry.splits.update({k: s for k, s in zip(df["kernel_id"].to_list(), df["split"].to_list())
+                                     if s})
     if prev is None:
         return carry
     data = Path(prev) / "data"
@@ -130,11 +140,6 @@ def load_carry(out: str | Path, rid: str, name: str, fingerprint: str, night: st
     carry.steps = [s for s in steps if s.fingerprint == fingerprint]
     carry.trajectories = [t for t in trajs if t.fingerprint == fingerprint]
     carry.other_hardware = len(steps) - len(carry.steps) + len(trajs) - len(carry.trajectories)
-    kt = data / "kernels.parquet"
-    if kt.is_file():
-        df = pl.read_parquet(kt)
-        if "split" in df.columns:
-            carry.splits = {k: s for k, s in zip(df["kernel_id"].to_list(), df["split"].to_list()) if s}
     by_kernel: dict[str, list] = {}
     for r in [*carry.steps, *carry.trajectories]:
         by_kernel.setdefault(r.kernel_id, []).append(r)
