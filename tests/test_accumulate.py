@@ -51,6 +51,9 @@ def test_old_record_files_read_with_empty_provenance(tmp_path):
     (old,) = A._read(tmp_path / "steps.parquet", StepRecord)
     assert old.night == "" and old.code_version == "" and old.before == s.before
     assert "another code version" in A.stale_reason([old], "c1", "20260105", 30)
+    df.with_columns(pl.lit("not-a-role").alias("role")).write_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match=r"bad.parquet: row 0 is no StepRecord"):
+        A._read(tmp_path / "bad.parquet", StepRecord)
 
 
 def test_stale_by_code_version_age_or_no_night():

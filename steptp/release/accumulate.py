@@ -82,9 +82,20 @@ def _read(path: Path, kind: type) -> list:
     written before a field existed takes the field's default)."""
     if not path.is_file():
         return []
-    df = pl.read_parquet(path)
+    from pydantic import ValidationError
+
+    try:
+        df = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as e:
+        raise ValueError(f"{path}: not a readable parquet table of the previous release ({e})") from None
     cols = [c for c in df.columns if c in kind.model_fields]
-    return [kind.from_row(r) for r in df.select(cols).iter_rows(named=True)]
+    out = []
+    for i, r in enumerate(df.select(cols).iter_rows(named=True)):
+        try:
+            out.append(kind.from_row(r))
+        except (ValidationError, ValueError) as e:
+            raise ValueError(f"{path}: row {i} is no {kind.__name__}: {str(e).splitlines()[0][:300]}") from None
+    return out
 
 
 def _night_date(night: str) -> _dt.date | None:
