@@ -4,7 +4,7 @@ searched and how, how CoT is written per trajectory."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .measure.significance import SignificanceRule
 from .params import Cot, Devices, Extract, Search
@@ -50,7 +50,8 @@ def time_unscheduled(kernels: Sequence[KernelRecord], threads: int | None = None
 
 def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_settings: Extract,
                    *, extract_fn: Callable | None = None, time_fn: Callable | None = None,
-                   log: Callable[[str], None] = print
+                   log: Callable[[str], None] = print, searched: Mapping[str, bool] | None = None,
+                   shard: int | None = None
                    ) -> tuple[list[KernelRecord], list[KernelRecord]]:
     """The kernels a release searches (the selection keys of the ``search`` settings): operator
     workloads all of whose kernels are below the time floor are extracted again at
@@ -58,7 +59,11 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
     are timed unscheduled (at ``search.threads``); then the final pick by weight x time, one per
     family first. Returns (chosen, every kernel with its ``search_status``).
     ``extract_fn(extract_settings)`` and ``time_fn(kernels, threads)`` default to this module's
-    (the Prefect flow passes its cached tasks)."""
+    (the Prefect flow passes its cached tasks).
+
+    An accumulating nightly passes ``searched`` (kernel_id -> whether its carried records are
+    stale) and ``shard``: then at most ``shard`` kernels are chosen, those never searched first
+    (by the same priority), then stale ones; a kernel with valid records is not searched."""
     from .search.selection import estimate_s, kernel_family, select
 
     extract_fn = extract_fn or (lambda e: list(extract(e).records))
@@ -81,14 +86,18 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
             log(f"search: {len(wl)} operator workloads below the time floor extracted at size "
                 f"{larger}: {len(new)} kernels")
     # time the most promising by estimate (the estimate is rough: a wider window), then rank
-    max_k = search.max_kernels
+    max_k = search.max_kernels if searched is None else shard
+    searched = {} if searched is None else searched
+    # kernels with valid records are not candidates tonight: no timing is spent on them
+    open_ = [k for k in kernels if searched.get(k.kernel_id) is not False]
     n_meas = search.measure_candidates or 3 * (max_k or 10)
     fam = floors["max_per_family"]
-    pre = select(kernels, {}, max_kernels=n_meas, estimates=est, floor_s=floors["floor_s"] / 4,
+    pre = select(open_, {}, max_kernels=n_meas, estimates=est, floor_s=floors["floor_s"] / 4,
                  ceiling_s=None if floors["ceiling_s"] is None else floors["ceiling_s"] * 4,
                  max_per_family=None if not fam else 2 * fam)
     times = time_fn(pre.chosen, search.threads)
-    final = select(kernels, times, max_kernels=max_k, estimates=est, **floors)
+    final = (_shard(kernels, searched, times, est, floors, max_k) if searched else
+             select(kernels, times, max_kernels=max_k, estimates=est, **floors))
     log(f"search: {len(final.chosen)} kernels selected ({len(times)} timed unscheduled): "
         + ", ".join(f"{k.name} [{kernel_family(k)}]" for k in final.chosen))
     for k in final.chosen:
@@ -96,6 +105,35 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
             log(f"search: {k.name} ({k.kernel_id}): {k.search_status.split('; ', 1)[1]} "
                 f"(search.min_time_us); a user's kernel has no larger size to extract")
     return final.chosen, final.kernels
+
+
+def _shard(kernels: list[KernelRecord], searched: Mapping[str, bool], times, est, floors,
+           shard: int | None):
+    """``select`` over the never-searched kernels (at most ``shard``), then over the stale ones
+    for the slots left; every kernel keeps the status of the selection it took part in
+    (kernels with valid records: ``carried``)."""
+    from .search.selection import Selection, select
+
+    new = [k for k in kernels if k.kernel_id not in searched]
+    stale = [k for k in kernels if searched.get(k.kernel_id) is True]
+    first = select(new, times, max_kernels=shard, estimates=est, **floors)
+    chosen = list(first.chosen)
+    status = {k.kernel_id: k for k in first.kernels}
+    room = None if shard is None else shard - len(chosen)
+    if stale and (room is None or room > 0):
+        # max_kernels=None is "all"; a full shard never gets here
+        second = select(stale, times, max_kernels=room, estimates=est, **floors)
+        chosen += second.chosen
+        status.update({k.kernel_id: k.model_copy(update={"search_status": k.search_status + "; stale records"})
+                       for k in second.kernels})
+    else:
+        status.update({k.kernel_id: k.model_copy(update={"search_status": "stale: not_selected, the "
+                                                        "shard is full of never-searched kernels"})
+                       for k in stale})
+    every = [status.get(k.kernel_id) or k.model_copy(update={"search_status": "carried: valid records"})
+             for k in kernels]
+    by_id = {k.kernel_id: k for k in every}
+    return Selection([by_id[k.kernel_id] for k in chosen], every)
 
 
 def measurement_cache(max_age_s: float | None = None, clock_offset_s: float = 0.0,
@@ -180,6 +218,14 @@ def search_one(kernel: KernelRecord, search: Search, rule: SignificanceRule | No
             timer.close()
         log(f"search {kernel.name}: {len(steps)} steps, {n} role-deciding pairs re-timed "
             f"interleaved")
+    # provenance: the code version that searched them (an accumulating nightly re-searches
+    # the kernels whose records an older version made)
+    from .codehash import stage_hash
+
+    code = stage_hash("search")
+    steps = [st.model_copy(update={"code_version": code}) for st in steps]
+    if traj is not None:
+        traj = traj.model_copy(update={"code_version": code})
     return steps, [traj] if traj is not None else []
 
 

@@ -145,6 +145,8 @@ class StepRecord(_Record):
     paired_before: Optional[Timing] = Field(None, description="interleaved re-timing of the before-program")
     paired_after: Optional[Timing] = Field(None, description="... of the after-program")
     paired_best: Optional[Timing] = Field(None, description="... of the best descendant's program")
+    night: str = Field("", description="provenance: the UTC date (YYYYMMDD) of the nightly that searched it; empty: not a nightly")
+    code_version: str = Field("", description="provenance: the search stage's code version (steptp.codehash) that searched it")
     schema_version: str = SCHEMA_VERSION
 
 
@@ -205,6 +207,8 @@ class TrajectoryRecord(_Record):
     remeasured_speedup: Optional[float] = Field(
         None, description="baseline / final, re-timed interleaved at the end of the search")
     remeasured_spread: Optional[float] = None
+    night: str = Field("", description="provenance: as StepRecord.night")
+    code_version: str = Field("", description="provenance: as StepRecord.code_version")
     schema_version: str = SCHEMA_VERSION
 
 

@@ -172,7 +172,8 @@ def _anchor(seed: int, group: Sequence[str]) -> float:
 
 
 def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], fractions: Mapping[str, float],
-                  seed: int = 0, kinds: Mapping[str, str] | None = None) -> dict[str, str]:
+                  seed: int = 0, kinds: Mapping[str, str] | None = None,
+                  pinned: Mapping[str, str] | None = None) -> dict[str, str]:
     """Assign whole groups to splits, the same way in every build of the same kernels.
 
     A group's split comes from its anchor (a seeded hash of its first kernel id) falling into
@@ -186,7 +187,12 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
     there are at least as many groups with steps as splits, a split without steps takes the
     group with steps whose anchor lies nearest to its interval, from a split that keeps another;
     with ``kinds`` (kernel_id -> "arch" | "ops") and one group with steps to spare, the test split
-    likewise takes an architecture group and an operator group when it has none."""
+    likewise takes an architecture group and an operator group when it has none.
+
+    ``pinned`` (kernel_id -> split; an accumulating nightly passes the previous release's): a
+    pinned kernel keeps its split whatever the repairs would do, and the other kernels of its
+    group join the split of the group's first pinned kernel, so no kernel moves between
+    nights. Repairs move only groups without a pinned kernel."""
     names = [s for s in fractions if fractions[s] > 0]
     if not names:
         raise ValueError("no split has a positive fraction")
@@ -208,6 +214,13 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
     for i, u in enumerate(anchors):
         s = next((s for s in names if u < interval[s][1]), names[-1])
         place.append(largest if too_large(i, s) else s)
+    pinned = {k: v for k, v in (pinned or {}).items() if v in names}
+    fixed = set()
+    for i, g in enumerate(groups):
+        first = next((k for k in g if k in pinned), None)
+        if first is not None:
+            place[i] = pinned[first]
+            fixed.add(i)
 
     stepped = [i for i, g in enumerate(groups) if sum(weights.get(k, 0) for k in g) > 0]
 
@@ -219,7 +232,8 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
         return 0.0 if a <= anchors[i] < b else min(abs(anchors[i] - a), abs(anchors[i] - b))
 
     def take_into(s: str, pred=lambda i: True) -> None:
-        donors = [i for i in stepped if place[i] != s and pred(i) and len(held(place[i])) >= 2]
+        donors = [i for i in stepped if place[i] != s and pred(i) and len(held(place[i])) >= 2
+                  and i not in fixed]
         if donors:
             i = min(donors, key=lambda i: (too_large(i, s), distance(i, s), groups[i][0]))
             place[i] = s
@@ -233,7 +247,7 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
         for want_arch in (True, False):
             if not held("test", lambda i: is_arch[i] == want_arch):
                 take_into("test", lambda i: is_arch[i] == want_arch)
-    return {k: place[i] for i, g in enumerate(groups) for k in g}
+    return {k: pinned.get(k, place[i]) for i, g in enumerate(groups) for k in g}
 
 
 # ---------------------------------------------------------------------------- the pipeline
@@ -316,10 +330,12 @@ def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateCo
 
 def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
            trajectories: Sequence[TrajectoryRecord] = (), config: Curate | None = None,
-           hardware: str = "", rule: SignificanceRule | None = None) -> CurateResult:
+           hardware: str = "", rule: SignificanceRule | None = None,
+           pinned: Mapping[str, str] | None = None) -> CurateResult:
     """Apply the rules to ``steps``; see the package docstring. ``hardware`` is the description
     the chat examples name (used for the token limit); ``rule``: the ``significance`` settings
-    (the rule the search confirmed roles with)."""
+    (the rule the search confirmed roles with); ``pinned``: kernel splits kept from a previous
+    release (``assign_splits``)."""
     from .pairs import select_pairs
     from ..search.roles import SFT_ROLES, assign_roles, role_counts
 
@@ -422,7 +438,7 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     groups = workload_groups(kernels)
     weights = Counter(s.kernel_id for s in sft_steps)
     kinds = _group_kinds(kernels)
-    splits = assign_splits(groups, weights, cfg.splits, cfg.seed, kinds=kinds) if groups else {}
+    splits = assign_splits(groups, weights, cfg.splits, cfg.seed, kinds=kinds, pinned=pinned) if groups else {}
     workloads_of = {k.kernel_id: sorted({o.workload for o in k.occurrences}) for k in kernels}
     group_rows = [{"kernels": g, "workloads": sorted({w for k in g for w in workloads_of[k]}),
                    "kind": kinds.get(g[0], "ops"),

@@ -103,6 +103,14 @@ def release_diff(previous: str | Path, current: str | Path) -> dict[str, Any]:
                 moved.append({"kernel_id": kid, "name": names.get(kid, ""), "previous": was[kid],
                               "current": sp})
     count = lambda df: 0 if df is None else len(df)  # noqa: E731
+    # an accumulating nightly's counts (steptp.release.accumulate): what was carried, re-timed, dropped
+    # (the counts and the dropped labels; every re-timed step is in accumulation.json)
+    acc = current / "accumulation.json"
+    accumulation = None
+    if acc.is_file():
+        a = json.loads(acc.read_text())
+        accumulation = {k: v for k, v in a.items() if k not in ("stale", "retimed_steps")}
+        accumulation["dropped_steps"] = [r for r in a.get("retimed_steps", []) if not r.get("holds")]
     return {
         "previous": ident(previous), "current": ident(current),
         "counts": {"previous": {"kernels": len(pkid), "steps": count(ps),
@@ -117,6 +125,7 @@ def release_diff(previous: str | Path, current: str | Path) -> dict[str, Any]:
         "kernels_changed_split": moved,
         "best_speedup": kernels,
         "regressions": [k["kernel_id"] for k in kernels if k["regression"]],
+        **({"accumulation": accumulation} if accumulation is not None else {}),
     }
 
 
@@ -149,6 +158,11 @@ def card_section(d: dict[str, Any]) -> str:
                   *[f"| {k['name'] or k['kernel_id'][:12]} | {k['previous']:.3g} | {k['current']:.3g} | "
                     f"{k['ratio']:.3f} | {'**regression**' if k['regression'] else ''} |"
                     for k in d["best_speedup"]], ""]
+    a = d.get("accumulation")
+    if a:
+        lines += [f"Carried from {a.get('carried_from')}: {a['carried_kernels']} kernels, {a['carried_steps']} "
+                  f"steps; {a['retimed']} carried labels re-timed, {a['dropped']} dropped (no longer "
+                  "significantly faster; see Accumulation).", ""]
     lines += [f"Regressions beyond the spread: {len(d['regressions'])}. Full comparison: `{DIFF}`.", ""]
     return "\n".join(lines)
 

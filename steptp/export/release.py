@@ -599,16 +599,21 @@ def published_releases(folder: str | Path) -> list[dict[str, Any]]:
             man = json.loads(m.read_text())
         except (OSError, ValueError):
             continue
+        hw = (man.get("fingerprints") or {}).get("hardware") or {}
         out.append({"id": m.parent.name, "path": str(m.parent), "name": man.get("name"),
                     "version": man.get("version"), "created": man.get("created", ""),
-                    "counts": man.get("counts") or {}})
+                    "counts": man.get("counts") or {},
+                    "fingerprint": hw.get("id", "") if isinstance(hw, dict) else ""})
     out.sort(key=lambda r: (r["created"], r["id"]))
     return out
 
 
-def previous_release(folder: str | Path, exclude: str, name: str | None = None) -> Path | None:
-    """The newest release in ``folder`` other than ``exclude`` (of the same ``name``)."""
-    rs = [r for r in published_releases(folder) if r["id"] != exclude and (name is None or r["name"] == name)]
+def previous_release(folder: str | Path, exclude: str, name: str | None = None,
+                     fingerprint: str | None = None) -> Path | None:
+    """The newest release in ``folder`` other than ``exclude`` (of the same ``name``; with
+    ``fingerprint``, timed on that hardware: an accumulating nightly's line)."""
+    rs = [r for r in published_releases(folder) if r["id"] != exclude and (name is None or r["name"] == name)
+          and (fingerprint is None or r["fingerprint"] == fingerprint)]
     return Path(rs[-1]["path"]) if rs else None
 
 

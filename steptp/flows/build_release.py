@@ -23,8 +23,8 @@ from typing import Any
 from prefect import flow
 
 from steptp import params as P
-from steptp.flows.stages import (_log, cot_flow, curate_flow, export_flow, extract_flow,
-                                 search_flow, task_runner, validate_flow)
+from steptp.flows.stages import (_log, accumulate_flow, carry_flow, cot_flow, curate_flow,
+                                 export_flow, extract_flow, search_flow, task_runner, validate_flow)
 from steptp.release import gate_and_publish
 from steptp.release.layout import release_log, staging_dir, work_dir
 
@@ -102,18 +102,31 @@ def _build(p: P.Settings, b: P.Build, out_p: Path, force: bool, version_control:
     _log(f"build {b.id}" + (f" (nightly {b.night})" if b.nightly else ""))
 
     kernels = extract_flow(p, str(work))
+    # an accumulating nightly (docs/release.md): the previous release of this hardware's line
+    acc = p.nightly.accumulate and b.nightly
+    carried = carry_flow(p, str(out_p), b.id, fp["id"], b.night, str(work)) if acc else None
     jobs = p.search.jobs
     searched = search_flow.with_options(task_runner=task_runner(p.runner, jobs))(
         p, kernels, str(work), {"night": b.night, "night_start": b.night_start,
-                                "clock_offset_s": b.clock_offset_s})
+                                "clock_offset_s": b.clock_offset_s,
+                                "carried": carried["carry"] if carried else None})
     steps = cot_flow.with_options(task_runner=task_runner(p.runner, jobs))(p, searched["steps"], str(work))
-    curated = curate_flow(p, searched.get("kernels", kernels), steps, searched["trajectories"],
-                          str(work), hardware_description(fp))
+    kernels_path, trajs, pinned = searched.get("kernels", kernels), searched["trajectories"], None
+    if carried:
+        merged = accumulate_flow(p, carried, kernels_path, steps, trajs, str(work))
+        kernels_path, steps, trajs, pinned = (merged["kernels"], merged["steps"], merged["trajectories"],
+                                              merged["pinned"])
+    curated = curate_flow(p, kernels_path, steps, trajs, str(work), hardware_description(fp), pinned)
     export_flow(p, curated, str(staging), fp, b.version)
+    if carried:
+        from steptp.release.accumulate import write_report
+
+        write_report(staging, json.loads(Path(merged["report"]).read_text()))
     rep = validate_flow(p, str(staging))
     return gate_and_publish(staging, out_p, b.id, b.name, rep, params=p.source,
                             regression_gate=p.nightly.regression_gate, force=force,
-                            version_control=version_control, git=git, log=_log)
+                            version_control=version_control, git=git, log=_log,
+                            fingerprint=fp["id"] if acc else None)
 
 
 if __name__ == "__main__":

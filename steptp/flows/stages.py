@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -53,7 +54,7 @@ from steptp import pipeline
 from steptp.measure.worker import reuse_workers
 from steptp.pipeline import select_kernels  # noqa: F401 - re-exported (tests, users)
 from steptp.records import (KernelRecord, StepRecord, TrajectoryRecord, read_records, table,
-                            write_table)
+                            write_table, write_text_atomic)
 
 
 @dataclass
@@ -203,9 +204,12 @@ def search_flow(s: P.Settings, kernels_path: str, work: str,
     kernels = read_records(kernels_path, KernelRecord)
     b = build or {}
     night = b.get("night")
+    # an accumulating nightly: the kernels with carried records, and whether they are stale
+    searched = json.loads(Path(b["carried"]).read_text())["searched"] if b.get("carried") else None
     chosen, every = pipeline.choose_kernels(
         kernels, s.search, s.extract, extract_fn=extract_kernels,
-        time_fn=lambda ks, threads: time_unscheduled(ks, threads, night), log=_log)
+        time_fn=lambda ks, threads: time_unscheduled(ks, threads, night), log=_log,
+        searched=searched, shard=s.nightly.shard_kernels if searched is not None else None)
     max_age = s.cache.max_age_s
     fresh = {"max_age_s": max_age, "clock_offset_s": float(b.get("clock_offset_s", 0.0)),
              "not_before": b.get("night_start")}
@@ -219,8 +223,10 @@ def search_flow(s: P.Settings, kernels_path: str, work: str,
         results = [f.result() for f in futs]
     _log(f"search: {len(chosen)} kernels on "
          f"{s.search.jobs if s.runner.kind == 'local' else 'dask'} workers")
-    steps = [x for st, _ in results for x in st]
-    trajs = [x for _, tr in results for x in tr]
+    # provenance: the night that searched them (the code version is stamped by the search)
+    prov = {"night": night or ""}
+    steps = [x.model_copy(update=prov) for st, _ in results for x in st]
+    trajs = [x.model_copy(update=prov) for _, tr in results for x in tr]
     _log(f"search: {len(chosen)} kernels -> {len(trajs)} trajectories, {len(steps)} steps")
     return {"steps": str(write_table(table(steps, StepRecord), Path(work) / "search-steps.parquet")),
             "trajectories": str(write_table(table(trajs, TrajectoryRecord),
@@ -250,25 +256,86 @@ def cot_flow(s: P.Settings, steps_path: str, work: str) -> str:
     return str(write_table(table(out, StepRecord), Path(work) / "steps.parquet"))
 
 
+# ---------------------------------------------------------------------------- accumulation
+@flow(name="carry")
+def carry_flow(s: P.Settings, out: str, rid: str, fingerprint: str, night: str, work: str) -> dict[str, str]:
+    """An accumulating nightly's start (``steptp.release.accumulate``): the records of the
+    previous release of this hardware's line, written under ``work``; returns their paths."""
+    from steptp.codehash import stage_hash
+    from steptp.release import accumulate as A
+
+    carry = A.load_carry(out, rid, s.name, fingerprint, night, stage_hash("search"),
+                         s.nightly.max_age_days)
+    _log(f"accumulate: carrying from {carry.previous or 'nothing (a new line for this hardware)'}: "
+         f"{len(carry.kernels())} kernels, {len(carry.steps)} steps, {len(carry.stale)} kernels stale, "
+         f"{carry.other_hardware} records of another fingerprint left out")
+    return A.write_carry(carry, work)
+
+
+@task(cache_policy=cache_policy("search", hardware=True), persist_result=True, retries=1,
+      retry_delay_seconds=5)
+def retime_carried(groups: list[tuple[str, list[str]]], threads: int | None, rounds: int,
+                   devices: P.Devices, night: str | None = None) -> dict[str, list[dict[str, Any] | None]]:
+    """``steptp.release.accumulate.time_programs`` (``night`` in the key: a rerun of the night
+    reuses its re-timings, the next night times again)."""
+    from steptp.release.accumulate import time_programs
+
+    return time_programs(groups, threads, rounds, devices.rpc())
+
+
+@flow(name="accumulate")
+def accumulate_flow(s: P.Settings, carried: dict[str, str], kernels_path: str, steps_path: str,
+                    trajectories_path: str, work: str) -> dict[str, str]:
+    """Tonight's records plus the carried ones (a sample of their labels re-timed, those that
+    no longer hold dropped): writes ``work/accumulated-*.parquet``, the kernel splits to keep
+    and ``work/accumulation.json``; returns their paths."""
+    from steptp.release import accumulate as A
+
+    carry = A.read_carry(carried)
+    kernels = read_records(kernels_path, KernelRecord)
+    steps = read_records(steps_path, StepRecord)
+    trajs = read_records(trajectories_path, TrajectoryRecord)
+    cs, ct, info = A.carried_records(carry, steps, trajs, {k.kernel_id for k in kernels})
+    keys = A.retime_sample(cs, s.significance, s.nightly.retime_fraction, carry.night, s.seed)
+    timings = retime_carried(A.retime_programs(cs, keys), s.search.threads,
+                             max(1, s.search.remeasure_rounds), s.devices, carry.night) if keys else {}
+    cs, rows = A.apply_retiming(cs, timings, s.significance)
+    kernels = A.carried_status(kernels, cs, ct, carry)
+    rep = A.report(carry, info, rows, kernels)
+    _log(f"accumulate: {rep['carried_kernels']} kernels and {rep['carried_steps']} steps carried, "
+         f"{rep['retimed']} labels re-timed, {rep['dropped']} dropped")
+    w = Path(work)
+    return {"steps": str(write_table(table(steps + cs, StepRecord), w / "accumulated-steps.parquet")),
+            "trajectories": str(write_table(table(trajs + ct, TrajectoryRecord),
+                                            w / "accumulated-trajectories.parquet")),
+            "kernels": str(write_table(table(kernels, KernelRecord), w / "accumulated-kernels.parquet")),
+            "pinned": str(write_text_atomic(w / "pinned-splits.json",
+                                            json.dumps(carry.splits, indent=0, sort_keys=True) + "\n")),
+            "report": str(write_text_atomic(w / "accumulation.json", json.dumps(rep, indent=1) + "\n"))}
+
+
 # ---------------------------------------------------------------------------- curate / export / validate
 @task(cache_policy=cache_policy("curate"), persist_result=True)
 def curate_task(curate: P.Curate, rule: P.Significance, kernels: list[KernelRecord],
-                steps: list[StepRecord], trajectories: list[TrajectoryRecord], hardware: str):
+                steps: list[StepRecord], trajectories: list[TrajectoryRecord], hardware: str,
+                pinned: dict[str, str] | None = None):
     from steptp.curate import curate as do_curate
 
-    return do_curate(kernels, steps, trajectories, curate, hardware=hardware, rule=rule)
+    return do_curate(kernels, steps, trajectories, curate, hardware=hardware, rule=rule, pinned=pinned)
 
 
 @flow(name="curate")
 def curate_flow(s: P.Settings, kernels_path: str, steps_path: str, trajectories_path: str,
-                work: str, hardware: str = "") -> str:
-    """Reads the three tables; writes the curated folder ``work/curated``; returns its path."""
+                work: str, hardware: str = "", pinned_path: str | None = None) -> str:
+    """Reads the three tables; writes the curated folder ``work/curated``; returns its path.
+    ``pinned_path``: a JSON file of kernel splits to keep (an accumulating nightly's)."""
     from steptp.curate import write_curated
 
     kernels = read_records(kernels_path, KernelRecord)
     trajectories = read_records(trajectories_path, TrajectoryRecord)
+    pinned = json.loads(Path(pinned_path).read_text()) if pinned_path else None
     res = curate_task(s.curate, s.significance, kernels, read_records(steps_path, StepRecord),
-                      trajectories, hardware)
+                      trajectories, hardware, pinned)
     r = res.report
     _log(f"curate: kept {r['kept_steps']} of {r['input_steps']} steps; rejects {r['rejects_by_reason']}")
     return str(write_curated(res, Path(work) / "curated", kernels, trajectories))

@@ -25,14 +25,16 @@ def check_quality(report: Mapping[str, Any], staging: str | Path) -> None:
 
 
 def compare_with_previous(staging: str | Path, out: str | Path, rid: str, name: str,
-                          log: Callable[[str], None] = print) -> dict[str, Any] | None:
+                          log: Callable[[str], None] = print,
+                          fingerprint: str | None = None) -> dict[str, Any] | None:
     """``diff.json`` (and the card's "Changes since" section) of ``staging`` against the newest
-    release of the same ``name`` published in ``out`` other than ``rid``; None when there is
+    release of the same ``name`` published in ``out`` other than ``rid`` (with ``fingerprint``:
+    the newest timed on that hardware, an accumulating nightly's line); None when there is
     none."""
     from ..export import previous_release
     from ..export.diff import write_diff
 
-    prev = previous_release(out, rid, name)
+    prev = previous_release(out, rid, name, fingerprint)
     if prev is None:
         return None
     diff = write_diff(prev, staging)

@@ -44,14 +44,16 @@ def gate_and_publish(staging: str | Path, out: str | Path, rid: str, name: str,
                      validation: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                      regression_gate: bool = False, force: bool = False,
                      version_control: bool = True, git: bool = False,
-                     log: Callable[[str], None] = print) -> dict[str, Any]:
+                     log: Callable[[str], None] = print,
+                     fingerprint: str | None = None) -> dict[str, Any]:
     """The end of a release build, after ``steptp.quality.validate_release`` wrote
     ``validation``: the quality gate, the comparison with the previous release of ``name`` in
-    ``out`` (``diff.json``), the regression gate (``regression_gate``), then
+    ``out`` (``diff.json``; with ``fingerprint``, the previous one on that hardware), the
+    regression gate (``regression_gate``), then
     ``publish_and_version``. A failed gate raises ``ReleaseGateFailed`` and publishes nothing.
     The result adds ``previous`` (the id compared with, or None) and ``regressions``."""
     check_quality(validation, staging)
-    diff = compare_with_previous(staging, out, rid, name, log=log)
+    diff = compare_with_previous(staging, out, rid, name, log=log, fingerprint=fingerprint)
     check_regressions(diff, staging, regression_gate)
     res = publish_and_version(staging, out, rid, params=params, validation=validation, force=force,
                               version_control=version_control, git=git, log=log)
