@@ -240,8 +240,9 @@ def answered(f) -> Optional[Finding]:
 
 def preparation(f) -> Optional[Preparation]:
     """The move the step makes possible, when the step answers nothing at its site itself: the
-    best finishing move after it (``f.follow_up``) that answers a finding at the site and either
-    had no legal site before the step or acts on a loop the step creates."""
+    best finishing move after it (``f.follow_up``) that answers a finding at the site, had no
+    legal application on the site statement's nest before the step, and either had no legal
+    site at all before it or acts on a loop the step creates."""
     fu = f.follow_up
     if fu is None:
         return None
@@ -249,9 +250,14 @@ def preparation(f) -> Optional[Preparation]:
     if not found:
         return None
     loops = tuple(fu.site.get("loops") or ())
-    before_same = [a for a in f.alternatives if a.strategy == fu.strategy]
+    m_path = tuple(f.at_site.main.path)
+    # the move was already possible on this statement's nest: the step is not needed for it
+    before_same = [a for a in f.alternatives if a.strategy == fu.strategy
+                   and m_path[:len(a.site.get("path") or ())] == tuple(a.site.get("path") or ())]
     new = [v for v in loops if v not in f.before.loop_vars]
-    if not before_same and fu.strategy != f.strategy:
+    if before_same or fu.strategy == f.strategy:
+        return None
+    if not [a for a in f.alternatives if a.strategy == fu.strategy]:
         why, ext = "no_site", None
     elif new and f.after is not None:
         lp = f.after.loop(new[0])

@@ -785,8 +785,8 @@ class TemplateWriter:
                             f"iterations) exists only after this step")
             text = pick(f"no gain by itself; it prepares `{prep.strategy}` at {where}, which answers "
                         f"the {kind} limit above: {need}.",
-                        f"preparatory: {need}, and `{prep.strategy}` at {where} is the move for the "
-                        f"{kind} limit named above.")
+                        f"it makes way for `{prep.strategy}` at {where}, the move for the {kind} "
+                        f"limit named above: {need}.")
             return ExpectedEffect(direction="preparatory", enables=prep.strategy, text=text)
         det = x.detail
         new_bufs = [t for t in (f.after.tensors.values() if f.after is not None else ())
