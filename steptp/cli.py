@@ -725,7 +725,10 @@ def curate(kernels: Path = typer.Option(..., "--kernels", help="kernels.parquet 
 @app.command()
 def export(curated: Path = typer.Argument(..., help="a folder written by steptp curate"),
            out: Path = typer.Option(Path("release"), "--out", "-o", help="the release folder (replaced)"),
-           params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (name, version)")):
+           params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (name, version)"),
+           decontamination: Optional[Path] = typer.Option(
+               None, "--decontamination", help="the search stage's decontamination.json: the "
+                                               "card says which benchmark kernels were kept out")):
     """Write a release folder: parquet tables, chat JSONL per split, plots and the dataset card.
     The manifest and Data Docs are added by `steptp validate --publish`."""
     from . import params as P
@@ -733,8 +736,22 @@ def export(curated: Path = typer.Argument(..., help="a folder written by steptp 
     from .export import export_release
 
     p = _load_params(params)
+    decon = None
+    if decontamination is not None:
+        try:
+            decon = json.loads(decontamination.read_text())
+        except (OSError, ValueError) as e:
+            _err(f"{decontamination}: not a decontamination report: {e}")
+            raise typer.Exit(2) from None
+        if decon is not None and not (isinstance(decon, dict) and isinstance(decon.get("folders"), list)):
+            _err(f"{decontamination}: not a decontamination report (no folders list)")
+            raise typer.Exit(2)
+    if decon is None and p.decontaminate.folders:
+        _err("params decontaminate.folders lists benchmark folders: give the search stage's "
+             "--decontamination report, or the card cannot say what was kept out")
+        raise typer.Exit(2)
     stats = export_release(read_curated(curated), out, name=p.name, version=p.version,
-                           params=p.source, fingerprint=P.fingerprint(p))
+                           params=p.source, fingerprint=P.fingerprint(p), decontamination=decon)
     console.print(f"{escape(str(out))}: {stats['counts']['steps']} examples "
                   f"{escape(json.dumps(stats['counts']['examples_per_split']))}")
 
@@ -998,7 +1015,8 @@ def search(kernels: Optional[Path] = typer.Option(None, "--kernels",
 
 
 def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
-    from .pipeline import choose_kernels, search_one
+    from .params import ParamsError
+    from .pipeline import choose_kernels, contamination_index, search_one
     from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records, table, write_table
 
     p = _load_params(params)
@@ -1012,8 +1030,17 @@ def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
     def say(msg: str) -> None:
         console.print(escape(msg), highlight=False)
 
-    chosen, every = choose_kernels(recs, a, p.extract, log=say)
+    try:
+        index = contamination_index(p.decontaminate, p.extract.jobs)
+    except ParamsError as e:
+        _err(f"{params}: {e}")
+        raise typer.Exit(2) from None
+    chosen, every = choose_kernels(recs, a, p.extract, log=say, contamination=index)
     write_table(table(every, KernelRecord), out / "kernels-selected.parquet")
+    # the kernels kept out of the pool, for the card (steptp export --decontamination)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decontamination.json").write_text(
+        json.dumps(None if index is None else index.report(), indent=1) + "\n")
     console.print(f"search: {len(chosen)} of {len(every)} kernels (max_kernels "
                   f"{a.max_kernels}), policy {a.policy}, {a.measurements} measurements and "
                   f"{a.seconds:g} s per kernel, threads {a.threads}")

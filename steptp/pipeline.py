@@ -127,7 +127,8 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
                   max_per_family=search.max_per_family)
     est = {k.kernel_id: estimate_s(k) for k in kernels if k.raise_ok}
     larger = search.larger_size
-    if larger and larger != extract_settings.size:
+    # a size the extraction already covers (``also_sizes``) has nothing new to give
+    if larger and larger != extract_settings.size and larger not in extract_settings.also_sizes:
         wl = select(kernels, {}, max_kernels=None, estimates=est, **floors).larger_workloads(
             search.larger_max_workloads)
         if wl:

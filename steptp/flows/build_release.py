@@ -109,7 +109,7 @@ def _build(p: P.Settings, b: P.Build, out_p: Path, force: bool, version_control:
     steps = cot_flow.with_options(task_runner=task_runner(p.runner, jobs))(p, searched["steps"], str(work))
     curated = curate_flow(p, searched.get("kernels", kernels), steps, searched["trajectories"],
                           str(work), hardware_description(fp))
-    export_flow(p, curated, str(staging), fp, b.version)
+    export_flow(p, curated, str(staging), fp, b.version, searched.get("decontamination"))
     rep = validate_flow(p, str(staging))
     return gate_and_publish(staging, out_p, b.id, b.name, rep, params=p.source,
                             regression_gate=p.nightly.regression_gate, force=force,
