@@ -138,6 +138,25 @@ def test_a_benchmark_problem_at_other_sizes_drops_the_users_problem():
     assert index.report()["folders"][0]["failed"] == []
 
 
+@pytest.mark.slow
+def test_the_larger_size_extraction_is_decontaminated_too(tmp_path):
+    """gemv at the tiny size is below the time floor, so the search extracts it at the default
+    size; a benchmark holding that default-size gemv (exact match only) keeps it out."""
+    from steptp.pipeline import extract
+
+    big = list(extract(P.Extract(zoo="gemv", size="default", check=False)).records)
+    assert len(big) == 1
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "gemv_big.leir").write_text(big[0].leir)
+    p = _pool(extract={"zoo": "gemv", "size": "tiny"},
+              search={"larger_size": "default"},
+              decontaminate={"folders": [str(tmp_path / "bench")], "shape_normalized": False})
+    assert [k.kernel_id for k in p.kernels] != [] and big[0].kernel_id not in p.state
+    assert p.decontamination["folders"][0]["dropped_ids"] == [big[0].kernel_id]
+    (small,) = p.kernels
+    assert p.reason[small.kernel_id] == "below_time_floor"
+
+
 def test_a_folder_without_benchmarks_or_with_a_bad_scale_is_a_params_error(tmp_path):
     from steptp.pipeline import contamination_index
 
@@ -186,6 +205,19 @@ def test_the_card_and_stats_state_what_was_kept_out(tmp_path):
 
 
 # ---------------------------------------------------------------------------- the command
+def test_the_extract_stage_reads_the_listed_folders(tmp_path):
+    from steptp.cli import app
+    from steptp.records import KernelRecord, read_records
+
+    f = tmp_path / "p.yaml"
+    f.write_text(f"extract:\n  zoo: ''\n  leir_dirs: [{USER}/leir]\n")
+    r = CliRunner().invoke(app, ["extract", "--params", str(f), "--out", str(tmp_path / "k.parquet")])
+    assert r.exit_code == 0, r.output
+    ks = read_records(tmp_path / "k.parquet", KernelRecord)
+    assert sorted(k.name for k in ks) == ["axpy_clamp", "col_mean", "row_sum_sq"]
+    assert {o.suite for k in ks for o in k.occurrences} == {"user"}
+
+
 def test_steptp_pool_prints_sources_families_states_and_the_decontamination(tmp_path):
     from steptp.cli import app
 
