@@ -505,7 +505,7 @@ def pool(params: Optional[Path] = typer.Option(Path("params.yaml"), "--params",
             dups = sm.get("kernels_found", 0) - sm.get("unique_kernels", 0)
     try:
         p = make_pool(s, kernels=recs, release=release_dir, duplicates=dups,
-                      log=lambda m: _err(m))
+                      log=_err)
     except (ParamsError, FileNotFoundError) as e:
         _err(str(e))
         raise typer.Exit(2) from None
