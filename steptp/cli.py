@@ -504,8 +504,8 @@ def pool(params: Optional[Path] = typer.Option(Path("params.yaml"), "--params",
             sm = json.loads(summary.read_text())
             dups = sm.get("kernels_found", 0) - sm.get("unique_kernels", 0)
     try:
-        p = make_pool(s, kernels=recs, release=release_dir, duplicates=dups,
-                      log=_err)
+        p = make_pool(s, kernels=recs, release=release_dir, duplicates=dups, log=_err,
+                      console=Console(stderr=True))
     except (ParamsError, FileNotFoundError) as e:
         _err(str(e))
         raise typer.Exit(2) from None

@@ -27,13 +27,14 @@ def extract_refs(e: Extract) -> list:
     return refs
 
 
-def extract(e: Extract):
+def extract(e: Extract, progress: bool = False, console=None):
     """The extraction result (``steptp.zoo.extract.ExtractResult``) of the ``extract``
-    settings' workloads (``extract_refs``)."""
+    settings' workloads (``extract_refs``); ``progress``: progress bars on ``console``."""
     from .zoo import extract as X
 
     return X.extract(extract_refs(e), jobs=e.jobs, check=e.check,
-                     memory_limit_mb=e.memory_limit, check_budget_s=e.check_budget_s)
+                     memory_limit_mb=e.memory_limit, check_budget_s=e.check_budget_s,
+                     progress=progress, console=console)
 
 
 def sources_digest(paths: Sequence[str]) -> str:

@@ -112,17 +112,18 @@ def searched_in(release: str | Path) -> set[str]:
 
 def pool(s: Settings, *, kernels: Sequence[KernelRecord] | None = None,
          release: str | Path | None = None, duplicates: int | None = None,
-         log: Callable[[str], None] = print) -> Pool:
+         log: Callable[[str], None] = print, console=None) -> Pool:
     """The pool of settings ``s``. ``kernels``: an extraction already made (a kernels table of
     these settings; ``duplicates`` then as its summary says), else the sources are extracted
-    here. ``release``: a release folder whose searched kernels count as searched."""
+    here (with progress bars on ``console`` when given). ``release``: a release folder whose
+    searched kernels count as searched."""
     from . import pipeline
     from .search.selection import kernel_family
 
     t0 = time.perf_counter()
     refs = pipeline.extract_refs(s.extract)
     if kernels is None:
-        res = pipeline.extract(s.extract)
+        res = pipeline.extract(s.extract, progress=console is not None, console=console)
         kernels = list(res.records)
         sm = res.summary()
         duplicates = sm["kernels_found"] - sm["unique_kernels"]
