@@ -254,3 +254,53 @@ def test_steptp_pool_prints_sources_families_states_and_the_decontamination(tmp_
     bad.write_text("extract:\n  problem_dirs: [no/such]\n")
     r = CliRunner().invoke(app, ["pool", "--params", str(bad)])
     assert r.exit_code == 2 and f"{bad}: extract.problem_dirs: 'no/such' does not exist" in r.stderr
+
+
+# ---------------------------------------------------------------------------- a release
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_release_holds_none_of_the_benchmark_kernels_and_its_card_counts_them(tmp_path):
+    """`steptp release` (the Prefect flow, on the suite's loopback server) with a user LEIR
+    folder and a benchmark folder: the benchmark's kernels are in no table of the release."""
+    import os
+    import subprocess
+    import sys
+
+    import polars as pl
+    import yaml
+
+    from _prefect_server import api_url
+
+    params = {
+        "name": "pool-decon", "version": "0",
+        "extract": {"zoo": "matmul_large_k", "leir_dirs": [f"{USER}/leir"], "jobs": 1},
+        "decontaminate": {"folders": [BENCH]},
+        # tiny kernels searched at their size: this test is about what enters the pool
+        "search": {"max_kernels": 2, "measurements": 4, "seconds": 30, "threads": 1,
+                   "min_time_us": 0, "larger_size": "", "remeasure_rounds": 1,
+                   "remeasure_pairs": 1},
+        "significance": {"max_spread": 100.0, "min_gain": 0.0, "spread_factor": 0.0},
+    }
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(params))
+    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect-home"),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", STEPTP_LOCK_DIR=str(tmp_path / "locks"),
+               PREFECT_API_URL=api_url())
+    env.pop("PREFECT_LOCAL_STORAGE_PATH", None)
+    out = tmp_path / "releases"
+    r = subprocess.run([str(Path(sys.executable).parent / "steptp"), "release", "--params", str(f),
+                        "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=1400)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    rel = out / "pool-decon-0"
+    dropped = json.loads((out / ".work" / "pool-decon-0" / "decontamination.json").read_text())
+    ids = dropped["folders"][0]["dropped_ids"]
+    assert len(ids) == 2
+    for table in ("kernels", "steps", "trajectories"):
+        held = set(pl.read_parquet(rel / "data" / f"{table}.parquet")["kernel_id"].to_list())
+        assert held and not held & set(ids), table
+    assert not any(i in (rel / "chat" / "train.jsonl").read_text() for i in ids)
+    stats = json.loads((rel / "stats.json").read_text())["decontamination"]
+    assert stats["folders"][0]["dropped"] == 2 and stats["folders"][0]["folder"] == BENCH
+    card = (rel / "README.md").read_text()
+    assert f"| `{BENCH}` | 2 | 2 | 2 | 1 | 1 | 0 |" in card
