@@ -38,15 +38,18 @@ def extract(e: Extract, progress: bool = False, console=None):
 
 
 def sources_digest(paths: Sequence[str]) -> str:
-    """A digest of the files under ``paths`` (names and contents, sorted): part of the cache
-    key of whatever reads them, so an edited problem file or benchmark is read again."""
+    """A digest of the files under ``paths`` (names and contents, sorted; hidden folders such
+    as a checkout's ``.git`` skipped, as the extraction skips them): part of the cache key of
+    whatever reads them, so an edited problem file or benchmark is read again."""
     import hashlib
     from pathlib import Path
 
     h = hashlib.sha256()
     for p in paths:
         root = Path(p).expanduser()
-        files = [root] if root.is_file() else sorted(f for f in root.rglob("*") if f.is_file())
+        files = [root] if root.is_file() else sorted(
+            f for f in root.rglob("*") if f.is_file()
+            and not any(part.startswith(".") for part in f.relative_to(root).parts))
         for f in files:
             h.update(f"{p}\0{f.relative_to(root) if f != root else ''}\0".encode())
             h.update(hashlib.sha256(f.read_bytes()).digest())

@@ -168,6 +168,19 @@ def test_a_folder_without_benchmarks_or_with_a_bad_scale_is_a_params_error(tmp_p
     assert contamination_index(P.Decontaminate()) is None
 
 
+def test_the_folders_digest_follows_their_files_not_a_checkouts_history(tmp_path):
+    """The flows key their cached extraction and index by it."""
+    from steptp.pipeline import sources_digest
+
+    (tmp_path / "b" / ".git").mkdir(parents=True)
+    (tmp_path / "b" / "k.leir").write_text("kernel f32 k(x[4]) -> y[4]\n  for i in 4:\n    y[i] = x[i]\n")
+    first = sources_digest([str(tmp_path / "b")])
+    (tmp_path / "b" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert sources_digest([str(tmp_path / "b")]) == first
+    (tmp_path / "b" / "k.leir").write_text("kernel f32 k(x[8]) -> y[8]\n  for i in 8:\n    y[i] = x[i]\n")
+    assert sources_digest([str(tmp_path / "b")]) != first
+
+
 # ---------------------------------------------------------------------------- the card
 def _export(tmp_path, decontamination):
     from _release_records import dataset
