@@ -123,18 +123,22 @@ def pool(s: Settings, *, kernels: Sequence[KernelRecord] | None = None,
     t0 = time.perf_counter()
     refs = pipeline.extract_refs(s.extract)
     if kernels is None:
+        log(f"pool: extracting {len(refs)} workloads ({s.extract.jobs} jobs)")
         res = pipeline.extract(s.extract, progress=console is not None, console=console)
         kernels = list(res.records)
         sm = res.summary()
         duplicates = sm["kernels_found"] - sm["unique_kernels"]
     t1 = time.perf_counter()
+    if s.decontaminate.folders:
+        log(f"pool: extracting the {len(s.decontaminate.folders)} decontamination folders")
     index = pipeline.contamination_index(s.decontaminate, s.extract.jobs)
     t2 = time.perf_counter()
     labels = source_labels(refs)
-    # every candidate ranked on estimates (nothing timed), no cap on their number
+    # every candidate ranked on estimates (nothing timed), no cap on their number; the pick's
+    # own log (every candidate by name) is the search stage's, not the pool's
     search = s.search.model_copy(update={"max_kernels": None})
     _, every = pipeline.choose_kernels(kernels, search, s.extract, time_fn=lambda ks, th: {},
-                                       log=log, contamination=index)
+                                       log=lambda m: None, contamination=index)
     t3 = time.perf_counter()
     done = searched_in(release) if release is not None else set()
     state, reason, sources, family = {}, {}, {}, {}
