@@ -239,6 +239,7 @@ def test_steptp_pool_prints_sources_families_states_and_the_decontamination(tmp_
                  f"decontaminate:\n  folders: [{BENCH}]\nsearch:\n  max_time_ms: 1.0e-6\n")
     r = CliRunner().invoke(app, ["pool", "--params", str(f)])
     assert r.exit_code == 0, r.output
+    assert "pool: extracting 3 workloads (1 jobs)" in r.stderr
     out = r.stdout
     assert f"leir-files:{USER}/leir" in out and "reduction" in out
     # col_mean is the only kernel left; a ceiling below its estimate skips it
@@ -249,6 +250,15 @@ def test_steptp_pool_prints_sources_families_states_and_the_decontamination(tmp_
     sm = json.loads(r.stdout)
     assert sm["per_source"] == {f"leir-files:{USER}/leir": {"kernels": 1, "searched": 0,
                                                              "pending": 0, "skipped": 1}}
+
+    # an extraction already made (the extract stage's table and summary) is not made again
+    k = tmp_path / "k.parquet"
+    assert CliRunner().invoke(app, ["extract", "--params", str(f), "--out", str(k)]).exit_code == 0
+    r = CliRunner().invoke(app, ["pool", "--params", str(f), "--kernels", str(k)])
+    assert r.exit_code == 0, r.output
+    assert "pool: extracting 3 workloads" not in r.stderr
+    assert "duplicates folded at extraction: 0" in r.stdout
+    assert "pool: 1 kernels; searched 0, pending 0, skipped 1 (above_time_ceiling 1)" in r.stdout
 
     # a release that searched col_mean: searched, whatever the pick says now
     import polars as pl
