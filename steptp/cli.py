@@ -327,9 +327,12 @@ def extract(
     from .zoo.leir import LeirTemplateError
     from .zoo.workloads import UnknownName
 
+    from_params = None   # the params' workloads (pipeline.extract_refs): zoo, sizes, folders
     if params is not None:
         e = _load_params(params).extract
         if model is None and problems is None and not leir:
+            if zoo is None and size is None:
+                from_params = e
             zoo = zoo or e.zoo
         size, jobs = size or e.size, jobs or e.jobs
         no_check = no_check or not e.check
@@ -355,7 +358,11 @@ def extract(
         raise typer.BadParameter(f"--dtype must be float32, float16 or bfloat16, got {dtype!r}")
     try:
         refs = []
-        if zoo is not None:
+        if from_params is not None:
+            from .pipeline import extract_refs
+
+            refs = extract_refs(from_params)
+        elif zoo is not None:
             refs = X.refs_for_zoo(zoo, size=size, dtype=dtype)
         elif model is not None:
             refs = X.refs_for_model(model, inputs, size=size, dtype=dtype)
@@ -463,6 +470,73 @@ def kernels(path: Path = typer.Argument(..., help="a kernels table written by st
                   f"{r.flops:,}", f"{r.bytes_moved:,}",
                   "[green]ok[/green]" if r.raise_ok else f"[red]{escape(r.raise_reason[:40])}[/red]")
     _listing_console().print(t)
+
+
+@app.command()
+def pool(params: Optional[Path] = typer.Option(Path("params.yaml"), "--params",
+                                              help="the params file whose pool is shown, e.g. "
+                                                   "profiles/standard.yaml"),
+         kernels_table: Optional[Path] = typer.Option(
+             None, "--kernels", help="a kernels table these params extracted (steptp extract "
+                                     "--params): not extracted again"),
+         release_dir: Optional[Path] = typer.Option(
+             None, "--release", help="a release folder: its searched kernels count as searched"),
+         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")):
+    """Print the kernel pool of a params file: kernels per source and per operator family, and
+    how many a release has searched, how many are pending and how many are skipped, and why
+    (not raised, below the time floor, above the ceiling; decontaminated per folder; duplicates
+    folded). Extracts the params' sources unless --kernels is given (the full standard profile
+    takes a while), and ranks on the analytic estimates: nothing is timed."""
+    from .params import ParamsError
+    from .pool import pool as make_pool
+    from .records import KernelRecord, read_records
+
+    s = _load_params(params)
+    recs, dups = None, None
+    if kernels_table is not None:
+        try:
+            recs = read_records(kernels_table, KernelRecord)
+        except Exception as e:  # noqa: BLE001 - polars/pydantic errors: say which file
+            _err(f"{kernels_table}: not a kernels table: {e}")
+            raise typer.Exit(2) from None
+        summary = kernels_table.with_suffix(".summary.json")
+        if summary.exists():
+            sm = json.loads(summary.read_text())
+            dups = sm.get("kernels_found", 0) - sm.get("unique_kernels", 0)
+    try:
+        p = make_pool(s, kernels=recs, release=release_dir, duplicates=dups, log=_err,
+                      console=Console(stderr=True))
+    except (ParamsError, FileNotFoundError) as e:
+        _err(str(e))
+        raise typer.Exit(2) from None
+    sm = p.summary()
+    if as_json:
+        typer.echo(json.dumps(sm, indent=1))
+        return
+    out = _listing_console()
+    for title, rows in (("source", sm["per_source"]), ("family", sm["per_family"])):
+        t = Table(title=f"{params}: kernels per {title}")
+        t.add_column(title)
+        for col in ("kernels", "searched", "pending", "skipped"):
+            t.add_column(col, justify="right")
+        for name, r in rows.items():
+            t.add_row(escape(name), *(str(r[c]) for c in ("kernels", "searched", "pending", "skipped")))
+        out.print(t)
+    why = ", ".join(f"{k} {v}" for k, v in sm["skipped_by_reason"].items()) or "none"
+    lines = [f"pool: {sm['kernels']} kernels; searched {sm['searched']}, pending "
+             f"{sm['pending']}, skipped {sm['skipped']} ({why})"]
+    if sm["duplicates"] is not None:
+        lines.append(f"duplicates folded at extraction: {sm['duplicates']}")
+    if sm["decontamination"] is not None:
+        for f in sm["decontamination"]["folders"]:
+            lines.append(f"decontaminated: {f['dropped']} kernels held by {f['folder']} "
+                         f"(exact {f['dropped_by']['exact']}, at another size "
+                         f"{f['dropped_by']['shape']}; the folder has {f['kernels']} kernels"
+                         + (f", {len(f['failed'])} workloads not extracted" if f["failed"] else "")
+                         + ")")
+    lines.append("seconds: " + ", ".join(f"{k} {v:g}" for k, v in sm["seconds"].items()))
+    for line in lines:
+        out.print(escape(line), highlight=False)
 
 
 @app.command()
@@ -651,7 +725,10 @@ def curate(kernels: Path = typer.Option(..., "--kernels", help="kernels.parquet 
 @app.command()
 def export(curated: Path = typer.Argument(..., help="a folder written by steptp curate"),
            out: Path = typer.Option(Path("release"), "--out", "-o", help="the release folder (replaced)"),
-           params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (name, version)")):
+           params: Optional[Path] = typer.Option(None, "--params", help="params.yaml (name, version)"),
+           decontamination: Optional[Path] = typer.Option(
+               None, "--decontamination", help="the search stage's decontamination.json: the "
+                                               "card says which benchmark kernels were kept out")):
     """Write a release folder: parquet tables, chat JSONL per split, plots and the dataset card.
     The manifest and Data Docs are added by `steptp validate --publish`."""
     from . import params as P
@@ -659,8 +736,22 @@ def export(curated: Path = typer.Argument(..., help="a folder written by steptp 
     from .export import export_release
 
     p = _load_params(params)
+    decon = None
+    if decontamination is not None:
+        try:
+            decon = json.loads(decontamination.read_text())
+        except (OSError, ValueError) as e:
+            _err(f"{decontamination}: not a decontamination report: {e}")
+            raise typer.Exit(2) from None
+        if decon is not None and not (isinstance(decon, dict) and isinstance(decon.get("folders"), list)):
+            _err(f"{decontamination}: not a decontamination report (no folders list)")
+            raise typer.Exit(2)
+    if decon is None and p.decontaminate.folders:
+        _err("params decontaminate.folders lists benchmark folders: give the search stage's "
+             "--decontamination report, or the card cannot say what was kept out")
+        raise typer.Exit(2)
     stats = export_release(read_curated(curated), out, name=p.name, version=p.version,
-                           params=p.source, fingerprint=P.fingerprint(p))
+                           params=p.source, fingerprint=P.fingerprint(p), decontamination=decon)
     console.print(f"{escape(str(out))}: {stats['counts']['steps']} examples "
                   f"{escape(json.dumps(stats['counts']['examples_per_split']))}")
 
@@ -924,7 +1015,8 @@ def search(kernels: Optional[Path] = typer.Option(None, "--kernels",
 
 
 def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
-    from .pipeline import choose_kernels, search_one
+    from .params import ParamsError
+    from .pipeline import choose_kernels, contamination_index, search_one
     from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records, table, write_table
 
     p = _load_params(params)
@@ -938,8 +1030,17 @@ def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
     def say(msg: str) -> None:
         console.print(escape(msg), highlight=False)
 
-    chosen, every = choose_kernels(recs, a, p.extract, log=say)
+    try:
+        index = contamination_index(p.decontaminate, p.extract.jobs)
+    except ParamsError as e:
+        _err(f"{params}: {e}")
+        raise typer.Exit(2) from None
+    chosen, every = choose_kernels(recs, a, p.extract, log=say, contamination=index)
     write_table(table(every, KernelRecord), out / "kernels-selected.parquet")
+    # the kernels kept out of the pool, for the card (steptp export --decontamination)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decontamination.json").write_text(
+        json.dumps(None if index is None else index.report(), indent=1) + "\n")
     console.print(f"search: {len(chosen)} of {len(every)} kernels (max_kernels "
                   f"{a.max_kernels}), policy {a.policy}, {a.measurements} measurements and "
                   f"{a.seconds:g} s per kernel, threads {a.threads}")

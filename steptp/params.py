@@ -49,16 +49,51 @@ class Section(BaseModel):
 class Extract(Section):
     readers: ClassVar[str] = "extract stage (`steptp extract --params`, the extract flow); the search stage's larger extraction"
 
-    zoo: str = Field("tiny", description="a suite (tiny, ops, fused, arch, default) or comma-separated workload names")
+    zoo: str = Field("tiny", description="a suite (tiny, ops, fused, arch, leir, default) or comma-separated workload names; empty: none (only problem_dirs and leir_dirs)")
     size: Literal["tiny", "default"] = Field("tiny", description="size preset of the zoo workloads")
     jobs: int = Field(1, ge=1, description="worker processes")
     check: bool = Field(True, description="raise check: lower(raise(f)) == f, numerically")
     memory_limit_mb: Optional[int] = Field(None, ge=0, description="per worker; 0 or null: an equal share of 80% of the machine per job")
     check_budget_s: float = Field(120.0, gt=0, description="seconds per kernel raise check (estimated before it runs)")
+    also_sizes: list[Literal["tiny", "default"]] = Field(
+        default_factory=list, description="the zoo is extracted at these sizes too (a kernel found at two sizes is two kernels; one found twice, one)")
+    problem_dirs: list[str] = Field(
+        default_factory=list, description="folders of your own KernelBench-style problem files, extracted at their own sizes (Python that steptp runs in contained workers: listing a folder here is `steptp extract --trust`); relative to the folder steptp runs in")
+    leir_dirs: list[str] = Field(
+        default_factory=list, description="your own LEIR kernels: .leir files or folders of them (docs/zoo-leir.md), at `size`")
 
     @property
     def memory_limit(self) -> int | None:
         return self.memory_limit_mb or None
+
+    @field_validator("problem_dirs")
+    @classmethod
+    def _problem_folders(cls, v: list[str]) -> list[str]:
+        return _existing(v, folder=True)
+
+    @field_validator("leir_dirs")
+    @classmethod
+    def _leir_paths(cls, v: list[str]) -> list[str]:
+        return _existing(v, folder=False)
+
+
+def _existing(paths: list[str], folder: bool) -> list[str]:
+    """``paths`` when each exists (a folder, or with ``folder`` False a file or folder) and none
+    is listed twice; relative paths are taken from the folder steptp runs in."""
+    seen: set[str] = set()
+    for p in paths:
+        if not str(p).strip():
+            raise ValueError("an empty path")
+        q = Path(p).expanduser()
+        if not q.exists():
+            raise ValueError(f"{p!r} does not exist (relative paths are read from {Path.cwd()})")
+        if folder and not q.is_dir():
+            raise ValueError(f"{p!r} is not a folder")
+        key = str(q.resolve())
+        if key in seen:
+            raise ValueError(f"{p!r} is listed twice")
+        seen.add(key)
+    return paths
 
 
 class Search(Section):
@@ -96,6 +131,20 @@ class Search(Section):
     @property
     def ceiling_s(self) -> float | None:
         return None if self.max_time_ms is None else self.max_time_ms * 1e-3
+
+
+class Decontaminate(Section):
+    readers: ClassVar[str] = "search stage (the pool before selection; the larger extraction too); `steptp pool`; the release card and stats.json (the counts)"
+
+    folders: list[str] = Field(
+        default_factory=list, description="benchmark folders (problem files and/or .leir files, e.g. your KernelBench checkout) whose kernels never enter a release: extracted (extract.jobs workers; problem files in contained workers), hashed and dropped from the pool before the search")
+    shape_normalized: bool = Field(True, description="also drop a kernel that is one of theirs at other sizes (the canonical LEIR with every number replaced), not only the same canonical LEIR")
+    scale: str = Field("elements=1M", description="size of their problem files when extracted (as `steptp extract --scale`); with shape_normalized every size matches, so a small one suffices")
+
+    @field_validator("folders")
+    @classmethod
+    def _folders(cls, v: list[str]) -> list[str]:
+        return _existing(v, folder=True)
 
 
 class Runner(Section):
@@ -279,6 +328,7 @@ class Settings(Section):
                                               "the publisher sets it")
     seed: int = Field(0, description="the seed of every stage that does not set its own")
     extract: Extract = Field(default_factory=Extract)
+    decontaminate: Decontaminate = Field(default_factory=Decontaminate)
     search: Search = Field(default_factory=Search)
     significance: Significance = Field(default_factory=Significance)
     runner: Runner = Field(default_factory=Runner)
@@ -536,7 +586,7 @@ def _yaml(v: Any) -> str:
     return "null" if v is None else json.dumps(v) if not isinstance(v, str) else v
 
 
-__all__ = ["Build", "Cache", "Cot", "Curate", "Devices", "Eval", "Extract", "Nightly", "ParamsError",
+__all__ = ["Build", "Cache", "Cot", "Curate", "Decontaminate", "Devices", "Eval", "Extract", "Nightly", "ParamsError",
            "Publish", "Quality", "Runner", "Search", "Settings", "Significance", "build",
            "fingerprint", "load", "params_doc", "parse", "publish_git", "settings"]
 

@@ -7,17 +7,73 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from .measure.significance import SignificanceRule
-from .params import Cot, Devices, Extract, Search
+from .params import Cot, Decontaminate, Devices, Extract, ParamsError, Search
 from .records import KernelRecord, StepRecord, TrajectoryRecord
 
 
-def extract(e: Extract):
-    """The extraction result (``steptp.zoo.extract.ExtractResult``) of the ``extract``
-    settings' zoo."""
+def extract_refs(e: Extract) -> list:
+    """The workloads of the ``extract`` settings (``steptp.zoo.extract.WorkloadRef``s): the zoo
+    at ``size`` and at each of ``also_sizes``, the problem files of ``problem_dirs`` (at their
+    own sizes) and the LEIR files of ``leir_dirs``, in that order."""
     from .zoo import extract as X
 
-    return X.extract(X.refs_for_zoo(e.zoo, size=e.size), jobs=e.jobs, check=e.check,
-                     memory_limit_mb=e.memory_limit, check_budget_s=e.check_budget_s)
+    refs = []
+    for size in dict.fromkeys([e.size, *e.also_sizes]) if e.zoo.strip() else ():
+        refs += X.refs_for_zoo(e.zoo, size=size)
+    for d in e.problem_dirs:
+        refs += X.refs_for_problems(d, scale=1.0)
+    if e.leir_dirs:
+        refs += X.refs_for_leir(list(e.leir_dirs), size=e.size)
+    return refs
+
+
+def extract(e: Extract, progress: bool = False, console=None):
+    """The extraction result (``steptp.zoo.extract.ExtractResult``) of the ``extract``
+    settings' workloads (``extract_refs``); ``progress``: progress bars on ``console``."""
+    from .zoo import extract as X
+
+    return X.extract(extract_refs(e), jobs=e.jobs, check=e.check,
+                     memory_limit_mb=e.memory_limit, check_budget_s=e.check_budget_s,
+                     progress=progress, console=console)
+
+
+def sources_digest(paths: Sequence[str]) -> str:
+    """A digest of the files under ``paths`` (names and contents, sorted; hidden folders such
+    as a checkout's ``.git`` skipped, as the extraction skips them): part of the cache key of
+    whatever reads them, so an edited problem file or benchmark is read again."""
+    import hashlib
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    for p in paths:
+        root = Path(p).expanduser()
+        files = [root] if root.is_file() else sorted(
+            f for f in root.rglob("*") if f.is_file()
+            and not any(part.startswith(".") for part in f.relative_to(root).parts))
+        for f in files:
+            h.update(f"{p}\0{f.relative_to(root) if f != root else ''}\0".encode())
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()[:32]
+
+
+def contamination_index(d: Decontaminate, jobs: int = 1):
+    """The decontamination index of the ``decontaminate`` settings
+    (``steptp.zoo.decontaminate.Index``), or None when no folder is listed. A folder that holds
+    no benchmark, or a bad ``scale``, is a ParamsError naming the key."""
+    if not d.folders:
+        return None
+    from .zoo.decontaminate import build_index
+    from .zoo.leir import LeirTemplateError
+    from .zoo.user import ScaleError, parse_scale
+
+    try:
+        parse_scale(d.scale)
+    except ScaleError as e:
+        raise ParamsError(f"decontaminate.scale: {e}") from None
+    try:
+        return build_index(d.folders, d.shape_normalized, d.scale, jobs)
+    except (LeirTemplateError, ValueError, OSError) as e:
+        raise ParamsError(f"decontaminate.folders: {e}") from None
 
 
 def select_kernels(kernels: Sequence[KernelRecord], max_kernels: int | None,
@@ -51,7 +107,7 @@ def time_unscheduled(kernels: Sequence[KernelRecord], threads: int | None = None
 def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_settings: Extract,
                    *, extract_fn: Callable | None = None, time_fn: Callable | None = None,
                    log: Callable[[str], None] = print, searched: Mapping[str, bool] | None = None,
-                   shard: int | None = None
+                   shard: int | None = None, contamination=None
                    ) -> tuple[list[KernelRecord], list[KernelRecord]]:
     """The kernels a release searches (the selection keys of the ``search`` settings): operator
     workloads all of whose kernels are below the time floor are extracted again at
@@ -59,7 +115,10 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
     are timed unscheduled (at ``search.threads``); then the final pick by weight x time, one per
     family first. Returns (chosen, every kernel with its ``search_status``).
     ``extract_fn(extract_settings)`` and ``time_fn(kernels, threads)`` default to this module's
-    (the Prefect flow passes its cached tasks).
+    (the Prefect flow passes its cached tasks). ``contamination``
+    (``steptp.zoo.decontaminate.Index``, from ``contamination_index``): the kernels its
+    benchmark folders hold are dropped first, those of the larger extraction too; they are in
+    neither list returned (the index records them).
 
     An accumulating nightly passes ``searched`` (kernel_id -> whether its carried records are
     stale) and ``shard``: then at most ``shard`` kernels are chosen, those never searched first
@@ -69,18 +128,31 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
     extract_fn = extract_fn or (lambda e: list(extract(e).records))
     time_fn = time_fn or time_unscheduled
     kernels = list(kernels)
+    if contamination is not None:
+        kernels = contamination.drop(kernels)
+        log(f"search: {len(contamination.dropped)} kernels held by the decontamination "
+            f"folders dropped from the pool")
     floors = dict(floor_s=search.floor_s, ceiling_s=search.ceiling_s,
                   max_per_family=search.max_per_family)
     est = {k.kernel_id: estimate_s(k) for k in kernels if k.raise_ok}
     larger = search.larger_size
-    if larger and larger != extract_settings.size:
+    # a size the extraction already covers (``also_sizes``) has nothing new to give
+    if larger and larger != extract_settings.size and larger not in extract_settings.also_sizes:
         wl = select(kernels, {}, max_kernels=None, estimates=est, **floors).larger_workloads(
             search.larger_max_workloads)
         if wl:
-            more = extract_fn(extract_settings.model_copy(update={"zoo": ",".join(wl),
-                                                                   "size": larger}))
+            # the zoo's workloads only: the user's own have no larger size
+            more = extract_fn(extract_settings.model_copy(update={
+                "zoo": ",".join(wl), "size": larger, "also_sizes": [], "problem_dirs": [],
+                "leir_dirs": []}))
             known = {k.kernel_id for k in kernels}
             new = [k for k in more if k.kernel_id not in known]
+            if contamination is not None:
+                n = len(contamination.dropped)
+                new = contamination.drop(new)
+                if len(contamination.dropped) > n:
+                    log(f"search: {len(contamination.dropped) - n} kernels of the larger size "
+                        f"held by the decontamination folders dropped")
             est.update({k.kernel_id: estimate_s(k) for k in new if k.raise_ok})
             kernels = kernels + new
             log(f"search: {len(wl)} operator workloads below the time floor extracted at size "
@@ -278,5 +350,6 @@ def cot_one(steps: list[StepRecord], cot: Cot, hardware: str = "host"
     return [by_key.get(step_key(s), s) for s in steps], summary
 
 
-__all__ = ["by_trajectory", "choose_kernels", "cot_one", "extract", "make_writer",
+__all__ = ["by_trajectory", "choose_kernels", "contamination_index", "cot_one", "extract",
+           "extract_refs", "make_writer", "sources_digest",
            "measurement_cache", "search_one", "select_kernels", "time_unscheduled"]

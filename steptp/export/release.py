@@ -139,9 +139,12 @@ def _role_timing(s: StepRecord) -> str | None:
 # ---------------------------------------------------------------------------- export
 def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "steptp",
                    version: str = "0.0.0", params: Mapping[str, Any] | None = None,
-                   fingerprint: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   fingerprint: Mapping[str, Any] | None = None,
+                   decontamination: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write the release folder ``out`` (created or replaced) from a curated dataset (the dict
-    ``steptp.curate.read_curated`` returns). Returns the statistics the card shows."""
+    ``steptp.curate.read_curated`` returns). Returns the statistics the card shows.
+    ``decontamination``: the search stage's report of the benchmark kernels kept out of the
+    pool (``steptp.zoo.decontaminate.Index.report``); None: no folder was listed."""
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
@@ -267,10 +270,49 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
         "plots": plots, "chat_format": chat_format.FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
         "configs": config_counts, "length_fit": length_fit,
         "config_digests": {n: hub.config_digest(out, n) for n, c in config_counts.items() if c},
+        "decontamination": _decontamination(decontamination),
     }
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=1, default=str) + "\n")
     write_text_atomic(out / "README.md", card(stats, params or {}))
     return stats
+
+
+def _decontamination(report: Mapping[str, Any] | None) -> dict[str, Any]:
+    """stats.json's ``decontamination``: per folder its kernels, the pool kernels dropped (by
+    exact and shape-normalized match) and the workloads that could not be extracted."""
+    r = dict(report or {})
+    return {"shape_normalized": r.get("shape_normalized"), "dropped": r.get("dropped", 0),
+            "folders": [{k: f.get(k) for k in ("folder", "workloads", "kernels", "dropped",
+                                               "dropped_by", "failed")}
+                        for f in r.get("folders") or []]}
+
+
+def _decontamination_section(stats: Mapping[str, Any]) -> list[str]:
+    d = stats.get("decontamination") or {}
+    folders = d.get("folders") or []
+    head = ["## Decontamination", ""]
+    if not folders:
+        return head + ["No benchmark folder was listed (params `decontaminate.folders`): this "
+                       "release was not checked against any benchmark's kernels.", ""]
+    how = ("by canonical LEIR hash and, shape-normalized (every size and constant replaced), "
+           "at any other size" if d.get("shape_normalized") else "by canonical LEIR hash")
+    lines = head + [
+        f"This release contains no kernel of the benchmark folders below, matched {how}: they "
+        f"were extracted and their kernels dropped from the pool before the search. "
+        f"{d.get('dropped', 0)} pool kernels were dropped in all.", "",
+        "| folder | its workloads | its kernels | pool kernels dropped | exact | at another size | not extracted |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for f in folders:
+        by = f.get("dropped_by") or {}
+        lines.append(f"| `{f['folder']}` | {f['workloads']} | {f['kernels']} | {f['dropped']} | "
+                     f"{by.get('exact', 0)} | {by.get('shape', 0)} | {len(f.get('failed') or [])} |")
+    failed = [x for f in folders for x in f.get("failed") or []]
+    lines.append("")
+    if failed:
+        lines += [f"{len(failed)} benchmark workloads could not be extracted, so their kernels "
+                  "are unknown and could not be excluded: " + "; ".join(failed[:5])
+                  + (" ..." if len(failed) > 5 else ""), ""]
+    return lines
 
 
 def _cot_variety(steps: Sequence[StepRecord]) -> dict[str, Any]:
@@ -371,7 +413,8 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         *[f"| `{k}` | {v} | {(stats.get('reason_meanings') or {}).get(k, '')} |"
           for k, v in stats["rejects_by_reason"].items()],
         *_cot_lines(stats.get("cot_variety")),
-        "", "## Hardware", "",
+        "", *_decontamination_section(stats),
+        "## Hardware", "",
         f"Timed on: **{stats['hardware']}**.", "",
         "```json", json.dumps(stats["fingerprint"], indent=1, sort_keys=True), "```", "",
         "## Chat format", "",

@@ -154,14 +154,23 @@ def _api_url() -> str | None:
 
 # ---------------------------------------------------------------------------- extract
 @task(cache_policy=cache_policy("extract"), persist_result=True, retries=1, retry_delay_seconds=2)
-def extract_kernels(extract: P.Extract) -> list[KernelRecord]:
+def extract_kernels(extract: P.Extract, sources: str = "") -> list[KernelRecord]:
+    """``sources``: the digest of the user's problem and LEIR folders (part of the key only)."""
     return list(pipeline.extract(extract).records)
+
+
+@task(cache_policy=cache_policy("extract"), persist_result=True)
+def contamination_index(decontaminate: P.Decontaminate, jobs: int = 1, sources: str = ""):
+    """``steptp.pipeline.contamination_index``; ``sources``: the digest of the benchmark
+    folders (part of the key only: an updated checkout is read again)."""
+    return pipeline.contamination_index(decontaminate, jobs)
 
 
 @flow(name="extract")
 def extract_flow(s: P.Settings, work: str) -> str:
     """Writes ``work/kernels.parquet``; returns its path."""
-    ks = extract_kernels(s.extract)
+    ks = extract_kernels(s.extract, pipeline.sources_digest(
+        [*s.extract.problem_dirs, *s.extract.leir_dirs]))
     _log(f"extract: {len(ks)} kernels ({sum(k.raise_ok for k in ks)} raise-checked)")
     return str(write_table(table(ks, KernelRecord), Path(work) / "kernels.parquet"))
 
@@ -198,18 +207,28 @@ def search_flow(s: P.Settings, kernels_path: str, work: str,
     """Reads the kernels table; picks the kernels worth searching (``steptp.pipeline.
     choose_kernels``: operator workloads whose kernels are all below the time floor are
     extracted at ``search.larger_size``); writes ``work/search-steps.parquet``,
-    ``work/trajectories.parquet`` and ``work/kernels-selected.parquet`` (every kernel, with its
-    ``search_status``); returns their paths. ``build``: ``night``, ``night_start`` and
-    ``clock_offset_s`` of the build (``steptp.params.Build``)."""
+    ``work/trajectories.parquet``, ``work/kernels-selected.parquet`` (every kernel, with its
+    ``search_status``) and ``work/decontamination.json`` (the kernels of the ``decontaminate``
+    folders dropped before the pick); returns their paths. ``build``: ``night``,
+    ``night_start`` and ``clock_offset_s`` of the build (``steptp.params.Build``)."""
+    import json
+
     kernels = read_records(kernels_path, KernelRecord)
     b = build or {}
     night = b.get("night")
     # an accumulating nightly: the kernels with carried records, and whether they are stale
     searched = json.loads(Path(b["carried"]).read_text())["searched"] if b.get("carried") else None
+    d = s.decontaminate
+    index = contamination_index(d, s.extract.jobs, pipeline.sources_digest(d.folders)).fresh() \
+        if d.folders else None
     chosen, every = pipeline.choose_kernels(
         kernels, s.search, s.extract, extract_fn=extract_kernels,
         time_fn=lambda ks, threads: time_unscheduled(ks, threads, night), log=_log,
-        searched=searched, shard=s.nightly.shard_kernels if searched is not None else None)
+        searched=searched, shard=s.nightly.shard_kernels if searched is not None else None,
+        contamination=index)
+    decon = Path(work) / "decontamination.json"
+    decon.parent.mkdir(parents=True, exist_ok=True)
+    decon.write_text(json.dumps(None if index is None else index.report(), indent=1) + "\n")
     max_age = s.cache.max_age_s
     fresh = {"max_age_s": max_age, "clock_offset_s": float(b.get("clock_offset_s", 0.0)),
              "not_before": b.get("night_start")}
@@ -232,7 +251,8 @@ def search_flow(s: P.Settings, kernels_path: str, work: str,
             "trajectories": str(write_table(table(trajs, TrajectoryRecord),
                                             Path(work) / "trajectories.parquet")),
             "kernels": str(write_table(table(every, KernelRecord),
-                                       Path(work) / "kernels-selected.parquet"))}
+                                       Path(work) / "kernels-selected.parquet")),
+            "decontamination": str(decon)}
 
 
 # ---------------------------------------------------------------------------- CoT
@@ -343,14 +363,21 @@ def curate_flow(s: P.Settings, kernels_path: str, steps_path: str, trajectories_
 
 @flow(name="export")
 def export_flow(s: P.Settings, curated_path: str, staging: str,
-                fingerprint: dict[str, Any] | None = None, version: str | None = None) -> dict[str, Any]:
+                fingerprint: dict[str, Any] | None = None, version: str | None = None,
+                decontamination_path: str | None = None) -> dict[str, Any]:
+    """``decontamination_path``: the search flow's ``decontamination.json`` (the card's
+    counts)."""
+    import json
+
     from steptp.curate import read_curated
     from steptp.export import export_release
 
+    decon = json.loads(Path(decontamination_path).read_text()) if decontamination_path else None
     # not cached: it writes files (cheap); its inputs are cached upstream
     # the card records the params as written
     return export_release(read_curated(curated_path), staging, name=s.name,
-                          version=version or s.version, params=s.source, fingerprint=fingerprint)
+                          version=version or s.version, params=s.source, fingerprint=fingerprint,
+                          decontamination=decon)
 
 
 @flow(name="validate")
