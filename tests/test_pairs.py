@@ -179,3 +179,18 @@ def test_released_pair_meta_names_each_timing(progs, tmp_path):
     card = (tmp_path / "rel/README.md").read_text()
     for field in ("compared_on", "chosen_paired_speedup", "role_timing", "log_speedup", "step_speedup"):
         assert f"`{field}`" in card, field
+
+
+def test_a_chosen_whose_reasoning_does_not_argue_for_it_is_not_paired(progs):
+    """A preferred answer is learned like an SFT answer: a chosen side whose reasoning is marked
+    incoherent (``cot["coherence"]``: it answers nothing found at its site) is not paired, even
+    when it measured faster; the same step with coherent reasoning is."""
+    a = _t(1.0)
+    why = ["coherence site: `loop_split` does not answer a parallelism limit"]
+    rows = {"AB1": _step(progs, "A", "B1", a, _t(0.8), cot={"coherence": why}),
+            "AB2": _step(progs, "A", "B2", a, _t(1.5))}
+    pairs, _ = _pairs(progs, rows)
+    assert pairs == set()
+    rows["AB1"] = _step(progs, "A", "B1", a, _t(0.8), cot={"coherence": []})
+    pairs, _ = _pairs(progs, rows)
+    assert pairs == {("AB1", "AB2")}

@@ -9,7 +9,9 @@ Children of a prompt are the rows whose ``before_leir`` is that program. A pair
   shortcut, with a valid CoT, within the token limit), and with an SFT role (``improving``:
   significantly faster than the before-program; or ``preparatory``: on a path whose best
   measured program is): a step that is neutral or regressing and leads nowhere faster teaches
-  nothing as the preferred answer;
+  nothing as the preferred answer; and with reasoning that argues for it (no problem in
+  ``cot["coherence"]``, :mod:`steptp.cot.coherence`): the preferred text is learned as much as
+  an SFT answer is;
 * ``rejected``: another child with a different after-program that either ``failed`` (did not
   build, verify or finish; nothing is compared) or whose after-program is significantly slower
   than the chosen one's, compared step against step (below);
@@ -169,7 +171,8 @@ def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str
             continue
         cand = []
         for c in kids:
-            if keys[c] not in content_ok or c not in best_of or steps[c].role not in SFT_ROLES:
+            if keys[c] not in content_ok or c not in best_of or steps[c].role not in SFT_ROLES \
+                    or (steps[c].cot or {}).get("coherence"):
                 continue
             for r in kids:
                 if r == c or steps[r].after_leir == steps[c].after_leir:
