@@ -157,6 +157,10 @@ def _alt_answers(a, x) -> bool:
     t = (a.site or {}).get("tensor") or (a.params or {}).get("tensor")
     if t and x.tensor and t != x.tensor:
         return False
+    loops = (a.site or {}).get("loops") or []
+    if x.kind in ("parallelism", "vectorization") and x.loop is not None and loops \
+            and x.loop not in loops:
+        return False      # threads or lanes on another loop than the one found serial/scalar
     order = (a.params or {}).get("order")
     if a.strategy == "loop_reorder" and order and x.kind in ("locality", "dependence") \
             and x.loop is not None and order[-1] == x.loop:
