@@ -344,7 +344,8 @@ def prose_claims(text: str, field: str, f: Facts) -> list[str]:
     for m in _P_SHORT.finditer(text):
         v = m.group(1) or m.group(2) or m.group(3) or (sf.loop if sf is not None else None)
         lps = [lp for lp in f.before.loops if lp.var == v]
-        if lps and lps[0].extent > SHORT_LOOP:
+        # loop names repeat across nests: "short" holds when one loop of that name is
+        if lps and all(lp.extent > SHORT_LOOP for lp in lps):
             out.append(f"claim loop_extent: {field} calls `{v}` short / its body small, but it runs "
                        f"{lps[0].extent} iterations")
     return out
