@@ -430,10 +430,12 @@ def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateCo
 
 def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
            trajectories: Sequence[TrajectoryRecord] = (), config: Curate | None = None,
-           hardware: str = "", rule: SignificanceRule | None = None) -> CurateResult:
+           hardware: str = "", rule: SignificanceRule | None = None,
+           search_stats: Mapping[str, Any] | None = None) -> CurateResult:
     """Apply the rules to ``steps``; see the package docstring. ``hardware`` is the description
     the chat examples name (used for the token limit); ``rule``: the ``significance`` settings
-    (the rule the search confirmed roles with)."""
+    (the rule the search confirmed roles with); ``search_stats``: what the search stage cost
+    (``steptp.search.stage_stats``), passed on to the report for the card's yield line."""
     from .pairs import select_pairs
     from ..search.roles import SFT_ROLES, assign_roles, role_counts
 
@@ -562,6 +564,7 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
         "entropy_after_bits": round(entropy(after_counts), 4),
         "balance": binfo,
         "diversity": dinfo,
+        "search_stage": dict(search_stats) if search_stats else None,
         "splits": {sp: {"kernels": sum(1 for v in splits.values() if v == sp),
                         "groups": sum(1 for g in group_rows if g["split"] == sp),
                         "step_groups": sum(1 for g in group_rows if g["split"] == sp and g["steps"]),
