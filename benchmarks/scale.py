@@ -26,7 +26,6 @@ left out, by the same stages (not timed). Finally the chat files are loaded with
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import json
 import math
@@ -76,21 +75,20 @@ def _tree(name: str, text: str, width: int = 7, deep: int = 2, fan: int = 4) -> 
             seen.add(c.strategy)
         return (first + rest)[:n]
 
+    def row(depth: int, before: str, c) -> dict:
+        return dict(depth=depth, before=before, after=format_program(c.program), strategy=c.strategy,
+                    family=S.get(c.strategy).family, exactness=c.exactness, site=c.site.to_json(),
+                    params=dict(c.params))
+
     root = format_program(parse(text))
-    rows = []
-    for i, c in enumerate(children(root, width)):
-        after = format_program(c.program)
-        rows.append(dict(depth=0, parent=None, before=root, after=after, c=c))
-    for p in [r for r in rows][:deep]:
-        for c in children(p["after"], fan):
-            rows.append(dict(depth=1, parent=p["after"], before=p["after"],
-                             after=format_program(c.program), c=c))
+    rows = [row(0, root, c) for c in children(root, width)]
+    for p in rows[:deep]:
+        rows += [row(1, p["after"], c) for c in children(p["after"], fan)]
     return rows
 
 
 def _template_cots(name: str, rows: list[dict]) -> list[tuple[dict, str]]:
     """The template reasoning of each row (computed once per base; variants rewrite it)."""
-    from steptp import strategies as S
     from steptp.cot.facts import GENERIC
     from steptp.cot.template import TemplateWriter
     from steptp.format.cot_schema import answer_json, cot_record, render
@@ -100,10 +98,9 @@ def _template_cots(name: str, rows: list[dict]) -> list[tuple[dict, str]]:
     t = Timing(median_s=1e-4, min_s=1e-4, spread=0.02, repeats=7, number=10)
     out = []
     for r in rows:
-        c = r["c"]
         s = StepRecord(trajectory_id="t", step_index=r["depth"], kernel_id="k", before_leir=r["before"],
-                       after_leir=r["after"], strategy=c.strategy, family=S.get(c.strategy).family,
-                       exactness=c.exactness, site=c.site.to_json(), params=dict(c.params),
+                       after_leir=r["after"], strategy=r["strategy"], family=r["family"],
+                       exactness=r["exactness"], site=r["site"], params=r["params"],
                        outcome="improved", verified=True, before=t, after=t, step_speedup=1.0,
                        cumulative_speedup=1.0, target="llvm", fingerprint="synthetic", policy="synthetic")
         try:
@@ -112,7 +109,7 @@ def _template_cots(name: str, rows: list[dict]) -> list[tuple[dict, str]]:
             out.append((cot_record(cot, hardware=GENERIC.to_dict()), text))
         except Exception as e:  # noqa: BLE001 - a row without reasoning is rejected as no_cot
             out.append(({}, ""))
-            print(f"  {name}: no reasoning for {c.strategy}: {str(e)[:100]}", file=sys.stderr)
+            print(f"  {name}: no reasoning for {r['strategy']}: {str(e)[:100]}", file=sys.stderr)
     return out
 
 
@@ -123,12 +120,16 @@ def _variant(text: str, name: str, new_name: str, literal: str | None, value: st
     return text
 
 
-@functools.lru_cache(maxsize=None)
-def _base_trees(limit: int) -> tuple:
-    """The base trees with their reasoning, once per process (the previous release reuses them)."""
+def _base_trees(limit: int, cache: Path) -> list:
+    """The base trees with their reasoning, computed once into ``cache`` (each release's input is
+    generated in its own process, so that the stages do not inherit the generator's memory)."""
+    import pickle
+
     from steptp.leir import parse
     from steptp.records import TensorSpec
 
+    if cache.is_file():
+        return pickle.loads(cache.read_bytes())
     t0 = time.perf_counter()
     bases = []
     for name, text in _bases():
@@ -150,20 +151,19 @@ def _base_trees(limit: int) -> tuple:
     print(f"  {len(bases)} base trees ({sum(b['lit'] is not None for b in bases)} with a constant "
           f"to vary) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
-    return tuple(bases)
+    cache.write_bytes(pickle.dumps(bases))
+    return bases
 
 
 # ---------------------------------------------------------------------------- the input
 def generate(out: Path, n_kernels: int, steps_per_kernel: int, seed: int = 0, drop: float = 0.0,
              timing_seed: int = 0) -> dict:
     """Write ``out/{kernels,steps,trajectories}.parquet``; returns counts."""
-    from steptp import strategies as S
-    from steptp.leir import parse
-    from steptp.records import (KernelRecord, Occurrence, StepRecord, TensorSpec, Timing,
-                                TrajectoryRecord, table, write_table)
+    from steptp.records import (KernelRecord, Occurrence, StepRecord, Timing, TrajectoryRecord,
+                                table, write_table)
 
     t0 = time.perf_counter()
-    bases = _base_trees(steps_per_kernel + 4)
+    bases = _base_trees(steps_per_kernel + 4, out.parent / "base-trees.pkl")
     rng = random.Random(_h("scale", seed, timing_seed))
     kernels, steps, trajs = [], [], []
     for i in range(n_kernels):
@@ -197,7 +197,6 @@ def generate(out: Path, n_kernels: int, steps_per_kernel: int, seed: int = 0, dr
             if n >= steps_per_kernel:
                 break
             n += 1
-            c = r["c"]
             before, after = sub(r["before"]), sub(r["after"])
             if before not in times:
                 continue
@@ -207,8 +206,8 @@ def generate(out: Path, n_kernels: int, steps_per_kernel: int, seed: int = 0, dr
             ok = rng.random() > 0.05
             tb = Timing(median_s=bt, min_s=bt * 0.98, spread=0.02, repeats=7, number=10)
             common = dict(trajectory_id=tid, step_index=r["depth"], kernel_id=kid, before_leir=before,
-                          after_leir=after, strategy=c.strategy, family=S.get(c.strategy).family,
-                          exactness=c.exactness, site=c.site.to_json(), params=dict(c.params),
+                          after_leir=after, strategy=r["strategy"], family=r["family"],
+                          exactness=r["exactness"], site=r["site"], params=r["params"],
                           before=tb, target="llvm", fingerprint="synthetic", policy="synthetic")
             if not ok:
                 steps.append(StepRecord(**common, outcome="failed_verify", verified=False,
@@ -277,6 +276,20 @@ def _params(work: Path, rid: str) -> Path:
     return path
 
 
+def _generate(label: str, out: Path, kernels: int, spk: int, drop: float, timing_seed: int) -> dict:
+    """``generate`` in a child process (its memory is not the stages')."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+            "import benchmarks.scale as B; print(json.dumps(B.generate(Path(sys.argv[2]), "
+            "int(sys.argv[3]), int(sys.argv[4]), drop=float(sys.argv[5]), timing_seed=int(sys.argv[6]))))")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT), str(out), str(kernels), str(spk),
+                        str(drop), str(timing_seed)], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    sys.stderr.write(r.stderr[-2000:])
+    if r.returncode != 0:
+        raise SystemExit(f"{label}: generation failed")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", type=int, default=10_000)
@@ -295,13 +308,13 @@ def main() -> None:
     prev = None
     if not a.no_previous:
         print("previous release (not timed):", file=sys.stderr)
-        generate(work / "input-prev", a.kernels, a.steps_per_kernel, drop=0.05, timing_seed=1)
+        _generate("previous", work / "input-prev", a.kernels, a.steps_per_kernel, 0.05, 1)
         prev = _stages(work / "input-prev", work, _params(work, "steptp-scale-0.9.0"),
                        "steptp-scale-0.9.0", res, timed=False)
 
     print("current release:", file=sys.stderr)
     t0 = time.perf_counter()
-    g = generate(work / "input", a.kernels, a.steps_per_kernel)
+    g = _generate("current", work / "input", a.kernels, a.steps_per_kernel, 0.0, 0)
     print(f"  input: {g['kernels']} kernels, {g['steps']} steps, {g['seconds']:.1f} s "
           f"(generation, not a stage)", file=sys.stderr)
     rid = "steptp-scale-1.0.0"
@@ -316,14 +329,15 @@ def main() -> None:
     _run("dvc add", [dvc, "add", "-q", f"releases/{rid}"], work, res)
     # the release folder as the hub reads it (its default config, the SFT rows), and the chat
     # files themselves
-    code = ("import sys, glob, datasets; r = sys.argv[1]; d = datasets.load_dataset(r); "
-            "c = datasets.load_dataset('json', data_files={p.rsplit('/', 1)[1][:-6].replace('-', '_'): p for p in "
-            "sorted(glob.glob(r + '/chat/*.jsonl'))}); "
-            "print('sft', {k: len(v) for k, v in d.items()}, 'chat', {k: len(v) for k, v in c.items()})")
+    code = ("import os, sys, datasets; r = sys.argv[1]; d = datasets.load_dataset(r); "
+            "f = lambda pre: {s: p for s in ('train', 'validation', 'test') "
+            "if os.path.getsize(p := f'{r}/chat/{pre}{s}.jsonl')}; "
+            "c = datasets.load_dataset('json', data_files=f('')); "
+            "p = datasets.load_dataset('json', data_files=f('pairs-')); "
+            "print('sft config', {k: len(v) for k, v in d.items()}, 'chat', {k: len(v) for k, v in c.items()}, "
+            "'pairs', {k: len(v) for k, v in p.items()})")
     _run("load_dataset", [sys.executable, "-c", code, str(dest)], ROOT, res)
     total = time.perf_counter() - t0
-
-    from steptp.records import read_records  # noqa: F401  (the table below needs nothing else)
 
     stats = json.loads((dest / "stats.json").read_text()) if (dest / "stats.json").exists() else {}
     print(f"\n{g['kernels']} kernels, {g['steps']} steps -> "

@@ -371,3 +371,9 @@ def test_kernels_that_differ_only_in_shapes_share_one_cap(progs):
     assert n_s >= 1 and n_l >= 1 and n_s + n_l <= 0.05 * len(kept)
     assert abs(n_s - n_l) <= 1                  # each size's best answers go first, in turn
     assert info["shape_groups"] == 39
+    # kernels of no known family are each their own family, not one "other" family to cap
+    from steptp.curate.core import diversity_keys
+
+    u1, u2 = _named_kernel("u1", "zq_a", small), _named_kernel("u2", "zq_b", other)
+    assert diversity_keys(u1)[0] != diversity_keys(u2)[0]
+    assert diversity_keys(u1)[0] == diversity_keys(_named_kernel("u3", "zq_c", large))[0]

@@ -316,6 +316,19 @@ def shape_group(leir: str) -> str:
     return _hkey("shape-group", _INT.sub("#", _canon(leir)))[:16]
 
 
+def diversity_keys(kernel: KernelRecord | None, kernel_id: str = "") -> tuple[str, str]:
+    """(operator family, shape group) of a kernel for the diversity caps. A kernel whose family
+    is unknown (``steptp.search.selection.kernel_family`` says ``other``) is a family of its own
+    shape group: unknown kernels are not one family to cap together."""
+    from ..search.selection import kernel_family
+
+    if kernel is None:
+        return f"other:{kernel_id}", kernel_id
+    group = shape_group(kernel.leir) if kernel.leir else kernel.kernel_id
+    fam = kernel_family(kernel)
+    return (f"other:{group}" if fam == "other" else fam), group
+
+
 def share_cap(counts: Mapping[Any, int], share: float) -> int | None:
     """The largest per-group count ``c`` such that, with every group cut to ``c``, no group holds
     more than ``share`` of the total: ``c <= share * sum(min(n, c))``. The ratio
@@ -345,8 +358,6 @@ def _diversity(steps: list[StepRecord], kernels: Mapping[str, KernelRecord], sea
     each kernel's best answers go first (a matmul at two sizes keeps both: shape dependence is
     worth teaching), then the larger measured gain (ties: a seeded hash). Each cut lowers the
     total, so the two caps are applied in turn until both hold."""
-    from ..search.selection import kernel_family
-
     info: dict[str, Any] = {"applied": False, "searched_kernels": searched,
                             "max_family_share": cfg.max_family_share,
                             "max_kernel_share": cfg.max_kernel_share}
@@ -356,8 +367,9 @@ def _diversity(steps: list[StepRecord], kernels: Mapping[str, KernelRecord], sea
         return steps, [], info
     info["applied"] = True
     kids = sorted({s.kernel_id for s in steps})
-    family = {k: kernel_family(kernels[k]) if k in kernels else "other" for k in kids}
-    group = {k: shape_group(kernels[k].leir) if k in kernels and kernels[k].leir else k for k in kids}
+    keys = {k: diversity_keys(kernels.get(k), k) for k in kids}
+    family = {k: keys[k][0] for k in kids}
+    group = {k: keys[k][1] for k in kids}
     order = sorted(steps, key=lambda s: (-_gain(s), _hkey("diversity", cfg.seed, step_key(s))))
     rank: dict[str, int] = {}
     seen: Counter = Counter()

@@ -165,9 +165,8 @@ def _share_excess(steps: pl.DataFrame, kernels: pl.DataFrame, diversity: Mapping
     each step's operator family (its kernel group: kernels differing only in shapes), recomputed
     from the tables, minus the cap curation applied (``stats.json`` ``diversity``); 0 where the
     caps were not applied or cannot hold (too few groups)."""
-    from ..curate.core import shape_group
+    from ..curate.core import diversity_keys
     from ..records import KernelRecord
-    from ..search.selection import kernel_family
 
     n = len(steps)
     cannot = diversity.get("cannot_hold") or {}
@@ -175,12 +174,11 @@ def _share_excess(steps: pl.DataFrame, kernels: pl.DataFrame, diversity: Mapping
     used = set(steps["kernel_id"].to_list())
     recs = {r["kernel_id"]: KernelRecord.from_row({k: v for k, v in r.items() if k in fields})
             for r in kernels.filter(pl.col("kernel_id").is_in(list(used))).iter_rows(named=True)}
+    keys = {k: diversity_keys(recs.get(k), k) for k in sorted(used)}
     out = []
     for col, code, share_key, key in (
-            ("family_share_excess", "family_cap", "max_family_share",
-             lambda k: kernel_family(recs[k]) if k in recs else "other"),
-            ("kernel_share_excess", "kernel_cap", "max_kernel_share",
-             lambda k: shape_group(recs[k].leir) if k in recs and recs[k].leir else k)):
+            ("family_share_excess", "family_cap", "max_family_share", lambda k: keys[k][0]),
+            ("kernel_share_excess", "kernel_cap", "max_kernel_share", lambda k: keys[k][1])):
         if not n or not diversity.get("applied") or code in cannot:
             out.append(pl.Series(col, [0.0] * n, dtype=pl.Float64))
             continue
