@@ -295,14 +295,20 @@ def main() -> None:
     ap.add_argument("--kernels", type=int, default=10_000)
     ap.add_argument("--steps-per-kernel", type=int, default=10)
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "scale")
+    ap.add_argument("--reuse-trees", action="store_true",
+                    help="keep WORK/base-trees.pkl from an earlier run of the same code")
     ap.add_argument("--no-previous", action="store_true", help="skip the previous release and the diff")
     ap.add_argument("--max-seconds", type=float, default=900.0)
     ap.add_argument("--max-mib", type=float, default=6 * 1024.0)
     a = ap.parse_args()
     work = a.work.resolve()
+    trees = work / "base-trees.pkl"
+    kept = trees.read_bytes() if a.reuse_trees and trees.is_file() else None
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
+    if kept is not None:
+        trees.write_bytes(kept)
     res: list = []
 
     prev = None

@@ -279,6 +279,16 @@ def test_strategy_coverage_says_why_a_strategy_has_no_example():
     assert m["loop_reorder"].startswith("never measured faster (2 steps")
     assert m["parallel"] == "capped (balance 1, family_cap 1)"
     assert "duplicate 1" in m["unroll"] and "capped" not in m["unroll"]
+    from steptp.export.coverage import coverage_lines
+
+    text = "\n".join(coverage_lines(cov, {
+        "applied": True, "searched_kernels": 40, "max_family_share": 0.25, "max_kernel_share": 0.05,
+        "family_cap": 9, "kernel_cap": 2, "shape_groups": 30,
+        "families": {"matmul": 9, "conv": 5, "other:aa": 2, "other:bb": 1}}))
+    assert "2 of the catalog's 6 strategies have SFT examples" in text
+    assert "| `parallel` | capped (balance 1, family_cap 1) |" in text
+    assert ("SFT examples per family: matmul 9, conv 5; 2 kernel groups of unknown family, each its "
+            "own family (3 examples, at most 2 in one)") in text
 
 
 def test_yield_per_machine_hour_and_projection(tmp_path):

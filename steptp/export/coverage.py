@@ -121,13 +121,20 @@ def coverage_lines(cov: Mapping[str, Any] | None, diversity: Mapping[str, Any] |
     if diversity:
         out += [""]
         if diversity.get("applied"):
-            fam = diversity.get("families") or {}
+            fams = diversity.get("families") or {}
+            known = [(k, v) for k, v in fams.items() if not k.startswith("other:")]
+            unknown = [v for k, v in fams.items() if k.startswith("other:")]
+            shown = ", ".join(f"{k} {v}" for k, v in known[:10]) + (
+                f" and {len(known) - 10} more" if len(known) > 10 else "")
+            if unknown:
+                shown += (f"{'; ' if known else ''}{len(unknown)} kernel groups of unknown family, each "
+                          f"its own family ({sum(unknown)} examples, at most {max(unknown)} in one)")
             out += [f"Diversity caps ({diversity['searched_kernels']} searched kernels): no operator "
                     f"family above {diversity['max_family_share']:.0%} of the SFT examples (cap "
                     f"{diversity.get('family_cap')}), no kernel above "
                     f"{diversity['max_kernel_share']:.0%} (cap {diversity.get('kernel_cap')}; kernels "
                     f"that differ only in their shapes count as one: {diversity.get('shape_groups')} "
-                    f"groups). Families: " + ", ".join(f"{k} {v}" for k, v in fam.items()) + "."]
+                    f"groups). SFT examples per family: {shown}."]
             for code, why in (diversity.get("cannot_hold") or {}).items():
                 out += ["", f"The {code.replace('_', ' ')} cannot hold: {why}."]
         else:
