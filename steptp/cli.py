@@ -713,7 +713,10 @@ def curate(kernels: Path = typer.Option(..., "--kernels", help="kernels.parquet 
     ks = read_records(kernels, KernelRecord)
     ss = read_records(steps, StepRecord)
     ts = read_records(trajectories, TrajectoryRecord) if trajectories else []
-    res = do_curate(ks, ss, ts, s.curate, hardware=hardware, rule=s.significance)
+    from .search import stage_stats
+
+    res = do_curate(ks, ss, ts, s.curate, hardware=hardware, rule=s.significance,
+                    search_stats=stage_stats.read(trajectories.parent) if trajectories else None)
     write_curated(res, out, ks, ts)
     r = res.report
     console.print(f"kept {r['kept_steps']} of {r['input_steps']} steps -> {escape(str(out))}; rejects: "
@@ -1044,9 +1047,13 @@ def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
     console.print(f"search: {len(chosen)} of {len(every)} kernels (max_kernels "
                   f"{a.max_kernels}), policy {a.policy}, {a.measurements} measurements and "
                   f"{a.seconds:g} s per kernel, threads {a.threads}")
+    import time
+
     from .measure.worker import reuse_workers
+    from .search import stage_stats
 
     steps, trajs = [], []
+    t0 = time.monotonic()
     with reuse_workers():  # the kernels' searches start their measurement workers once
         for n, k in enumerate(chosen, 1):
             st, tr = search_one(k, a, p.significance, p.devices, max_age_s=p.cache.max_age_s,
@@ -1061,6 +1068,7 @@ def _search_from_params(kernels: Path, out: Path, params: Path) -> None:
     if not chosen:
         write_table(table([], StepRecord), out / "steps.parquet")
         write_table(table([], TrajectoryRecord), out / "trajectories.parquet")
+    stage_stats.write(out, wall_s=time.monotonic() - t0, kernels=len(chosen), steps=len(steps), workers=1)
     console.print(f"{len(trajs)}/{len(chosen)} kernels searched; wrote {escape(str(out))}/steps.parquet, "
                   f"trajectories.parquet")
     raise typer.Exit(0 if len(trajs) == len(chosen) else 1)

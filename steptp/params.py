@@ -225,6 +225,9 @@ class Curate(Section):
     balance_factor: float = Field(3.0, gt=0, description="no strategy above this x the median strategy count ...")
     balance_min_steps: int = Field(30, ge=0, description="... when there are at least this many steps ...")
     balance_min_strategies: int = Field(3, ge=1, description="... and this many strategies")
+    max_family_share: float = Field(0.25, gt=0, le=1, description="no operator family above this share of the SFT examples ...")
+    max_kernel_share: float = Field(0.05, gt=0, le=1, description="... no kernel above this share (kernels that differ only in their shapes count as one) ...")
+    diversity_min_kernels: int = Field(20, ge=0, description="... once the release has at least this many searched kernels")
     require_cot: bool = Field(True, description="a step without a valid chain of thought is rejected")
     max_tokens: int = Field(16384, ge=1, description="token limit of one chat example (o200k_base)")
     splits: dict[str, float] = Field(default_factory=lambda: {"train": 0.8, "validation": 0.1, "test": 0.1},

@@ -294,3 +294,86 @@ def test_every_split_gets_examples_and_test_gets_an_architecture_and_an_operator
     # three groups with steps: still every split gets one
     few = assign_splits([["a"], ["b"], ["c"], ["d"]], {"a": 9, "b": 2, "c": 1}, fr, seed=0)
     assert {few["a"], few["b"], few["c"]} == {"train", "validation", "test"}
+
+
+# ---------------------------------------------------------------------------- diversity caps
+def _named_kernel(kid, name, leir=""):
+    return KernelRecord(kernel_id=kid, name=name, leir=leir, leir_hash=kid, tir_hash="", signature=[],
+                        occurrences=[Occurrence(workload=f"w_{kid}", suite="archs")], weight=1, flops=1,
+                        bytes_moved=1, tvmscript="", target="cpu", raise_ok=True)
+
+
+def _answers(kid, n, progs, speedup=1.5):
+    a, b, _ = progs
+    return [_step(a, b, f"{kid}-{i}", 0, kid=kid, speedup=speedup + i / 100).model_copy(
+        update={"best_descendant_speedup": speedup + i / 100}) for i in range(n)]
+
+
+def test_share_cap_is_the_largest_count_that_holds():
+    from steptp.curate.core import share_cap
+
+    assert share_cap({"a": 10, "b": 10, "c": 10, "d": 10}, 0.25) == 10     # already even
+    # one big group among four of 1: it may hold 1 (1 <= 0.25 x 5), not 2 (2 > 0.25 x 6)
+    assert share_cap({"a": 100, "b": 1, "c": 1, "d": 1, "e": 1}, 0.25) == 1
+    # among 8 groups of 5 and one of 100: c <= 0.25 x (40 + c) -> c = 13
+    assert share_cap({**{f"g{i}": 5 for i in range(8)}, "big": 100}, 0.25) == 13
+    assert share_cap({"a": 5, "b": 5, "c": 5}, 0.25) is None                 # 3 groups cannot
+
+
+def test_family_and_kernel_caps_hold_on_the_released_set(progs):
+    """24 searched kernels: 8 matmuls with 12 answers each, 16 kernels of other families with 3
+    each. After the caps no family holds more than 25% and no kernel more than 5%, each matmul
+    kernel keeps answers, and the rejected steps name their cap."""
+    from steptp.curate.core import _diversity
+
+    fams = ["softmax", "conv", "layer_norm", "pool", "gelu", "cumsum", "transpose", "take"]
+    kernels = {f"mm{i}": _named_kernel(f"mm{i}", f"matmul_{i}") for i in range(8)}
+    kernels |= {f"o{i}": _named_kernel(f"o{i}", f"{fams[i % 8]}_{i}") for i in range(16)}
+    steps = [s for i in range(8) for s in _answers(f"mm{i}", 12, progs)]
+    steps += [s for i in range(16) for s in _answers(f"o{i}", 3, progs)]
+    kept, rej, info = _diversity(steps, kernels, 24, CurateConfig())
+    assert info["applied"] and len(kept) + len(rej) == len(steps)
+    n = len(kept)
+    fam = {k: ("matmul" if k.startswith("mm") else fams[int(k[1:]) % 8]) for k in kernels}
+    per_fam = {f: sum(1 for s in kept if fam[s.kernel_id] == f) for f in set(fam.values())}
+    per_kernel = {k: sum(1 for s in kept if s.kernel_id == k) for k in kernels}
+    assert max(per_fam.values()) <= 0.25 * n and max(per_kernel.values()) <= 0.05 * n
+    assert per_fam["matmul"] > 0 and all(per_kernel[f"mm{i}"] >= 1 for i in range(8))
+    assert {r.reason.split(":")[0] for r in rej} == {"kernel_cap", "family_cap"}
+    assert sum(per_kernel.values()) == n and info["families"]["matmul"] == per_fam["matmul"]
+    # within a kernel the larger measured gains stay
+    kept_mm0 = sorted(s.step_speedup for s in kept if s.kernel_id == "mm0")
+    assert kept_mm0 == sorted(s.step_speedup for s in steps if s.kernel_id == "mm0")[-len(kept_mm0):]
+    # below the kernel threshold nothing is capped
+    kept2, rej2, info2 = _diversity(steps, kernels, 19, CurateConfig())
+    assert len(kept2) == len(steps) and not rej2 and "19 searched kernels" in info2["why_not"]
+
+
+def test_kernels_that_differ_only_in_shapes_share_one_cap(progs):
+    """A template at two sizes is one group for the kernel cap: together they hold at most 5%,
+    and both sizes keep answers (shape dependence is worth teaching)."""
+    from steptp.curate.core import _diversity, shape_group
+    from steptp.zoo.leir import builtin
+
+    t = next(t for t in builtin() if t.name == "softmax_nll")
+    small, large = t.render("tiny"), t.render("default")
+    assert small != large and shape_group(small) == shape_group(large)
+    other = next(x for x in builtin() if x.name == "box_iou").render("tiny")
+    assert shape_group(other) != shape_group(small)
+    fams = ["matmul", "conv", "layer_norm", "pool", "gelu", "cumsum", "transpose", "take"]
+    kernels = {"s": _named_kernel("s", "softmax_nll_a", small), "l": _named_kernel("l", "softmax_nll_b", large)}
+    kernels |= {f"o{i}": _named_kernel(f"o{i}", f"{fams[i % 8]}_{i}", "") for i in range(38)}
+    steps = _answers("s", 10, progs) + _answers("l", 10, progs)
+    steps += [s for i in range(38) for s in _answers(f"o{i}", 2, progs)]
+    kept, rej, info = _diversity(steps, kernels, 40, CurateConfig())
+    n_s = sum(1 for s in kept if s.kernel_id == "s")
+    n_l = sum(1 for s in kept if s.kernel_id == "l")
+    assert n_s >= 1 and n_l >= 1 and n_s + n_l <= 0.05 * len(kept)
+    assert abs(n_s - n_l) <= 1                  # each size's best answers go first, in turn
+    assert info["shape_groups"] == 39
+    # kernels of no known family are each their own family, not one "other" family to cap
+    from steptp.curate.core import diversity_keys
+
+    u1, u2 = _named_kernel("u1", "zq_a", small), _named_kernel("u2", "zq_b", other)
+    assert diversity_keys(u1)[0] != diversity_keys(u2)[0]
+    assert diversity_keys(u1)[0] == diversity_keys(_named_kernel("u3", "zq_c", large))[0]

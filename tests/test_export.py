@@ -251,3 +251,66 @@ def test_chat_files_interleave_kernels():
     assert [s.step_index for s in out if s.kernel_id == "a"] == [0, 1, 2]   # each in its order
     by_kernel_reversed = [s for k in ("c", "b", "a") for s in steps if s.kernel_id == k]
     assert [s.kernel_id for s in interleaved(by_kernel_reversed)] == [s.kernel_id for s in out]
+
+
+def test_strategy_coverage_says_why_a_strategy_has_no_example():
+    """Each catalog strategy without an SFT example gets one reason: never evaluated, never
+    measured faster, capped, or the rule that removed its faster steps."""
+    from steptp.export.coverage import strategy_coverage
+    from steptp.records import RejectRecord
+
+    def st(strategy, role, i=0):
+        return _step(strategy=strategy, trajectory_id=f"{strategy}{i}").model_copy(update={"role": role})
+
+    def rej(strategy, code):
+        return RejectRecord(trajectory_id=strategy, step_index=0, kernel_id="k", strategy=strategy,
+                            reason=f"{code}: detail")
+
+    sft = [st("loop_split", "improving"), st("loop_split", "improving", 1), st("vectorize", "preparatory")]
+    all_steps = sft + [st("loop_reorder", "neutral"), st("loop_reorder", "regressing", 1),
+                       st("parallel", "improving"), st("unroll", "improving")]
+    rejects = [rej("parallel", "family_cap"), rej("parallel", "balance"), rej("unroll", "duplicate")]
+    cov = strategy_coverage(sft, all_steps, rejects,
+                            ["loop_split", "vectorize", "loop_reorder", "parallel", "unroll", "cache_read"])
+    assert cov["sft"] == {"loop_split": 2, "vectorize": 1} and cov["in_sft"] == 2 and cov["catalog"] == 6
+    m = cov["missing"]
+    assert sorted(m) == ["cache_read", "loop_reorder", "parallel", "unroll"]
+    assert m["cache_read"].startswith("never evaluated")
+    assert m["loop_reorder"].startswith("never measured faster (2 steps")
+    assert m["parallel"] == "capped (balance 1, family_cap 1)"
+    assert "duplicate 1" in m["unroll"] and "capped" not in m["unroll"]
+    from steptp.export.coverage import coverage_lines
+
+    text = "\n".join(coverage_lines(cov, {
+        "applied": True, "searched_kernels": 40, "max_family_share": 0.25, "max_kernel_share": 0.05,
+        "family_cap": 9, "kernel_cap": 2, "shape_groups": 30,
+        "families": {"matmul": 9, "conv": 5, "other:aa": 2, "other:bb": 1}}))
+    assert "2 of the catalog's 6 strategies have SFT examples" in text
+    assert "| `parallel` | capped (balance 1, family_cap 1) |" in text
+    assert ("SFT examples per family: matmul 9, conv 5; 2 kernel groups of unknown family, each its "
+            "own family (3 examples, at most 2 in one)") in text
+
+
+def test_yield_per_machine_hour_and_projection(tmp_path):
+    """The search stage's stats file gives the yield line; malformed stats give none."""
+    from steptp.export.coverage import projection, yield_lines, yields
+    from steptp.search import stage_stats
+
+    stage_stats.write(tmp_path, wall_s=1800.0, kernels=12, steps=240, workers=2)
+    s = stage_stats.read(tmp_path)
+    y = yields(s, sft=36, pairs=96)
+    assert y["machine_hours"] == 0.5
+    assert y["per_machine_hour"] == {"kernels": 24.0, "steps": 480.0, "sft": 72.0, "pairs": 192.0}
+    p = projection(y, 1200, 4)                  # 1200 kernels / (24 per hour x 4 machines)
+    assert p["wall_hours"] == pytest.approx(12.5) and (p["sft"], p["pairs"], p["steps"]) == (3600, 9600, 24000)
+    text = "\n".join(yield_lines(y))
+    assert "480 searched steps, 72 SFT examples and 192 pairs per machine-hour" in text
+    assert "| 1,000 | 4 | 10.4 | 20,000 | 3,000 | 8,000 |" in text
+    # a resumed build (its searches cached) keeps the first run's time
+    stage_stats.write(tmp_path, wall_s=3.0, kernels=12, steps=240, workers=2)
+    assert stage_stats.read(tmp_path)["wall_s"] == 1800.0
+    for bad in ('{"wall_s": -1, "kernels": 1, "steps": 1}', '{"wall_s": 5, "kernels": "x", "steps": 1}',
+                '[1]', 'not json', '{"wall_s": NaN, "kernels": 1, "steps": 1}'):
+        (tmp_path / stage_stats.FILE).write_text(bad)
+        assert stage_stats.read(tmp_path) is None, bad
+    assert yields(None, sft=1, pairs=1) is None and "No search-stage timing" in yield_lines(None)[0]

@@ -93,3 +93,27 @@ def test_cli_validate_exit_codes(staged, tmp_path):
     r = CliRunner().invoke(app, ["validate", str(bad), "--publish", str(tmp_path / "pub2")])
     assert r.exit_code == 1
     assert not (tmp_path / "pub2").exists()
+
+
+@pytest.mark.slow
+def test_a_family_above_its_share_fails_the_gate(staged):
+    """The gate recomputes each family's and kernel group's share from the tables: with caps that
+    the release's shares exceed (as if curation had not applied them), it fails; when the caps
+    cannot hold (too few groups), it does not judge them."""
+    from steptp.quality.core import derived_tables
+
+    bad = staged / "shares"
+    shutil.copytree(staged / "good", bad, ignore=shutil.ignore_patterns("data_docs"))
+    stats = json.loads((bad / "stats.json").read_text())
+    stats["diversity"] = {"applied": True, "max_family_share": 0.1, "max_kernel_share": 0.05,
+                          "searched_kernels": 20}
+    (bad / "stats.json").write_text(json.dumps(stats))
+    steps = derived_tables(bad, {})["steps"]
+    assert steps["family_share_excess"].max() > 0 and steps["kernel_share_excess"].max() > 0
+    rep = validate_release(bad, {})
+    failed = {(f["suite"], f.get("column")) for f in rep.failures}
+    assert {("steps", "family_share_excess"), ("steps", "kernel_share_excess")} <= failed
+    stats["diversity"]["cannot_hold"] = {"family_cap": "3 groups", "kernel_cap": "6 groups"}
+    (bad / "stats.json").write_text(json.dumps(stats))
+    steps = derived_tables(bad, {})["steps"]
+    assert steps["family_share_excess"].max() == 0 and steps["kernel_share_excess"].max() == 0

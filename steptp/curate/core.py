@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,6 +45,11 @@ REASONS: dict[str, str] = {
     "balance": "its strategy is above the balancing cap",
     "repetitive": "its kernel already has the most SFT answers of this strategy allowed "
                   "(curate.max_per_kernel_strategy; the step stays in pairs and all-steps)",
+    "family_cap": "its operator family already holds curate.max_family_share of the SFT examples "
+                  "(the step stays in pairs and all-steps)",
+    "kernel_cap": "its kernel (with the kernels that differ from it only in their shapes) already "
+                  "holds curate.max_kernel_share of the SFT examples (the step stays in pairs and "
+                  "all-steps)",
 }
 
 
@@ -63,27 +69,35 @@ class CurateResult:
 
 
 # ---------------------------------------------------------------------------- helpers
-@functools.lru_cache(maxsize=4096)
-def _canon(text: str) -> str:
-    """Canonical text (renaming forgiven, kernel name ignored); the raw text when unparsable."""
+@functools.lru_cache(maxsize=1 << 18)
+def _forms(text: str) -> tuple[str, str]:
+    """(printed, canonical) text of a program from one parse: the printed text compares programs
+    as written, the canonical one forgives renaming and ignores the kernel name. The raw text for
+    both when unparsable. Parsing dominates curation's time, and a step's before-program is its
+    parent's after-program and its siblings' before-program: one parse per distinct text."""
     from dataclasses import replace
 
     from ..leir import format_program, parse
     from ..leir.canon import canonicalize
 
     try:
-        return format_program(replace(canonicalize(parse(text))[0], name="k"))
+        prog = parse(text)
     except Exception:  # noqa: BLE001 - an unparsable program compares by its text
-        return text
+        return text, text
+    try:
+        canon = format_program(replace(canonicalize(prog)[0], name="k"))
+    except Exception:  # noqa: BLE001
+        canon = text
+    return format_program(prog), canon
+
+
+def _canon(text: str) -> str:
+    """Canonical text (renaming forgiven, kernel name ignored); the raw text when unparsable."""
+    return _forms(text)[1]
 
 
 def _plain(text: str) -> str:
-    from ..leir import format_program, parse
-
-    try:
-        return format_program(parse(text))
-    except Exception:  # noqa: BLE001
-        return text
+    return _forms(text)[0]
 
 
 def _hkey(*parts: Any) -> str:
@@ -306,11 +320,123 @@ def _repetition_cap(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[St
     return kept, rej
 
 
+_INT = re.compile(r"(?<![\w.])\d+(?![\w.])")
+
+
+def shape_group(leir: str) -> str:
+    """A key equal for programs that differ only in their shapes: the canonical text with every
+    integer literal (extents, shapes, index offsets) blanked, hashed. Floating-point constants
+    stay: a GELU and a tanh-approximated GELU are different programs."""
+    return _hkey("shape-group", _INT.sub("#", _canon(leir)))[:16]
+
+
+def diversity_keys(kernel: KernelRecord | None, kernel_id: str = "") -> tuple[str, str]:
+    """(operator family, shape group) of a kernel for the diversity caps. A kernel whose family
+    is unknown (``steptp.search.selection.kernel_family`` says ``other``) is a family of its own
+    shape group: unknown kernels are not one family to cap together."""
+    from ..search.selection import kernel_family
+
+    if kernel is None:
+        return f"other:{kernel_id}", kernel_id
+    group = shape_group(kernel.leir) if kernel.leir else kernel.kernel_id
+    fam = kernel_family(kernel)
+    return (f"other:{group}" if fam == "other" else fam), group
+
+
+def share_cap(counts: Mapping[Any, int], share: float) -> int | None:
+    """The largest per-group count ``c`` such that, with every group cut to ``c``, no group holds
+    more than ``share`` of the total: ``c <= share * sum(min(n, c))``. The ratio
+    ``c / sum(min(n, c))`` does not fall as ``c`` grows, so the feasible counts are ``1..c*``
+    (bisection). None when not even ``c = 1`` holds (fewer than ``1 / share`` groups)."""
+    sizes = [n for n in counts.values() if n > 0]
+    if not sizes:
+        return None
+
+    def ok(c: int) -> bool:
+        return c <= share * sum(min(n, c) for n in sizes) + 1e-9
+
+    if not ok(1):
+        return None
+    lo, hi = 1, max(sizes)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def _diversity(steps: list[StepRecord], kernels: Mapping[str, KernelRecord], searched: int,
+               cfg: CurateConfig) -> tuple[list[StepRecord], list[RejectRecord], dict]:
+    """No operator family above ``cfg.max_family_share`` of the SFT examples and no kernel (with
+    the kernels that differ from it only in their shapes: ``shape_group``) above
+    ``cfg.max_kernel_share``, once ``searched`` >= ``cfg.diversity_min_kernels``. Within a group
+    each kernel's best answers go first (a matmul at two sizes keeps both: shape dependence is
+    worth teaching), then the larger measured gain (ties: a seeded hash). Each cut lowers the
+    total, so the two caps are applied in turn until both hold."""
+    info: dict[str, Any] = {"applied": False, "searched_kernels": searched,
+                            "max_family_share": cfg.max_family_share,
+                            "max_kernel_share": cfg.max_kernel_share}
+    if searched < cfg.diversity_min_kernels:
+        info["why_not"] = (f"{searched} searched kernels (the caps apply from "
+                           f"{cfg.diversity_min_kernels}: curate.diversity_min_kernels)")
+        return steps, [], info
+    info["applied"] = True
+    kids = sorted({s.kernel_id for s in steps})
+    keys = {k: diversity_keys(kernels.get(k), k) for k in kids}
+    family = {k: keys[k][0] for k in kids}
+    group = {k: keys[k][1] for k in kids}
+    order = sorted(steps, key=lambda s: (-_gain(s), _hkey("diversity", cfg.seed, step_key(s))))
+    rank: dict[str, int] = {}
+    seen: Counter = Counter()
+    for s in order:                       # each step's rank among its kernel's answers
+        rank[step_key(s)] = seen[s.kernel_id]
+        seen[s.kernel_id] += 1
+    pos = {step_key(s): i for i, s in enumerate(order)}
+    caps = (("kernel_cap", group, cfg.max_kernel_share), ("family_cap", family, cfg.max_family_share))
+    kept, rejects = list(steps), []
+    cut: dict[str, int | None] = {}
+    infeasible: dict[str, str] = {}
+    for _ in range(50):
+        changed = False
+        for code, key, share in caps:
+            counts = Counter(key[s.kernel_id] for s in kept)
+            c = share_cap(counts, share)
+            if c is None:
+                infeasible[code] = (f"{len(counts)} groups hold SFT examples; a {share:.0%} cap "
+                                    f"needs at least {math.ceil(1 / share - 1e-9)}")
+                continue
+            cut[code] = c
+            if max(counts.values()) <= c:
+                continue
+            mine: dict[str, list[StepRecord]] = {}
+            for s in sorted(kept, key=lambda s: (rank[step_key(s)], pos[step_key(s)])):
+                mine.setdefault(key[s.kernel_id], []).append(s)
+            drop = {step_key(s): (g, len(v)) for g, v in mine.items() if len(v) > c for s in v[c:]}
+            total = len(kept)
+            rejects += [_reject(s, code, f"{'family ' + family[s.kernel_id] if code == 'family_cap' else 'kernel group ' + group[s.kernel_id]} "
+                                         f"has {drop[step_key(s)][1]} of {total} SFT examples, cap {c} "
+                                         f"({share:.0%}; its kernels' best answers stay)")
+                        for s in kept if step_key(s) in drop]
+            kept = [s for s in kept if step_key(s) not in drop]
+            changed = True
+        if not changed:
+            break
+    fam_n = Counter(family[s.kernel_id] for s in kept)
+    grp_n = Counter(group[s.kernel_id] for s in kept)
+    info.update(family_cap=cut.get("family_cap"), kernel_cap=cut.get("kernel_cap"),
+                families=dict(sorted(fam_n.items(), key=lambda kv: (-kv[1], kv[0]))),
+                shape_groups=len(grp_n),
+                largest_group=max(grp_n.values(), default=0),
+                rejected={c: sum(1 for r in rejects if r.reason.startswith(c)) for c, _, _ in caps})
+    if infeasible:
+        info["cannot_hold"] = infeasible
+    return kept, rejects, info
+
+
 def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateConfig,
                      hardware: str) -> tuple[str, str] | None:
     """The rules about what a step says (not how it measured): no_op ... too_long."""
     cb, ca = _canon(s.before_leir), _canon(s.after_leir)
-    if _plain(s.before_leir) == _plain(s.after_leir):
+    if s.before_leir == s.after_leir or _plain(s.before_leir) == _plain(s.after_leir):
         return "no_op", ""
     if cb == ca:
         return "rename_only", ""
@@ -331,11 +457,13 @@ def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateCo
 def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
            trajectories: Sequence[TrajectoryRecord] = (), config: Curate | None = None,
            hardware: str = "", rule: SignificanceRule | None = None,
-           pinned: Mapping[str, str] | None = None) -> CurateResult:
+           pinned: Mapping[str, str] | None = None,
+           search_stats: Mapping[str, Any] | None = None) -> CurateResult:
     """Apply the rules to ``steps``; see the package docstring. ``hardware`` is the description
     the chat examples name (used for the token limit); ``rule``: the ``significance`` settings
     (the rule the search confirmed roles with); ``pinned``: kernel splits kept from a previous
-    release (``assign_splits``)."""
+    release (``assign_splits``); ``search_stats``: what the search stage cost
+    (``steptp.search.stage_stats``), passed on to the report for the card's yield line."""
     from .pairs import select_pairs
     from ..search.roles import SFT_ROLES, assign_roles, role_counts
 
@@ -429,6 +557,9 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     before_counts = strategy_counts(kept)
     kept, brej, binfo = _balance(kept, cfg)
     rejects += brej
+    kept, drej, dinfo = _diversity(kept, {k.kernel_id: k for k in kernels},
+                                   len({s.kernel_id for s in steps if s.kernel_id in known}), cfg)
+    rejects += drej
     after_counts = strategy_counts(kept)
     sft = {step_key(s) for s in kept}
 
@@ -460,6 +591,8 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
         "entropy_before_bits": round(entropy(before_counts), 4),
         "entropy_after_bits": round(entropy(after_counts), 4),
         "balance": binfo,
+        "diversity": dinfo,
+        "search_stage": dict(search_stats) if search_stats else None,
         "splits": {sp: {"kernels": sum(1 for v in splits.values() if v == sp),
                         "groups": sum(1 for g in group_rows if g["split"] == sp),
                         "step_groups": sum(1 for g in group_rows if g["split"] == sp and g["steps"]),

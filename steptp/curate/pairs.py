@@ -164,6 +164,7 @@ def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str
     for i, s in enumerate(steps):
         by_prompt.setdefault(s.before_leir, []).append(i)
     pairs: list[dict[str, Any]] = []
+    unusable: set[int] = set()      # rejected answers without reasoning, or too long
     cap = cfg.max_pairs_per_state
     for prompt in sorted(by_prompt, key=lambda p: _h("prompt", p)):
         kids = by_prompt[prompt]
@@ -190,8 +191,11 @@ def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str
         for _, _, c, r, why, decided in cand:
             if used >= cap:
                 break
+            if r in unusable:       # writing its reasoning takes seconds: once, not per pair
+                continue
             rej = explained(steps[r], cfg.seed)
             if rej is None or example_tokens(rej, hardware) > cfg.max_tokens:
+                unusable.add(r)
                 continue
             steps[r] = rej
             cs, rs = steps[c], rej

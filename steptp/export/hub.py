@@ -132,11 +132,16 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str]
     originals: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
+    hashes: dict[str, str] = {}     # parsing dominates: siblings and pairs share their prompt
 
     def add(kernel_id: str, program: str, source: str, target: str, exactness: str, depth: int,
             parent: str | None) -> None:
-        key = (kernel_id, canonical_hash(parse(program)))
-        if key in seen or kernel_id not in originals:
+        if kernel_id not in originals:
+            return
+        if (h := hashes.get(program)) is None:
+            h = hashes[program] = canonical_hash(parse(program))
+        key = (kernel_id, h)
+        if key in seen:
             return
         seen.add(key)
         # the text as the examples show it (names as the rewrites gave them): an RL prompt is

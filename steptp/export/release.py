@@ -20,7 +20,7 @@ import polars as pl
 from ..records import (SCHEMA_VERSION, KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, parent_links,
                        step_key, table, write_table, write_text_atomic)
 from ..format import chat as chat_format
-from . import chat, hub
+from . import chat, coverage, hub
 
 SPLITS = ("train", "validation", "test")
 ROLES = ("improving", "preparatory", "neutral", "regressing", "failed")
@@ -237,6 +237,7 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
     speedups = [s.step_speedup for s in steps if s.step_speedup is not None]
     traj_speedups = [t.speedup for t in trajs]
     plots = _plots(out / "plots", before, after, speedups, traj_speedups, tokens)
+    n_pairs = sum(len(v) for v in pair_lines.values())
     stats = {
         "name": name, "version": version, "hardware": hw,
         "counts": {"kernels": len(kernels), "steps": len(steps), "trajectories": len(trajs),
@@ -254,6 +255,9 @@ def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "
                        "trajectories": sum(1 for t in trajs if t.remeasured_speedup is not None),
                        "trajectory_speedup": _q([t.remeasured_speedup for t in trajs
                                                  if t.remeasured_speedup is not None])},
+        "coverage": coverage.strategy_coverage(steps, all_steps, rejects, coverage.catalog(target)),
+        "diversity": report.get("diversity"),
+        "yield": coverage.yields(report.get("search_stage"), sft=len(steps), pairs=n_pairs),
         "strategies_before_balance": before,
         "entropy_bits": report.get("entropy_after_bits"),
         "entropy_before_bits": report.get("entropy_before_bits"),
@@ -397,6 +401,8 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         + (f"Balancing cap: {stats['balance']['cap']} steps per strategy."
            if stats.get("balance") and stats["balance"].get("applied")
            else "Balancing was not applied (" + str((stats.get("balance") or {}).get("why_not", "")) + ")."),
+        "", *coverage.coverage_lines(stats.get("coverage"), stats.get("diversity")),
+        "", "## Yield", "", *coverage.yield_lines(stats.get("yield")),
         "", "## Speedups", "",
         f"![speedups]({stats['plots']['speedups']})", "",
         "| | min | median | max | geomean |", "| --- | ---: | ---: | ---: | ---: |",

@@ -41,6 +41,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -211,8 +212,9 @@ def search_flow(s: P.Settings, kernels_path: str, work: str,
     ``search_status``) and ``work/decontamination.json`` (the kernels of the ``decontaminate``
     folders dropped before the pick); returns their paths. ``build``: ``night``,
     ``night_start`` and ``clock_offset_s`` of the build (``steptp.params.Build``)."""
-    import json
+    from steptp.search import stage_stats
 
+    t0 = time.monotonic()
     kernels = read_records(kernels_path, KernelRecord)
     b = build or {}
     night = b.get("night")
@@ -247,6 +249,8 @@ def search_flow(s: P.Settings, kernels_path: str, work: str,
     steps = [x.model_copy(update=prov) for st, _ in results for x in st]
     trajs = [x.model_copy(update=prov) for _, tr in results for x in tr]
     _log(f"search: {len(chosen)} kernels -> {len(trajs)} trajectories, {len(steps)} steps")
+    stage_stats.write(work, wall_s=time.monotonic() - t0, kernels=len(chosen), steps=len(steps),
+                      workers=s.search.jobs if s.runner.kind == "local" else s.runner.workers)
     return {"steps": str(write_table(table(steps, StepRecord), Path(work) / "search-steps.parquet")),
             "trajectories": str(write_table(table(trajs, TrajectoryRecord),
                                             Path(work) / "trajectories.parquet")),
@@ -338,10 +342,11 @@ def accumulate_flow(s: P.Settings, carried: dict[str, str], kernels_path: str, s
 @task(cache_policy=cache_policy("curate"), persist_result=True)
 def curate_task(curate: P.Curate, rule: P.Significance, kernels: list[KernelRecord],
                 steps: list[StepRecord], trajectories: list[TrajectoryRecord], hardware: str,
-                pinned: dict[str, str] | None = None):
+                pinned: dict[str, str] | None = None, search_stats: dict[str, Any] | None = None):
     from steptp.curate import curate as do_curate
 
-    return do_curate(kernels, steps, trajectories, curate, hardware=hardware, rule=rule, pinned=pinned)
+    return do_curate(kernels, steps, trajectories, curate, hardware=hardware, rule=rule, pinned=pinned,
+                     search_stats=search_stats)
 
 
 @flow(name="curate")
@@ -353,9 +358,11 @@ def curate_flow(s: P.Settings, kernels_path: str, steps_path: str, trajectories_
 
     kernels = read_records(kernels_path, KernelRecord)
     trajectories = read_records(trajectories_path, TrajectoryRecord)
+    from steptp.search import stage_stats
+
     pinned = json.loads(Path(pinned_path).read_text()) if pinned_path else None
     res = curate_task(s.curate, s.significance, kernels, read_records(steps_path, StepRecord),
-                      trajectories, hardware, pinned)
+                      trajectories, hardware, pinned, stage_stats.read(Path(trajectories_path).parent))
     r = res.report
     _log(f"curate: kept {r['kept_steps']} of {r['input_steps']} steps; rejects {r['rejects_by_reason']}")
     return str(write_curated(res, Path(work) / "curated", kernels, trajectories))

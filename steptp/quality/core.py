@@ -96,9 +96,12 @@ def derived_tables(release: str | Path, params: Settings | Mapping[str, Any] | N
     # steps
     report_path = release / "stats.json"
     cap = None
+    diversity: dict[str, Any] = {}
     if report_path.exists():
-        bal = (json.loads(report_path.read_text()).get("balance") or {})
+        rep = json.loads(report_path.read_text())
+        bal = (rep.get("balance") or {})
         cap = bal.get("cap") if bal.get("applied") else None
+        diversity = rep.get("diversity") or {}
     else:
         cap = _cap(steps, params.curate)
     counts = Counter(steps["strategy"].to_list())
@@ -112,6 +115,7 @@ def derived_tables(release: str | Path, params: Settings | Mapping[str, Any] | N
                   dtype=pl.Int64),
         pl.Series("cot_valid", cot_ok, dtype=pl.Boolean),
         pl.Series("kernel_known", [k in known for k in steps["kernel_id"].to_list()], dtype=pl.Boolean),
+        *_share_excess(steps, kernels, diversity),
     )
 
     # chat examples
@@ -153,6 +157,37 @@ def derived_tables(release: str | Path, params: Settings | Mapping[str, Any] | N
     pairs = _pairs_table(release, all_steps, split_of)
     return {"kernels": kernels, "steps": steps, "chat": chat, "roles": all_steps, "pairs": pairs,
             "splits": _splits_table(release, kernels, rows)}
+
+
+def _share_excess(steps: pl.DataFrame, kernels: pl.DataFrame, diversity: Mapping[str, Any]
+                  ) -> list[pl.Series]:
+    """``family_share_excess`` and ``kernel_share_excess``: the share of the SFT examples held by
+    each step's operator family (its kernel group: kernels differing only in shapes), recomputed
+    from the tables, minus the cap curation applied (``stats.json`` ``diversity``); 0 where the
+    caps were not applied or cannot hold (too few groups)."""
+    from ..curate.core import diversity_keys
+    from ..records import KernelRecord
+
+    n = len(steps)
+    cannot = diversity.get("cannot_hold") or {}
+    fields = set(KernelRecord.model_fields)
+    used = set(steps["kernel_id"].to_list())
+    recs = {r["kernel_id"]: KernelRecord.from_row({k: v for k, v in r.items() if k in fields})
+            for r in kernels.filter(pl.col("kernel_id").is_in(list(used))).iter_rows(named=True)}
+    keys = {k: diversity_keys(recs.get(k), k) for k in sorted(used)}
+    out = []
+    for col, code, share_key, key in (
+            ("family_share_excess", "family_cap", "max_family_share", lambda k: keys[k][0]),
+            ("kernel_share_excess", "kernel_cap", "max_kernel_share", lambda k: keys[k][1])):
+        if not n or not diversity.get("applied") or code in cannot:
+            out.append(pl.Series(col, [0.0] * n, dtype=pl.Float64))
+            continue
+        of = {k: key(k) for k in sorted(used)}
+        counts = Counter(of[k] for k in steps["kernel_id"].to_list())
+        share = float(diversity[share_key])
+        out.append(pl.Series(col, [counts[of[k]] / n - share for k in steps["kernel_id"].to_list()],
+                             dtype=pl.Float64))
+    return out
 
 
 def _roles_table(df: pl.DataFrame, rule: SignificanceRule) -> pl.DataFrame:
