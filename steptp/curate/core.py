@@ -38,7 +38,8 @@ REASONS: dict[str, str] = {
     "prediction_disagrees": "the direction its reasoning expects is contradicted by the "
                             "measurement (a right step for a wrong stated reason; pairs/rewards)",
     "incoherent": "its reasoning cannot argue for it: the step answers no limit found at its site "
-                  "and prepares no move that does (steptp.cot.coherence; pairs/rewards only)",
+                  "and prepares no move that does (steptp.cot.coherence; a pair's rejected side "
+                  "and rewards only)",
     "duplicate": "the canonical (before, after) pair is already in the release",
     "alternative": "another child of the same program is the SFT answer to this prompt (pairs)",
     "unknown_kernel": "the step's kernel is not in the kernels table",

@@ -343,8 +343,9 @@ def _cot_lines(v: Mapping[str, Any] | None) -> list[str]:
             "(cores, vector lanes, elements per cache line, reuse distance). Every number is "
             "computable from the prompt; caches are reasoned with per core (L1, L2; a last-level "
             "figure only when plausible for the core count). Steps whose reasoning cannot argue "
-            "for them are kept out of the SFT set (`incoherent` in the rejects) and stay in pairs "
-            "and `steps`; see `steptp/cot/coherence.py` for the rule.",
+            "for them are kept out of the SFT set (`incoherent` in the rejects) and are never a "
+            "pair's chosen side; they stay in `steps` and may be a rejected side; see "
+            "`steptp/cot/coherence.py` for the rule.",
             "",
             f"{v['distinct_templates']} distinct sentence templates over {v['sentences']} sentences "
             f"(names and numbers masked), {v['distinct_openings']} opening patterns. The measured "
