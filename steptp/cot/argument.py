@@ -10,7 +10,8 @@ The reasoning's bottleneck is a finding at the step's own site (never a statemen
 the program), and the step is chosen because it answers it — or because it prepares a move that
 does. A step that answers nothing found at its site and prepares nothing derivable has no
 argument: the template still writes its facts, :mod:`steptp.cot.coherence` marks it incoherent,
-and curation keeps it out of the SFT set (it stays in the all-steps table and may be a pair's rejected side).
+and curation keeps it out of the SFT set (it stays in the all-steps table and may be a pair's
+rejected side).
 
 The rules, in the order they are listed (each about the site's main statement, the heaviest
 assignment at or below the site):

@@ -515,7 +515,8 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
                     code, detail = s.role, s.role_detail
             elif (s.cot or {}).get("coherence"):
                 # no argument leads to this step (steptp.cot.coherence): its reasoning would
-                # teach a conclusion that does not follow; the step stays a rejected side and a reward state
+                # teach a conclusion that does not follow; it stays a rejected side and a
+                # reward state
                 code, detail = "incoherent", "; ".join(s.cot["coherence"])[:300]
             elif (s.cot or {}).get("measured", {}).get("prediction_agrees") is False:
                 # the reasoning states what it expects (no hindsight); an SFT answer
