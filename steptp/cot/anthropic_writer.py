@@ -44,20 +44,37 @@ is a reduction over the enclosing loop variables absent from the left-hand side.
 program before the step, the step that was applied (strategy, site, params), the program after it, \
 and FACTS: the hardware (cache sizes, vector width, cores), the site's own loop nest, every access \
 (reads and writes) with its stride along the innermost loop before and after the step, reuse \
-distances, working sets per cache level, the limits found at the step's site (FACTS.findings: which of them the applied step answers, or the move it prepares) and the refusals that teach something. No measurement of the step is given, and no model's predicted time may be cited: reason only from what a reader can compute from the program and the hardware line, known before acting.
+distances, working sets per cache level, the limits found at the step's site (FACTS.findings: \
+which of them the applied step answers, or the move it prepares) and the refusals that teach \
+something. No measurement of the step is given, and no model's predicted time may be cited: \
+reason only from what a reader can compute from the program and the hardware line, known before \
+acting.
 
 Explain the decision as an expert would think it through before acting, by calling the tool \
-`{TOOL_NAME}` exactly once. Rules — the answer is checked automatically and rejected if it breaks one:
+`{TOOL_NAME}` exactly once. Rules — the answer is checked automatically and rejected if it \
+breaks one:
 1. decision: strategy, site and params exactly as applied (same keys, same values).
-2. candidates: at least two different strategies; exactly one has verdict "chosen" and it is the applied strategy; the others come from FACTS.alternatives (copy strategy, site, params) or FACTS.refusals (set refused=true); each has a one-line reason. Never present an alternative as better than the chosen step unless the reason says why it is not taken now.
+2. candidates: at least two different strategies; exactly one has verdict "chosen" and it is the \
+applied strategy; the others come from FACTS.alternatives (copy strategy, site, params) or \
+FACTS.refusals (set refused=true); each has a one-line reason. Never present an alternative as \
+better than the chosen step unless the reason says why it is not taken now.
 3. Write every program name (loop variable, tensor, access, strategy) in backticks, e.g. `k`, \
 `B[k,j]`, `loop_split`. Name only loop variables and tensors that exist in the program before the \
 step; only the chosen candidate, expected_effect and check may also name what the step introduces.
-4. Every number you write must be one of the FACTS (rounded or truncated is fine; units s, ms, us, ns, bytes, KiB, MiB, FLOP, %, x are understood), computable from the program and the hardware line: no predicted times. Small counts 0-4 are fine. Use L1 and L2 per core for cache reasoning.
-5. bottleneck: kind, loop and tensor of FACTS.findings.answered (the limit at the step's own site that it answers); when that is null and FACTS.findings.prepares is set, the limit the prepared move answers, with expected_effect.direction "preparatory", `enables` its strategy, and a text that names it in backticks and says why it needs this step first. Otherwise direction "faster", with what the step can gain by a rule over the program's figures (cores, lanes, line elements, reuse distance).
+4. Every number you write must be one of the FACTS (rounded or truncated is fine; units s, ms, \
+us, ns, bytes, KiB, MiB, FLOP, %, x are understood), computable from the program and the \
+hardware line: no predicted times. Small counts 0-4 are fine. Use L1 and L2 per core for cache \
+reasoning.
+5. bottleneck: kind, loop and tensor of FACTS.findings.answered (the limit at the step's own \
+site that it answers); when that is null and FACTS.findings.prepares is set, the limit the \
+prepared move answers, with expected_effect.direction "preparatory", `enables` its strategy, and \
+a text that names it in backticks and says why it needs this step first. Otherwise direction \
+"faster", with what the step can gain by a rule over the program's figures (cores, lanes, line \
+elements, reuse distance).
 6. claims: every claim your text makes about the program, in structured form — loop_nest, \
 innermost_loop, stride (before; side "after" for the strides after the step), reduction_writes, \
-reorder_innermost, reuse / no_reuse, fits_in_cache, staged_in_cache, loop_extent, parallel_safe. Each is checked against the program; write "`X` then stride N" for a stride after \
+reorder_innermost, reuse / no_reuse, fits_in_cache, staged_in_cache, loop_extent, parallel_safe. \
+Each is checked against the program; write "`X` then stride N" for a stride after \
 the step. Never claim reuse where FACTS show none, "short" for a loop over 16 iterations, or a new \
 innermost loop a reorder does not produce.
 7. check: the step's exactness class and all kernel outputs, and why they stay equal.
