@@ -715,10 +715,11 @@ def main() -> int:
     fields = set(StepRecord.model_fields)
     recs = [StepRecord.from_row({k: v for k, v in r.items() if k in fields}) for r in rows]
     tc = template_counts(recs)
-    total = sum(v[0] for v in tally.values())
-    bad = sum(v[1] for v in tally.values())
-    print(f"cot audit: {len(rows)} steps, {total} claims checked, {bad} wrong "
-          f"({(bad / total if total else 0):.2%})")
+    facts = {k: v for k, v in tally.items() if not k.startswith("coherence_")}
+    total = sum(v[0] for v in facts.values())
+    bad = sum(v[1] for v in facts.values())
+    print(f"cot audit: {len(rows)} steps, {total} facts checked, {bad} wrong "
+          f"({(bad / total if total else 0):.2%}); coherence below (only SFT examples must be)")
     print(f"{'claim type':26s} {'checked':>8s} {'wrong':>6s} {'rate':>7s}")
     for k in sorted(tally):
         n, w = tally[k]
