@@ -10,7 +10,10 @@ and in one floating-point constant of the program (the same constant in every pr
 tree, so each variant is a different canonical program with the same rewrites), which makes
 10,000 kernels out of 42 trees in seconds. Timings are synthetic: a log-normal baseline per
 kernel and a speedup per row drawn around the base tree's own value, with a 2% spread; about 5%
-of the rows fail verification. Bases without a floating-point constant give variants equal to
+of the rows fail verification. Rows carry what the search and CoT stages give them: each
+program's canonical hash (the variant's canonical text is the base's with the constant
+substituted, checked against a parse now and then) and reasoning, the failed rows beside measured
+siblings included. Bases without a floating-point constant give variants equal to
 their base up to renaming: curation rejects those as duplicates, as it would a real zoo's
 repeats.
 
@@ -125,7 +128,10 @@ def _base_trees(limit: int, cache: Path) -> list:
     generated in its own process, so that the stages do not inherit the generator's memory)."""
     import pickle
 
+    from dataclasses import replace
+
     from steptp.leir import parse
+    from steptp.leir.canon import canonical_text
     from steptp.records import TensorSpec
 
     if cache.is_file():
@@ -147,7 +153,11 @@ def _base_trees(limit: int, cache: Path) -> list:
         sig = ([TensorSpec(name=t.name, dtype=t.dtype, shape=list(t.shape), role="input") for t in prog.inputs]
                + [TensorSpec(name=t.name, dtype=t.dtype, shape=list(t.shape), role="output")
                   for t in prog.outputs])
-        bases.append(dict(name=name, kname=kname, rows=rows, cots=cots, lit=lit, sig=sig))
+        # the canonical text of each program (the search records its hash with the row); a
+        # variant's is the same text with the constant substituted, checked below
+        canon = {t: canonical_text(replace(parse(t), name="k"))
+                 for r in rows for t in (r["before"], r["after"])}
+        bases.append(dict(name=name, kname=kname, rows=rows, cots=cots, lit=lit, sig=sig, canon=canon))
     print(f"  {len(bases)} base trees ({sum(b['lit'] is not None for b in bases)} with a constant "
           f"to vary) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
@@ -180,6 +190,19 @@ def generate(out: Path, n_kernels: int, steps_per_kernel: int, seed: int = 0, dr
                 value += ".0"
         sub = (lambda t, b=b, new_name=new_name, value=value:
                _variant(t, b["kname"], new_name, b["lit"], value))
+
+        def chash(t: str, b=b, value=value) -> str:
+            c = b["canon"][t]
+            if b["lit"] is not None:
+                c = re.sub(rf"(?<![\w.]){re.escape(b['lit'])}(?![\w.])", value, c)
+            return hashlib.sha256(c.encode("utf-8")).hexdigest()
+
+        if v == 0 or i % 997 == 0:     # the substituted canonical text is the variant's own
+            from steptp.leir import parse as _parse
+            from steptp.leir.canon import canonical_hash
+
+            r0 = b["rows"][0]
+            assert chash(r0["after"]) == canonical_hash(_parse(sub(r0["after"]))), b["name"]
         root = sub(b["rows"][0]["before"])
         kid = _h("kernel", root)[:16]
         base_s = 1e-4 * math.exp(rng.gauss(0.0, 1.0))
@@ -206,17 +229,21 @@ def generate(out: Path, n_kernels: int, steps_per_kernel: int, seed: int = 0, dr
             ok = rng.random() > 0.05
             tb = Timing(median_s=bt, min_s=bt * 0.98, spread=0.02, repeats=7, number=10)
             common = dict(trajectory_id=tid, step_index=r["depth"], kernel_id=kid, before_leir=before,
-                          after_leir=after, strategy=r["strategy"], family=r["family"],
+                          after_leir=after, before_hash=chash(r["before"]), after_hash=chash(r["after"]),
+                          strategy=r["strategy"], family=r["family"],
                           exactness=r["exactness"], site=r["site"], params=r["params"],
                           before=tb, target="llvm", fingerprint="synthetic", policy="synthetic")
+            # the CoT stage explains the failed candidates beside measured ones too (the
+            # rejected sides of preference pairs)
+            cj = json.loads(sub(json.dumps(cot))) if cot else {}
             if not ok:
                 steps.append(StepRecord(**common, outcome="failed_verify", verified=False,
-                                        reason="synthetic: max error above tolerance"))
+                                        reason="synthetic: max error above tolerance", cot=cj,
+                                        cot_text=sub(cot_text), cot_source="template"))
                 continue
             at = bt / sp
             times[after] = at
             ta = Timing(median_s=at, min_s=at * 0.98, spread=0.02, repeats=7, number=10)
-            cj = json.loads(sub(json.dumps(cot))) if cot else {}
             steps.append(StepRecord(**common, outcome="improved" if sp > 1 else "not_improved",
                                     verified=True, max_abs_err=0.0, max_rel_err=0.0, after=ta,
                                     step_speedup=sp, cumulative_speedup=base_s / at, cot=cj,

@@ -334,15 +334,16 @@ def make_writer(writer: str, cache_dir: str | None = None, model: str | None = N
 def cot_one(steps: list[StepRecord], cot: Cot, hardware: str = "host"
             ) -> tuple[list[StepRecord], dict[str, Any]]:
     """The CoT of one trajectory's steps with the ``cot`` settings (validated, the template
-    writer as the fallback). Unverified steps are passed through untouched. ``hardware``: the
+    writer as the fallback): the verified steps and the failed ones a preference pair may reject
+(``steptp.cot.run.needs_reasoning``); the others are passed through untouched. ``hardware``: the
     CPU the reasoning describes, ``host`` (this machine, where the steps were timed) or
     ``generic``."""
     from .cot.facts import GENERIC, Hardware
-    from .cot.run import write_cot
+    from .cot.run import needs_reasoning, write_cot
     from .records import step_key
 
     # a search's rows form a tree: many rows share (trajectory_id, step_index); key by step_key
-    todo = [s for s in steps if s.verified]
+    todo = needs_reasoning(list(steps))
     hw = Hardware.current() if hardware == "host" else GENERIC
     done, summary = write_cot(todo, make_writer(cot.writer, cot.cache_dir, cot.model, cot.base_url),
                               max_retries=cot.max_retries, seed=cot.seed, hardware=hw)

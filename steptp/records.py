@@ -145,6 +145,10 @@ class StepRecord(_Record):
     paired_before: Optional[Timing] = Field(None, description="interleaved re-timing of the before-program")
     paired_after: Optional[Timing] = Field(None, description="... of the after-program")
     paired_best: Optional[Timing] = Field(None, description="... of the best descendant's program")
+    before_hash: str = Field("", description="canonical LEIR hash (steptp.leir.canon.canonical_hash) of "
+                                             "the before-program: equal for programs that differ only in "
+                                             "their names; empty: not recorded (curation parses the text)")
+    after_hash: str = Field("", description="... of the after-program")
     night: str = Field("", description="provenance: the UTC date (YYYYMMDD) of the nightly that searched it; empty: not a nightly")
     code_version: str = Field("", description="provenance: the search stage's code version (steptp.codehash) that searched it")
     schema_version: str = SCHEMA_VERSION

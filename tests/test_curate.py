@@ -50,7 +50,19 @@ def _reasons(res):
     return {(r.trajectory_id, r.step_index): r.reason.split(":")[0] for r in res.rejects}
 
 
-def test_rules_each_reject_with_a_reason(progs):
+def _hashed(steps):
+    """The rows as the search writes them: each program's canonical hash recorded beside it."""
+    from steptp.leir.canon import canonical_hash
+
+    h = lambda t: canonical_hash(parse(t))      # noqa: E731
+    return [s.model_copy(update={"before_hash": h(s.before_leir), "after_hash": h(s.after_leir)})
+            for s in steps]
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["parsed", "recorded-hashes"])
+def test_rules_each_reject_with_a_reason(progs, recorded):
+    """The same verdicts whether curation parses the programs or reads the hashes the search
+    recorded with each row."""
     a, b, c = progs
     renamed = b.replace("T0", "Tacc")
     assert renamed != b
@@ -65,7 +77,7 @@ def test_rules_each_reject_with_a_reason(progs):
         _step(b, c, "t7", 0, kid="nope"),
         _step(b, c, "t8", 0, strategy="loop_split"),                # kept
     ]
-    res = curate([_kernel("k0", ["bert"])], steps, [], CFG)
+    res = curate([_kernel("k0", ["bert"])], _hashed(steps) if recorded else steps, [], CFG)
     got = _reasons(res)
     assert got == {("t0", 1): "shortcut", ("t1", 0): "no_op", ("t2", 0): "rename_only",
                    ("t3", 0): "duplicate", ("t4", 0): "noisy", ("t5", 0): "unverified",
@@ -377,3 +389,18 @@ def test_kernels_that_differ_only_in_shapes_share_one_cap(progs):
     u1, u2 = _named_kernel("u1", "zq_a", small), _named_kernel("u2", "zq_b", other)
     assert diversity_keys(u1)[0] != diversity_keys(u2)[0]
     assert diversity_keys(u1)[0] == diversity_keys(_named_kernel("u3", "zq_c", large))[0]
+
+
+def test_too_long_counts_tokens_only_above_the_byte_bound(progs):
+    """An example of at most ``max_tokens`` bytes is never tokenized (a token is at least a
+    byte); one above is, and is rejected with its exact token count only when the count is over."""
+    from steptp.format.chat import example_tokens, tokens_over
+
+    a, b, _ = progs
+    s = _step(a, b)
+    n = example_tokens(s)
+    assert tokens_over(s, "", n) is None and tokens_over(s, "", n - 1) == n
+    res = curate([_kernel("k0", ["w"])], [s], [], CFG.model_copy(update={"max_tokens": n - 1}))
+    assert _reasons(res) == {("t0", 0): "too_long"}
+    assert res.rejects[0].reason.endswith(f"{n} tokens > {n - 1}")
+    assert not _reasons(curate([_kernel("k0", ["w"])], [s], [], CFG.model_copy(update={"max_tokens": n})))

@@ -89,6 +89,20 @@ def test_policy_produces_valid_trajectories(results, name):
     assert fr["25%"] <= fr["50%"] <= fr["100%"] + 1e-12
 
 
+def test_rows_record_the_canonical_hash_of_each_program(results):
+    """Curation compares programs by the hashes the search records (it would otherwise parse
+    every row again): each must be the canonical hash of the row's own text."""
+    from steptp.leir import parse
+    from steptp.leir.canon import canonical_hash
+
+    rows = [r for res in results.values() for r in res.steps]
+    assert rows
+    for r in rows:
+        assert r.before_hash == canonical_hash(parse(r.before_leir))
+        assert r.after_hash == canonical_hash(parse(r.after_leir))
+    assert len({r.after_hash for r in rows}) > 1
+
+
 def test_negatives_are_kept(results):
     """Non-improving (and, where they happen, failed) candidates are rows with their outcome."""
     outcomes = [r.outcome for res in results.values() for r in res.steps]

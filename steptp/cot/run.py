@@ -202,17 +202,16 @@ def write_cot(steps: list[StepRecord], writer: Any = None, *, max_retries: int =
     return [s for s in out if s is not None], summary
 
 
-def explained(step: StepRecord, seed: int = 0) -> Optional[StepRecord]:
-    """``step`` with reasoning: itself when it has some, else the offline template writer's; None
-    when none can be written. The rejected answers of preference pairs need it: failed candidates
-    are not explained by the CoT stage."""
-    if step.cot or step.cot_text.strip():
-        return step
-    try:
-        done, _ = write_cot([step], None, seed=seed)
-    except Exception:  # noqa: BLE001 - no CoT, no pair
-        return None
-    return done[0] if done and done[0].cot else None
+def needs_reasoning(steps: list[StepRecord]) -> list[StepRecord]:
+    """The steps whose reasoning the CoT stage writes: every verified step, and every failed one
+    with a measured sibling (the same before-program in the same search). The failed ones are
+    the rejected sides of preference pairs: their text comes from the same writer, describing
+    the same hardware, as the chosen side's (and curation, which holds every row of a release
+    at once, writes none)."""
+    from ..records import measured
+
+    prompts = {(s.trajectory_id, s.before_leir) for s in steps if measured(s)}
+    return [s for s in steps if s.verified or (s.trajectory_id, s.before_leir) in prompts]
 
 
-__all__ = ["write_cot", "with_cot", "explained", "template_counts", "skeleton"]
+__all__ = ["write_cot", "with_cot", "needs_reasoning", "template_counts", "skeleton"]

@@ -6,7 +6,6 @@ import functools
 import hashlib
 import json
 import math
-import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -70,35 +69,42 @@ class CurateResult:
 
 
 # ---------------------------------------------------------------------------- helpers
-@functools.lru_cache(maxsize=1 << 18)
-def _forms(text: str) -> tuple[str, str]:
-    """(printed, canonical) text of a program from one parse: the printed text compares programs
-    as written, the canonical one forgives renaming and ignores the kernel name. The raw text for
-    both when unparsable. Parsing dominates curation's time, and a step's before-program is its
-    parent's after-program and its siblings' before-program: one parse per distinct text."""
-    from dataclasses import replace
-
-    from ..leir import format_program, parse
-    from ..leir.canon import canonicalize
+@functools.lru_cache(maxsize=1 << 14)
+def _parsed_hash(text: str) -> str:
+    """``canonical_hash`` of a text whose row did not record one (a record from before the
+    field, a writer other than the search); a hash of the raw text when it does not parse."""
+    from ..leir import parse
+    from ..leir.canon import canonical_hash
 
     try:
-        prog = parse(text)
+        return canonical_hash(parse(text))
     except Exception:  # noqa: BLE001 - an unparsable program compares by its text
-        return text, text
+        return "raw:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _key(text: str, recorded: str) -> str:
+    """A program's identity up to renaming (the kernel name ignored): the canonical hash the
+    search recorded with the row, else one from parsing the text. Parsing every row again was
+    most of curation's time at scale."""
+    return recorded or _parsed_hash(text)
+
+
+def _before_key(s: StepRecord) -> str:
+    return _key(s.before_leir, s.before_hash)
+
+
+def _after_key(s: StepRecord) -> str:
+    return _key(s.after_leir, s.after_hash)
+
+
+def _printed(text: str) -> str:
+    """The text as the printer writes it (the raw text when it does not parse)."""
+    from ..leir import format_program, parse
+
     try:
-        canon = format_program(replace(canonicalize(prog)[0], name="k"))
+        return format_program(parse(text))
     except Exception:  # noqa: BLE001
-        canon = text
-    return format_program(prog), canon
-
-
-def _canon(text: str) -> str:
-    """Canonical text (renaming forgiven, kernel name ignored); the raw text when unparsable."""
-    return _forms(text)[1]
-
-
-def _plain(text: str) -> str:
-    return _forms(text)[0]
+        return text
 
 
 def _hkey(*parts: Any) -> str:
@@ -321,14 +327,13 @@ def _repetition_cap(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[St
     return kept, rej
 
 
-_INT = re.compile(r"(?<![\w.])\d+(?![\w.])")
-
-
 def shape_group(leir: str) -> str:
-    """A key equal for programs that differ only in their shapes: the canonical text with every
-    integer literal (extents, shapes, index offsets) blanked, hashed. Floating-point constants
-    stay: a GELU and a tanh-approximated GELU are different programs."""
-    return _hkey("shape-group", _INT.sub("#", _canon(leir)))[:16]
+    """A key equal for kernels that differ only in their shapes (``leir``: a canonical text, the
+    ``KernelRecord.leir``): ``steptp.leir.canon.shape_key`` with the floating-point constants
+    kept: a GELU and a tanh-approximated GELU are different programs."""
+    from ..leir.canon import shape_key
+
+    return (shape_key(leir) or "")[:16]
 
 
 def diversity_keys(kernel: KernelRecord | None, kernel_id: str = "") -> tuple[str, str]:
@@ -436,21 +441,20 @@ def _diversity(steps: list[StepRecord], kernels: Mapping[str, KernelRecord], sea
 def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateConfig,
                      hardware: str) -> tuple[str, str] | None:
     """The rules about what a step says (not how it measured): no_op ... too_long."""
-    cb, ca = _canon(s.before_leir), _canon(s.after_leir)
-    if s.before_leir == s.after_leir or _plain(s.before_leir) == _plain(s.after_leir):
+    cb, ca = _before_key(s), _after_key(s)
+    if s.before_leir == s.after_leir:
         return "no_op", ""
-    if cb == ca:
-        return "rename_only", ""
+    if cb == ca:    # equal up to renaming: only then is it worth printing both
+        return ("no_op", "") if _printed(s.before_leir) == _printed(s.after_leir) else ("rename_only", "")
     if ca in (anc := ancestors_of(s)):
         return "shortcut", f"returns to the program before step {anc[ca]}"
     if cfg.require_cot and (cp := _cot_problem(s)) is not None:
         return cp
     if s.kernel_id not in known:
         return "unknown_kernel", s.kernel_id
-    from ..format.chat import example_tokens
+    from ..format.chat import tokens_over
 
-    n = example_tokens(s, hardware)
-    if n > cfg.max_tokens:
+    if (n := tokens_over(s, hardware, cfg.max_tokens)) is not None:
         return "too_long", f"{n} tokens > {cfg.max_tokens}"
     return None
 
@@ -478,13 +482,13 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     by_after: dict[tuple[str, str], StepRecord] = {}
     for s in ordered:
         if s.verified:
-            by_after.setdefault((s.trajectory_id, _canon(s.after_leir)), s)
+            by_after.setdefault((s.trajectory_id, _after_key(s)), s)
 
     def ancestors_of(s: StepRecord) -> dict[str, int]:
         seen: dict[str, int] = {}
         cur: StepRecord | None = s
         while cur is not None and len(seen) <= len(ordered):
-            c = _canon(cur.before_leir)
+            c = _before_key(cur)
             if c in seen:
                 break
             seen[c] = cur.step_index
@@ -525,7 +529,7 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
                 code, detail = "prediction_disagrees", (
                     f"the reasoning predicts {m.get('predicted_direction')}, the measurement says "
                     f"{m.get('direction')} ({s.step_speedup:.3g}x)")
-            elif (k := (_canon(s.before_leir), _canon(s.after_leir))) in pairs_seen:
+            elif (k := (_before_key(s), _after_key(s))) in pairs_seen:
                 o = pairs_seen[k]
                 code, detail = "duplicate", f"same as {o.trajectory_id}:{o.step_index}"
             else:
@@ -565,7 +569,8 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     after_counts = strategy_counts(kept)
     sft = {step_key(s) for s in kept}
 
-    all_steps, pairs = select_pairs(ordered, sft, content_ok, rule, cfg, hardware)
+    pairs = select_pairs(ordered, sft, content_ok, rule, cfg, hardware)
+    all_steps = ordered
     sft_steps = [s for s in all_steps if step_key(s) in sft]
 
     groups = workload_groups(kernels)

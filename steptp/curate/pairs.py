@@ -1,6 +1,6 @@
 """Preference pairs: for one prompt (a before-program), a better answer and a worse one.
 
-    steps, pairs = select_pairs(steps_with_roles, sft_keys, content_ok, rule, cfg)
+    pairs = select_pairs(steps_with_roles, sft_keys, content_ok, rule, cfg)
 
 Children of a prompt are the rows whose ``before_leir`` is that program. A pair
 ``(chosen, rejected)`` needs:
@@ -41,9 +41,9 @@ per side (``chosen_``/``rejected_``), one speedup per timing source:
 
 Pairs whose ``chosen`` is the prompt's SFT answer come first; then the others; within each a
 seeded hash orders them; at most ``cfg.max_pairs_per_state`` per prompt, so one state cannot
-dominate. Rejected answers without a chain of thought (failed candidates are not explained by
-the CoT stage) get one from the offline template writer (``steptp.cot.run.explained``); one whose CoT cannot be written, or
-whose chat example is too long, is not used.
+dominate. A rejected answer needs its chain of thought from the CoT stage (which also writes
+the failed candidates beside a measured one, ``steptp.cot.run.needs_reasoning``); one without,
+or whose chat example is too long, is not used.
 
 Each pair is a dict of step keys and labels (``steptp.export.pairs`` renders the messages).
 """
@@ -146,18 +146,16 @@ def compare_siblings(rule: SignificanceRule, c: StepRecord, c_best: StepRecord, 
 
 
 def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str],
-                 rule: SignificanceRule, cfg, hardware: str = "") -> tuple[list[StepRecord], list[dict[str, Any]]]:
-    """Returns (``steps`` with template CoT filled in for the rejected answers that lacked one,
-    the pairs). ``steps`` carry their roles (``steptp.search.roles.assign_roles``)."""
-    from ..cot.run import explained
-    from ..format.chat import example_tokens
+                 rule: SignificanceRule, cfg, hardware: str = "") -> list[dict[str, Any]]:
+    """The pairs. ``steps`` carry their roles (``steptp.search.roles.assign_roles``)."""
+    from ..format.chat import tokens_over
 
     steps = list(steps)
     tree = Tree(steps)
     keys = tree.keys
     best_of = {i: tree.best_descendant(i) for i, s in enumerate(steps) if measured(s)}
 
-    def best(i: int) -> StepRecord:   # by index: steps[i] may be replaced by a copy with CoT
+    def best(i: int) -> StepRecord:
         return steps[best_of[i]]
 
     by_prompt: dict[str, list[int]] = {}
@@ -191,14 +189,14 @@ def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str
         for _, _, c, r, why, decided in cand:
             if used >= cap:
                 break
-            if r in unusable:       # writing its reasoning takes seconds: once, not per pair
+            if r in unusable:
                 continue
-            rej = explained(steps[r], cfg.seed)
-            if rej is None or example_tokens(rej, hardware) > cfg.max_tokens:
+            rs = steps[r]
+            if (cfg.require_cot and not (rs.cot and rs.cot_text.strip())) \
+                    or tokens_over(rs, hardware, cfg.max_tokens) is not None:
                 unusable.add(r)
                 continue
-            steps[r] = rej
-            cs, rs = steps[c], rej
+            cs = steps[c]
             timings = {f"{side}_{k}": v for side, i in (("chosen", c), ("rejected", r))
                        for k, v in side_speedups(steps[i], best(i) if i in best_of else steps[i]).items()}
             margin = decided["margin_log"]
@@ -211,7 +209,7 @@ def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str
             })
             used += 1
     pairs.sort(key=lambda p: (p["trajectory_id"], p["step_index"], p["pair_key"]))
-    return steps, pairs
+    return pairs
 
 
 __all__ = ["PAIR_TIMING_FIELDS", "SIDE_TIMING_FIELDS", "compare_siblings", "select_pairs", "side_speedups"]

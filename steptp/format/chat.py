@@ -117,6 +117,17 @@ def example_tokens(step: StepRecord, hardware: str = "") -> int:
     return sum(n_tokens(m["content"]) for m in messages(step, hardware))
 
 
+def tokens_over(step: StepRecord, hardware: str, limit: int) -> int | None:
+    """The example's token count when it is above ``limit``, else None. A token is at least one
+    byte of UTF-8, so an example of at most ``limit`` bytes is not tokenized: curation checks
+    every step of a release, and tokenizing them all was a large part of its time."""
+    msgs = messages(step, hardware)
+    if sum(len(m["content"].encode("utf-8")) for m in msgs) <= limit:
+        return None
+    n = sum(n_tokens(m["content"]) for m in msgs)
+    return n if n > limit else None
+
+
 def check_line(line: str) -> list[str]:
     """Problems with one JSONL line (empty: valid in this format)."""
     try:

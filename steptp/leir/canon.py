@@ -15,6 +15,7 @@ are. ``canonicalize`` is idempotent.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -173,3 +174,23 @@ class _Renamer:
         if isinstance(e, A.Call):
             return A.Call(e.func, tuple(self.expr(a, env) for a in e.args), e.pos)
         raise TypeError(f"not a LEIR expression: {e!r}")
+
+
+# a numeric literal that is not part of a name (``i1``, ``f32``, ``float16`` keep their digits)
+_NUMBER = re.compile(r"(?<![\w.])(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
+_INTEGER = re.compile(r"(?<![\w.])\d+(?![\w.])")
+# the kernel's own name in its header (``kernel f32 NAME(``): names differ across extractions
+_HEADER = re.compile(r"^(kernel\b[^(\n]*?)([A-Za-z_][A-Za-z0-9_]*)\(", re.M)
+
+
+def shape_key(canonical: str, constants: bool = False) -> str | None:
+    """A key equal for canonical LEIR texts (``canonical_text``, a ``KernelRecord.leir``) that
+    differ only in their sizes: the kernel named ``k`` and every integer literal (shapes, loop
+    extents, index offsets) replaced; with ``constants`` every floating-point literal too (an
+    epsilon, a mean's 1/N). Lexical, no parse: it runs on thousands of kernels. None for an empty
+    text (a kernel that did not raise)."""
+    if not canonical.strip():
+        return None
+    text = (_NUMBER if constants else _INTEGER).sub("N", _HEADER.sub(r"\1k(", canonical, count=1))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+

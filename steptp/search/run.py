@@ -126,10 +126,15 @@ class Node:
     #: sites and reasoning refer to. ``text`` (canonically renamed) is the state's identity for
     #: dedup, verification and the caches, which a renaming never changes.
     leir: str = ""
+    #: ``canonical_hash`` of the program, recorded on the rows (curation compares programs by it
+    #: instead of parsing every row's text again)
+    hash: str = ""
 
     def __post_init__(self) -> None:
         if not self.leir:
             self.leir = format_program(self.program)
+        if not self.hash:
+            self.hash = canonical_hash(self.program)
 
     @property
     def seconds(self) -> float:
@@ -337,10 +342,12 @@ class Search:
         child_prog = cand.program
         after_text = cand.text
         written = format_program(child_prog)
+        after_hash = canonical_hash(child_prog)
         self.verifications += 1
         v = self.evaluator.verify(self.original_text, after_text, path_exact)
         base = dict(trajectory_id=self.trajectory_id, step_index=node.depth,
                     kernel_id=self.kernel_id, before_leir=node.leir, after_leir=written,
+                    before_hash=node.hash, after_hash=after_hash,
                     strategy=cand.strategy, family=s.family, exactness=cand.exactness,
                     site=cand.site.to_json(), params=dict(cand.params), before=node.timing,
                     target=getattr(self.evaluator.target, "key", str(self.evaluator.target)),
@@ -374,7 +381,7 @@ class Search:
         rec = StepRecord(**base, verified=True, **self._measured(node.timing, after))
         self.steps.append(rec)
         child = Node(child_prog, after_text, after, node, rec, node.depth + 1, path_exact,
-                     partial=tm.stopped_early, leir=written)
+                     partial=tm.stopped_early, leir=written, hash=after_hash)
         node.children.append(child)
         self.seen[after_text] = child
         if after.median_s < self.best.seconds:

@@ -26,29 +26,18 @@ A workload of a folder that fails to extract holds kernels nobody has seen: the 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 __all__ = ["FolderIndex", "Index", "build_index", "folder_refs", "shape_key"]
 
-# a numeric literal that is not part of a name (``i1``, ``f32``, ``float16`` keep their digits)
-_NUMBER = re.compile(r"(?<![\w.])(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
-# the kernel's own name in its header (``kernel f32 NAME(``): names differ across extractions
-_HEADER = re.compile(r"^(kernel\b[^(\n]*?)([A-Za-z_][A-Za-z0-9_]*)\(", re.M)
-
-
 def shape_key(leir: str) -> str | None:
-    """The shape-normalized key of a canonical LEIR text (a ``KernelRecord.leir``): the text with
-    the kernel named ``k`` and every numeric literal (shapes, loop extents, indices, constants)
-    replaced by ``N``; None for an empty text (a kernel that did not raise)."""
-    import hashlib
+    """The shape-normalized key of a canonical LEIR text (a ``KernelRecord.leir``): every number
+    replaced, constants included (``steptp.leir.canon.shape_key``)."""
+    from steptp.leir.canon import shape_key as key
 
-    if not leir.strip():
-        return None
-    text = _NUMBER.sub("N", _HEADER.sub(r"\1k(", leir, count=1))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    return key(leir, constants=True)
 
 
 def _has_problems(d: Path) -> bool:
