@@ -702,7 +702,7 @@ def curate(kernels: Path = typer.Option(..., "--kernels", help="kernels.parquet 
     splits.json and report.json."""
     from . import params as P
     from .curate import curate as do_curate, write_curated
-    from .records import KernelRecord, StepRecord, TrajectoryRecord, read_records
+    from .records import KernelRecord, TrajectoryRecord, read_records
 
     s = _load_params(params)
     hardware = ""
@@ -710,14 +710,19 @@ def curate(kernels: Path = typer.Option(..., "--kernels", help="kernels.parquet 
         from .export import hardware_description
 
         hardware = hardware_description(P.fingerprint(s))  # as the flow does
+    from .curate.reasoning import read_steps
+
     ks = read_records(kernels, KernelRecord)
-    ss = read_records(steps, StepRecord)
+    # the rows without their reasoning (most of a record's memory), each with what curation
+    # reads of it; the reasoning is joined back when the tables are written
+    ss, notes, texts = read_steps(steps, hardware, s.curate.max_tokens)
     ts = read_records(trajectories, TrajectoryRecord) if trajectories else []
     from .search import stage_stats
 
     res = do_curate(ks, ss, ts, s.curate, hardware=hardware, rule=s.significance,
-                    search_stats=stage_stats.read(trajectories.parent) if trajectories else None)
-    write_curated(res, out, ks, ts)
+                    search_stats=stage_stats.read(trajectories.parent) if trajectories else None,
+                    notes=notes)
+    write_curated(res, out, ks, ts, texts=texts)
     r = res.report
     console.print(f"kept {r['kept_steps']} of {r['input_steps']} steps -> {escape(str(out))}; rejects: "
                   f"{escape(json.dumps(r['rejects_by_reason']))}; splits: "

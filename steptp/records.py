@@ -265,7 +265,16 @@ def table(records: Iterable[_Record], kind: type[_Record] | None = None) -> pl.D
         if not records:
             raise ValueError("table() of no records needs the record type")
         kind = type(records[0])
-    return pl.DataFrame([r.row() for r in records], schema=polars_schema(kind), orient="row")
+    schema = polars_schema(kind)
+    # in slices: the rows as Python dicts are many times the size of the columns they become
+    parts = [pl.DataFrame([r.row() for r in records[i:i + _TABLE_SLICE]], schema=schema, orient="row")
+             for i in range(0, len(records), _TABLE_SLICE)]
+    if not parts:
+        return pl.DataFrame([], schema=schema, orient="row")
+    return pl.concat(parts, how="vertical", rechunk=True) if len(parts) > 1 else parts[0]
+
+
+_TABLE_SLICE = 4096
 
 
 def _write_atomic(path: str | os.PathLike, write) -> Path:

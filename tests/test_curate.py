@@ -404,3 +404,36 @@ def test_too_long_counts_tokens_only_above_the_byte_bound(progs):
     assert _reasons(res) == {("t0", 0): "too_long"}
     assert res.rejects[0].reason.endswith(f"{n} tokens > {n - 1}")
     assert not _reasons(curate([_kernel("k0", ["w"])], [s], [], CFG.model_copy(update={"max_tokens": n})))
+
+
+def test_rows_read_without_their_reasoning_curate_and_write_the_same(progs, tmp_path):
+    """``steptp curate`` holds the rows without their reasoning (``read_steps``: each step's
+    note, the text in Arrow) and joins it back on writing: every curated file is the same as
+    from whole records."""
+    import polars as pl
+
+    from steptp.curate.reasoning import read_steps
+    from steptp.records import read_records, table, write_table
+
+    a, b, c = progs
+    cot = {"coherence": ["coherence site: the split answers nothing found here"], "measured": {}}
+    rows = [_step(a, b, "t0", 0), _step(b, c, "t0", 1, strategy="loop_split"),
+            _step(b, c, "t1", 0, strategy="loop_split", verified=False, outcome="failed_verify"),
+            _step(a, a, "t2", 0), _step(a, c, "t3", 0, strategy="loop_split")]
+    rows = [r.model_copy(update={"cot": cot if n == 4 else {"note": n}, "cot_text": f"<think>\n{n}\n</think>\n"})
+            for n, r in enumerate(rows)]
+    path = write_table(table(rows, StepRecord), tmp_path / "steps.parquet")
+    ks = [_kernel("k0", ["bert"])]
+    cfg = CurateConfig(require_cot=False, max_pairs_per_state=4)
+    whole = curate(ks, read_records(path, StepRecord), [], cfg)
+    light, notes, texts = read_steps(path, "", cfg.max_tokens, batch=2)
+    assert all(not s.cot and not s.cot_text for s in light)
+    apart = curate(ks, light, [], cfg, notes=notes)
+    assert _reasons(apart) == _reasons(whole) and ("t3", 0) in _reasons(whole)
+    write_curated(whole, tmp_path / "whole", ks, [])
+    write_curated(apart, tmp_path / "apart", ks, [], texts=texts)
+    for f in ("steps.parquet", "all-steps.parquet", "rejects.parquet"):
+        x, y = pl.read_parquet(tmp_path / "whole" / f), pl.read_parquet(tmp_path / "apart" / f)
+        assert x.height and x.equals(y), f
+    for f in ("pairs.json", "splits.json", "report.json"):
+        assert (tmp_path / "whole" / f).read_text() == (tmp_path / "apart" / f).read_text(), f

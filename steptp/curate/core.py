@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+import polars as pl
+
 from ..records import (KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, read_records, step_key,
                        table, write_table, write_text_atomic)
 
 from ..measure.significance import SignificanceRule
 from ..params import Curate
 from ..search.roles import FAILED_OUTCOMES
+from .reasoning import Note, Texts, notes_of, with_texts
 
 SPLITS = ("train", "validation", "test")
 
@@ -137,20 +140,6 @@ def _spread_problem(step: StepRecord, max_spread: float) -> str | None:
     return None
 
 
-def _cot_problem(step: StepRecord) -> tuple[str, str] | None:
-    if not step.cot and not step.cot_text.strip():
-        return ("no_cot", "")
-    if step.cot:
-        try:
-            from ..format.cot_schema import cot_from_record
-
-            cot_from_record(step.cot)
-        except Exception as e:  # noqa: BLE001 - pydantic / version errors
-            return ("cot_invalid", str(e).splitlines()[0][:200])
-    return None
-
-
-# ---------------------------------------------------------------------------- splits
 def workload_groups(kernels: Sequence[KernelRecord]) -> list[list[str]]:
     """Kernel ids grouped so that kernels sharing a workload are together (connected components
     of the kernel–workload graph). Groups and their members are sorted."""
@@ -439,7 +428,7 @@ def _diversity(steps: list[StepRecord], kernels: Mapping[str, KernelRecord], sea
 
 
 def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateConfig,
-                     hardware: str) -> tuple[str, str] | None:
+                     note: Note) -> tuple[str, str] | None:
     """The rules about what a step says (not how it measured): no_op ... too_long."""
     cb, ca = _before_key(s), _after_key(s)
     if s.before_leir == s.after_leir:
@@ -448,14 +437,12 @@ def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateCo
         return ("no_op", "") if _printed(s.before_leir) == _printed(s.after_leir) else ("rename_only", "")
     if ca in (anc := ancestors_of(s)):
         return "shortcut", f"returns to the program before step {anc[ca]}"
-    if cfg.require_cot and (cp := _cot_problem(s)) is not None:
-        return cp
+    if cfg.require_cot and note.problem is not None:
+        return note.problem
     if s.kernel_id not in known:
         return "unknown_kernel", s.kernel_id
-    from ..format.chat import tokens_over
-
-    if (n := tokens_over(s, hardware, cfg.max_tokens)) is not None:
-        return "too_long", f"{n} tokens > {cfg.max_tokens}"
+    if note.tokens_over is not None:
+        return "too_long", f"{note.tokens_over} tokens > {cfg.max_tokens}"
     return None
 
 
@@ -463,18 +450,22 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
            trajectories: Sequence[TrajectoryRecord] = (), config: Curate | None = None,
            hardware: str = "", rule: SignificanceRule | None = None,
            pinned: Mapping[str, str] | None = None,
-           search_stats: Mapping[str, Any] | None = None) -> CurateResult:
+           search_stats: Mapping[str, Any] | None = None,
+           notes: Mapping[str, Note] | None = None) -> CurateResult:
     """Apply the rules to ``steps``; see the package docstring. ``hardware`` is the description
     the chat examples name (used for the token limit); ``rule``: the ``significance`` settings
     (the rule the search confirmed roles with); ``pinned``: kernel splits kept from a previous
     release (``assign_splits``); ``search_stats``: what the search stage cost
-    (``steptp.search.stage_stats``), passed on to the report for the card's yield line."""
+    (``steptp.search.stage_stats``), passed on to the report for the card's yield line;
+    ``notes``: what each step's reasoning says (``steptp.curate.reasoning``), for rows read
+    without it (``read_steps``); computed here for the others."""
     from .pairs import select_pairs
     from ..search.roles import SFT_ROLES, assign_roles, role_counts
 
     cfg = config or Curate()
     rule = rule or SignificanceRule()
     known = {k.kernel_id for k in kernels}
+    notes = notes_of(steps, hardware, cfg.max_tokens, notes)
     ordered = assign_roles(sorted(steps, key=lambda s: (s.trajectory_id, s.step_index, step_key(s))), rule)
     # A search's rows form a tree (rows share a trajectory_id; step_index is the depth; a row's
     # before-program is its parent row's after-program). The ancestors of a row are the programs
@@ -507,7 +498,7 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
         elif s.before is None or s.after is None or s.step_speedup is None \
                 or not math.isfinite(s.step_speedup) or s.step_speedup <= 0:
             code, detail = "unmeasured", f"speedup {s.step_speedup}"
-        elif (cp := _content_problem(s, ancestors_of, known, cfg, hardware)) is not None:
+        elif (cp := _content_problem(s, ancestors_of, known, cfg, nt := notes[step_key(s)])) is not None:
             code, detail = cp
         else:
             content_ok.add(step_key(s))
@@ -517,18 +508,17 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
                     code, detail = "noisy", _spread_problem(s, rule.max_spread) or "paired re-timing too noisy"
                 else:
                     code, detail = s.role, s.role_detail
-            elif (s.cot or {}).get("coherence"):
+            elif nt.coherence:
                 # no argument leads to this step (steptp.cot.coherence): its reasoning would
                 # teach a conclusion that does not follow; it stays a rejected side and a
                 # reward state
-                code, detail = "incoherent", "; ".join(s.cot["coherence"])[:300]
-            elif (s.cot or {}).get("measured", {}).get("prediction_agrees") is False:
+                code, detail = "incoherent", "; ".join(nt.coherence)[:300]
+            elif nt.prediction_agrees is False:
                 # the reasoning states what it expects (no hindsight); an SFT answer
                 # whose stated expectation the measurement contradicts would teach the wrong why
-                m = s.cot["measured"]
                 code, detail = "prediction_disagrees", (
-                    f"the reasoning predicts {m.get('predicted_direction')}, the measurement says "
-                    f"{m.get('direction')} ({s.step_speedup:.3g}x)")
+                    f"the reasoning predicts {nt.predicted}, the measurement says "
+                    f"{nt.direction} ({s.step_speedup:.3g}x)")
             elif (k := (_before_key(s), _after_key(s))) in pairs_seen:
                 o = pairs_seen[k]
                 code, detail = "duplicate", f"same as {o.trajectory_id}:{o.step_index}"
@@ -569,7 +559,7 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     after_counts = strategy_counts(kept)
     sft = {step_key(s) for s in kept}
 
-    pairs = select_pairs(ordered, sft, content_ok, rule, cfg, hardware)
+    pairs = select_pairs(ordered, sft, content_ok, rule, cfg, notes)
     all_steps = ordered
     sft_steps = [s for s in all_steps if step_key(s) in sft]
 
@@ -614,13 +604,19 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
 
 # ---------------------------------------------------------------------------- files
 def write_curated(result: CurateResult, out: str | Path, kernels: Sequence[KernelRecord],
-                  trajectories: Sequence[TrajectoryRecord]) -> Path:
+                  trajectories: Sequence[TrajectoryRecord], texts: Texts | None = None) -> Path:
     """``out/``: kernels, steps (SFT), all-steps (every step with its role), trajectories,
-    rejects (parquet), pairs.json, splits.json, report.json."""
+    rejects (parquet), pairs.json, splits.json, report.json. ``texts``: the reasoning of rows
+    read without it (``steptp.curate.reasoning.read_steps``), joined back."""
     out = Path(out)
+
+    def steps_table(rows: Sequence[StepRecord]) -> pl.DataFrame:
+        t = table(rows, StepRecord)
+        return t if texts is None else with_texts(t, [step_key(r) for r in rows], texts)
+
     write_table(table(kernels, KernelRecord), out / "kernels.parquet")
-    write_table(table(result.steps, StepRecord), out / "steps.parquet")
-    write_table(table(result.all_steps, StepRecord), out / "all-steps.parquet")
+    write_table(steps_table(result.steps), out / "steps.parquet")
+    write_table(steps_table(result.all_steps), out / "all-steps.parquet")
     write_text_atomic(out / "pairs.json", json.dumps(result.pairs, indent=0, sort_keys=True) + "\n")
     write_table(table(trajectories, TrajectoryRecord), out / "trajectories.parquet")
     write_table(table(result.rejects, RejectRecord), out / "rejects.parquet")

@@ -1,6 +1,6 @@
 """Preference pairs: for one prompt (a before-program), a better answer and a worse one.
 
-    pairs = select_pairs(steps_with_roles, sft_keys, content_ok, rule, cfg)
+    pairs = select_pairs(steps_with_roles, sft_keys, content_ok, rule, cfg, notes)
 
 Children of a prompt are the rows whose ``before_leir`` is that program. A pair
 ``(chosen, rejected)`` needs:
@@ -52,11 +52,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 from ..measure.significance import SignificanceRule, Verdict
 from ..records import StepRecord, Timing
 from ..search.roles import SFT_ROLES, Tree, measured
+from .reasoning import Note
 
 Source = Literal["paired", "search"]
 
@@ -146,10 +147,9 @@ def compare_siblings(rule: SignificanceRule, c: StepRecord, c_best: StepRecord, 
 
 
 def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str],
-                 rule: SignificanceRule, cfg, hardware: str = "") -> list[dict[str, Any]]:
-    """The pairs. ``steps`` carry their roles (``steptp.search.roles.assign_roles``)."""
-    from ..format.chat import tokens_over
-
+                 rule: SignificanceRule, cfg, notes: Mapping[str, Note]) -> list[dict[str, Any]]:
+    """The pairs. ``steps`` carry their roles (``steptp.search.roles.assign_roles``); ``notes``:
+    what each one's reasoning says, by step key (``steptp.curate.reasoning``)."""
     steps = list(steps)
     tree = Tree(steps)
     keys = tree.keys
@@ -162,7 +162,6 @@ def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str
     for i, s in enumerate(steps):
         by_prompt.setdefault(s.before_leir, []).append(i)
     pairs: list[dict[str, Any]] = []
-    unusable: set[int] = set()      # rejected answers without reasoning, or too long
     cap = cfg.max_pairs_per_state
     for prompt in sorted(by_prompt, key=lambda p: _h("prompt", p)):
         kids = by_prompt[prompt]
@@ -171,7 +170,7 @@ def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str
         cand = []
         for c in kids:
             if keys[c] not in content_ok or c not in best_of or steps[c].role not in SFT_ROLES \
-                    or (steps[c].cot or {}).get("coherence"):
+                    or notes[keys[c]].coherence:
                 continue
             for r in kids:
                 if r == c or steps[r].after_leir == steps[c].after_leir:
@@ -189,13 +188,10 @@ def select_pairs(steps: Sequence[StepRecord], sft: set[str], content_ok: set[str
         for _, _, c, r, why, decided in cand:
             if used >= cap:
                 break
-            if r in unusable:
+            nr = notes[keys[r]]      # a rejected text is needed, and one that fits
+            if (cfg.require_cot and not nr.has_text) or nr.tokens_over is not None:
                 continue
             rs = steps[r]
-            if (cfg.require_cot and not (rs.cot and rs.cot_text.strip())) \
-                    or tokens_over(rs, hardware, cfg.max_tokens) is not None:
-                unusable.add(r)
-                continue
             cs = steps[c]
             timings = {f"{side}_{k}": v for side, i in (("chosen", c), ("rejected", r))
                        for k, v in side_speedups(steps[i], best(i) if i in best_of else steps[i]).items()}
