@@ -327,3 +327,11 @@ def test_a_release_holds_none_of_the_benchmark_kernels_and_its_card_counts_them(
     assert stats["folders"][0]["dropped"] == 2 and stats["folders"][0]["folder"] == BENCH
     card = (rel / "README.md").read_text()
     assert f"| `{BENCH}` | 2 | 2 | 2 | 1 | 1 | 0 |" in card
+
+
+def test_the_standard_profile_accumulates_and_the_default_does_not():
+    """make run's quick default rebuilds its kernels; the standard profile's nights add up."""
+    s = P.load(ROOT / "profiles" / "standard.yaml")
+    default = P.load(ROOT / "params.yaml")
+    assert s.nightly.accumulate and s.nightly.shard_kernels >= 50 and 0 < s.nightly.retime_fraction <= 1
+    assert not default.nightly.accumulate
