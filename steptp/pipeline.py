@@ -27,14 +27,15 @@ def extract_refs(e: Extract) -> list:
     return refs
 
 
-def extract(e: Extract, progress: bool = False, console=None):
+def extract(e: Extract, progress: bool = False, console=None, log=None):
     """The extraction result (``steptp.zoo.extract.ExtractResult``) of the ``extract``
-    settings' workloads (``extract_refs``); ``progress``: progress bars on ``console``."""
+    settings' workloads (``extract_refs``); ``progress``: progress bars on ``console``;
+    ``log``: called with a line per finished workload and kernel check."""
     from .zoo import extract as X
 
     return X.extract(extract_refs(e), jobs=e.jobs, check=e.check,
                      memory_limit_mb=e.memory_limit, check_budget_s=e.check_budget_s,
-                     progress=progress, console=console)
+                     progress=progress, console=console, log=log)
 
 
 def sources_digest(paths: Sequence[str]) -> str:

@@ -250,7 +250,11 @@ def test_leir_suite_records():
     from steptp.zoo import workloads
 
     names = ["generalized_box_iou", "vae_kl"]
-    res = X.extract(X.refs_for_zoo(",".join(names)))
+    lines: list[str] = []
+    res = X.extract(X.refs_for_zoo(",".join(names)), log=lines.append)
+    # the progress a flow's log shows: a line per finished workload
+    assert sorted(ln.split(":")[0] for ln in lines if ln.startswith("workload ")) == [
+        f"workload {n}" for n in sorted(names)]
     s = res.summary()
     assert s["models_ok"] == 2 and s["unique_kernels"] == 2 and s["raise_ok"] == 2
     assert not s["failures"] and s["raise_failures_by_reason"] == {}

@@ -156,8 +156,10 @@ def _api_url() -> str | None:
 # ---------------------------------------------------------------------------- extract
 @task(cache_policy=cache_policy("extract"), persist_result=True, retries=1, retry_delay_seconds=2)
 def extract_kernels(extract: P.Extract, sources: str = "") -> list[KernelRecord]:
-    """``sources``: the digest of the user's problem and LEIR folders (part of the key only)."""
-    return list(pipeline.extract(extract).records)
+    """``sources``: the digest of the user's problem and LEIR folders (part of the key only).
+    Each finished workload and kernel check is logged: on a large pool this stage takes a
+    while."""
+    return list(pipeline.extract(extract, log=_log).records)
 
 
 @task(cache_policy=cache_policy("extract"), persist_result=True)

@@ -722,8 +722,8 @@ class _Log:
     """One line per finished workload and kernel check, appended to a log file (progress that
     needs no terminal)."""
 
-    def __init__(self, path: str | os.PathLike | None):
-        self.f = None
+    def __init__(self, path: str | os.PathLike | None, echo: Callable[[str], None] | None = None):
+        self.f, self.echo = None, echo
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -732,6 +732,8 @@ class _Log:
         if self.f is not None:
             self.f.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + msg + "\n")
             self.f.flush()
+        if self.echo is not None:
+            self.echo(msg)
 
     def close(self) -> None:
         if self.f is not None:
@@ -919,7 +921,7 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
             scan_timeout_s: float | None = None, isolate: bool | None = None,
             log_path: str | os.PathLike | None = None,
             problem_check_budget_s: float | None = PROBLEM_CHECK_BUDGET_S,
-            sandbox: bool | None = None) -> ExtractResult:
+            sandbox: bool | None = None, log: Callable[[str], None] | None = None) -> ExtractResult:
     """Scan every workload, deduplicate, raise-check every unique kernel, build the records.
 
     ``jobs``: worker processes. ``check=False`` skips the raise check (records then say
@@ -947,7 +949,9 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
     tmpfs, user ``nobody`` when run as root); what was achieved is in the log and in
     ``options["sandbox"]``. Problem files run in process (``isolate=False``) are not contained.
 
-    ``log_path``: a line per finished workload and per kernel check is appended there.
+    ``log_path``: a line per finished workload and per kernel check is appended there; ``log``
+    is called with each such line too (a flow's logger: the build log shows the extraction's
+    progress).
     """
     from steptp.tir.target import Target
 
@@ -976,7 +980,7 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
     target_dict = tgt.tvm_dict()
     t0 = time.perf_counter()
     bar = _Progress(progress, console)
-    log = _Log(log_path)
+    log = _Log(log_path, log)
     if jobs_note:
         log(jobs_note)
     log(f"extract: {len(refs)} workloads, jobs {jobs}, "
