@@ -197,7 +197,9 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
     there are at least as many groups with steps as splits, a split without steps takes the
     group with steps whose anchor lies nearest to its interval, from a split that keeps another;
     with ``kinds`` (kernel_id -> "arch" | "ops") and one group with steps to spare, the test split
-    likewise takes an architecture group and an operator group when it has none.
+    likewise takes an architecture group and an operator group when it has none. A repair never
+    moves a group of more than a third of the kernels or of the steps into a split smaller than
+    the largest.
 
     ``pinned`` (kernel_id -> split; an accumulating nightly passes the previous release's): a
     pinned kernel keeps its split whatever the repairs would do, and the other kernels of its
@@ -241,9 +243,17 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
         a, b = interval[s]
         return 0.0 if a <= anchors[i] < b else min(abs(anchors[i] - a), abs(anchors[i] - b))
 
+    total_steps = sum(weights.get(k, 0) for g in groups for k in g)
+
+    def big(i: int) -> bool:
+        # a third of the kernels or of the examples: such a group is most of a release (the
+        # workloads of a large pool connect into one component); in a small split it would
+        # be the release's held-out examples instead of a sample of them
+        return 3 * len(groups[i]) > n_kernels or 3 * sum(weights.get(k, 0) for k in groups[i]) > total_steps
+
     def take_into(s: str, pred=lambda i: True) -> None:
         donors = [i for i in stepped if place[i] != s and pred(i) and len(held(place[i])) >= 2
-                  and i not in fixed]
+                  and i not in fixed and not (big(i) and frac[s] < frac[largest])]
         if donors:
             i = min(donors, key=lambda i: (too_large(i, s), distance(i, s), groups[i][0]))
             place[i] = s
