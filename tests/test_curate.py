@@ -456,3 +456,19 @@ def test_a_repair_never_moves_most_of_the_release_into_a_small_split():
         assert {sp[k] for k in giant} == {"train"}
         held = {s: sum(n for k, n in steps.items() if sp[k] == s) for s in fr}
         assert held["test"] and held["validation"] and held["test"] <= 4, held
+
+
+def test_a_bound_breaks_the_component_a_hub_kernel_makes_and_keeps_every_kernel_in_one_group():
+    """A kernel in many workloads joins them all into one component; with a bound, the
+    kernels of few workloads join first and the hub joins only what fits."""
+    ks = [_kernel(f"k{i:02d}", [f"arch{i // 3}"]) for i in range(30)]          # ten 3-kernel archs
+    hub = _kernel("hub", [f"arch{i}" for i in range(10)])
+    whole = workload_groups(ks + [hub])
+    assert len(whole) == 1 and len(whole[0]) == 31
+    bounded = workload_groups(ks + [hub], max_size=6)
+    assert sorted(k for g in bounded for k in g) == sorted(k.kernel_id for k in ks + [hub])
+    assert max(map(len, bounded)) <= 6
+    # each architecture stays whole; the hub joined the first one (and only it: 3 + 1 + 3 > 6)
+    assert sorted(next(g for g in bounded if "hub" in g)) == ["hub", "k00", "k01", "k02"]
+    assert all(sorted(g) in bounded for g in ([f"k{i:02d}" for i in range(j, j + 3)] for j in range(3, 30, 3)))
+    assert workload_groups(ks + [hub], max_size=None) == whole

@@ -140,10 +140,20 @@ def _spread_problem(step: StepRecord, max_spread: float) -> str | None:
     return None
 
 
-def workload_groups(kernels: Sequence[KernelRecord]) -> list[list[str]]:
+def workload_groups(kernels: Sequence[KernelRecord], max_size: int | None = None) -> list[list[str]]:
     """Kernel ids grouped so that kernels sharing a workload are together (connected components
-    of the kernel–workload graph). Groups and their members are sorted."""
-    parent: dict[str, str] = {k.kernel_id: k.kernel_id for k in kernels}
+    of the kernel–workload graph). Groups and their members are sorted.
+
+    ``max_size`` bounds a group's kernels. In a large pool a few kernels (a matmul of a common
+    size) occur in dozens of workloads and join them all into one component that holds most of
+    the pool, which no split but train can take. With a bound, kernels join their workloads in
+    order of how few workloads they occur in (then by id): a join that would make a group larger
+    than ``max_size`` is left out, and that kernel stays with the workloads it joined first (or
+    alone). Every kernel is still in exactly one group; a workload whose kernels were not all
+    joined to it may then span splits."""
+    nodes = [k.kernel_id for k in kernels] + sorted({f"\0{o.workload}" for k in kernels for o in k.occurrences})
+    parent = {x: x for x in nodes}
+    size = {x: (0 if x.startswith("\0") else 1) for x in nodes}
 
     def find(x: str) -> str:
         while parent[x] != x:
@@ -151,21 +161,29 @@ def workload_groups(kernels: Sequence[KernelRecord]) -> list[list[str]]:
             x = parent[x]
         return x
 
-    first_of: dict[str, str] = {}
-    for k in kernels:
-        for o in k.occurrences:
-            w = o.workload
-            if w in first_of:
-                a, b = find(first_of[w]), find(k.kernel_id)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-            else:
-                first_of[w] = k.kernel_id
+    def union(a: str, b: str) -> bool:
+        a, b = find(a), find(b)
+        if a == b:
+            return True
+        if max_size is not None and size[a] + size[b] > max_size:
+            return False
+        lo, hi = min(a, b), max(a, b)
+        parent[hi] = lo
+        size[lo] += size[hi]
+        return True
+
+    order = sorted(kernels, key=lambda k: (len({o.workload for o in k.occurrences}), k.kernel_id))
+    for k in order:
+        for w in sorted({o.workload for o in k.occurrences}):
+            union(k.kernel_id, f"\0{w}")
     comps: dict[str, list[str]] = {}
-    for kid in parent:
-        comps.setdefault(find(kid), []).append(kid)
+    for k in kernels:
+        comps.setdefault(find(k.kernel_id), []).append(k.kernel_id)
     return sorted(sorted(v) for v in comps.values())
 
+
+#: the bound curation puts on a workload group's kernels is never below this
+MIN_GROUP_BOUND = 12
 
 ARCH_SUITES = frozenset({"arch", "archs"})
 
@@ -573,7 +591,11 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     all_steps = ordered
     sft_steps = [s for s in all_steps if step_key(s) in sft]
 
-    groups = workload_groups(kernels)
+    # no group larger than the smallest split's share of the kernels (a component of shared
+    # workloads can hold most of a large pool: see workload_groups), nor split below
+    # MIN_GROUP_BOUND kernels (a small release keeps each architecture whole)
+    smallest = min((f for f in cfg.splits.values() if f > 0), default=1.0) / (sum(cfg.splits.values()) or 1.0)
+    groups = workload_groups(kernels, max_size=max(MIN_GROUP_BOUND, int(smallest * len(kernels))))
     weights = Counter(s.kernel_id for s in sft_steps)
     kinds = _group_kinds(kernels)
     splits = assign_splits(groups, weights, cfg.splits, cfg.seed, kinds=kinds, pinned=pinned) if groups else {}
