@@ -116,19 +116,26 @@ def fits(tokens: Iterable[int], limits: Sequence[int] = MAX_LENGTHS) -> dict[int
     return {lim: sum(1 for x in t if x <= lim) for lim in limits}
 
 
-def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str], pair_keys: set[str],
-                  parents: Mapping[int, int], splits: Mapping[str, str], hardware: str) -> list[dict[str, Any]]:
+def prompt_states(kernels: pl.DataFrame, all_steps: Sequence | pl.DataFrame, sft_keys: set[str],
+                  pair_keys: set[str], parents: Mapping[int, int], splits: Mapping[str, str], hardware: str,
+                  keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Every state of the release, once per (kernel, canonical program): the before-program of
     each SFT example, of each pair, and the unscheduled kernels of each split. Each row has the
     chat prompt and what a checker needs to judge a reply there (the kernel's original program,
-    the current program, the loosest exactness along the recorded path to it, the target)."""
+    the current program, the loosest exactness along the recorded path to it, the target).
+    ``all_steps``: StepRecords or a steps table (read by column, no records made); ``keys``:
+    their step keys when already computed; ``parents``: ``parent_links`` of them."""
     from ..leir import format_program, parse
     from ..leir.canon import canonical_hash
-    from ..records import step_key
+    from ..records import StepRecord, step_keys, table
     from ..exactness import worse
     from ..format import chat
     from ..format.tokens import n_tokens
 
+    steps = all_steps if isinstance(all_steps, pl.DataFrame) else table(all_steps, StepRecord)
+    keys = list(keys) if keys is not None else step_keys(steps)
+    kernel_of, depth_of = steps["kernel_id"].to_list(), steps["step_index"].to_list()
+    exactness, targets, before = steps["exactness"].to_list(), steps["target"].to_list(), steps["before_leir"]
     originals: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
@@ -156,20 +163,21 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str]
     kdf = kernels.filter(pl.col("split").is_not_null())
     if "raise_ok" in kdf.columns:
         kdf = kdf.filter(pl.col("raise_ok"))
-    krows = list(kdf.sort("kernel_id").iter_rows(named=True))
+    krows = list(kdf.select("kernel_id", "leir", *(["target"] if "target" in kdf.columns else []))
+                 .sort("kernel_id").iter_rows(named=True))
     for r in krows:
         originals[r["kernel_id"]] = format_program(parse(r["leir"]))
-    index = {step_key(s): i for i, s in enumerate(all_steps)}
-    for source, keys in (("sft", sft_keys), ("pair", pair_keys)):
-        for k in sorted(keys, key=lambda k: (all_steps[index[k]].kernel_id, all_steps[index[k]].step_index, k)):
+    index = {k: i for i, k in enumerate(keys)}
+    for source, chosen in (("sft", sft_keys), ("pair", pair_keys)):
+        for k in sorted(chosen, key=lambda k: (kernel_of[index[k]], depth_of[index[k]], k)):
             i = index[k]
-            s, exact, j, hops = all_steps[i], "exact", i, 0
-            while j in parents and hops <= len(all_steps):
+            exact, j, hops = "exact", i, 0
+            while j in parents and hops <= len(keys):
                 j, hops = parents[j], hops + 1
-                exact = worse(exact, all_steps[j].exactness)
+                exact = worse(exact, exactness[j])
             p = parents.get(i)
-            add(s.kernel_id, s.before_leir, source, s.target, exact, s.step_index,
-                step_key(all_steps[p]) if p is not None else None)
+            add(kernel_of[i], before[i], source, targets[i], exact, depth_of[i],
+                keys[p] if p is not None else None)
     # an unscheduled kernel a step starts from is already in, with that step's names
     for r in krows:
         add(r["kernel_id"], originals[r["kernel_id"]], "kernel", r.get("target") or "", "exact", 0, None)
