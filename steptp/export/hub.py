@@ -166,7 +166,11 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence | pl.DataFrame, sft
     krows = list(kdf.select("kernel_id", "leir", *(["target"] if "target" in kdf.columns else []))
                  .sort("kernel_id").iter_rows(named=True))
     for r in krows:
-        originals[r["kernel_id"]] = format_program(parse(r["leir"]))
+        prog = parse(r["leir"])
+        originals[r["kernel_id"]] = text = format_program(prog)
+        # the printed text parses back to this program: its hash now spares a parse of every
+        # step that starts from the unscheduled kernel
+        hashes.setdefault(text, canonical_hash(prog))
     index = {k: i for i, k in enumerate(keys)}
     for source, chosen in (("sft", sft_keys), ("pair", pair_keys)):
         for k in sorted(chosen, key=lambda k: (kernel_of[index[k]], depth_of[index[k]], k)):
