@@ -9,6 +9,7 @@ import os
 import platform
 import shutil
 import statistics
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -156,15 +157,54 @@ def _records(steps: pl.DataFrame, rows: Sequence[int]) -> dict[int, StepRecord]:
     return {i: StepRecord.from_row(r) for i, r in zip(rows, steps[list(rows)].iter_rows(named=True))}
 
 
+def _unified_schema(schemas: Sequence[pl.Schema]) -> pl.Schema:
+    """The schema ``hub.frame`` of all the rows of row batches would infer, from the batches'
+    own: a field null throughout one batch takes the others' type (raises when the batches'
+    fields differ)."""
+    return pl.concat([pl.DataFrame(schema=s) for s in schemas], how="vertical_relaxed").schema
+
+
 def _concat_batches(frames: list[pl.DataFrame]) -> pl.DataFrame:
     """One frame of row batches each framed by ``hub.frame``, typed as ``hub.frame`` of all the
-    rows at once would be: a field that is null throughout one batch takes the others' type."""
+    rows at once would be."""
     if len(frames) == 1:
         return frames[0]
     try:
-        return pl.concat(frames, how="vertical_relaxed", rechunk=True)
+        schema = _unified_schema([f.schema for f in frames])
     except (pl.exceptions.PolarsError, TypeError):     # batches whose fields differ: frame the rows
         return hub.frame([r for f in frames for r in f.to_dicts()])
+    return pl.concat([f.cast(schema) for f in frames], rechunk=True)
+
+
+class _Spilled:
+    """Row batches kept on disk (Arrow IPC files in ``folder``) until they are written as one
+    ``datasets`` config: a release's pairs, as frames, are larger than the rest of export."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.files, self.schemas = folder, [], []
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        df = hub.frame(rows)
+        self.files.append(self.folder / f"{len(self.files):06d}.arrow")
+        self.schemas.append(df.schema)
+        df.write_ipc(self.files[-1])
+
+    def write_config(self, out: Path, name: str) -> dict[str, int]:
+        """``hub.write_config`` of the batches as one frame, a split at a time."""
+        if not self.files:
+            return {}
+        try:
+            schema = _unified_schema(self.schemas)
+        except (pl.exceptions.PolarsError, TypeError):
+            return hub.write_config(out, name, _concat_batches([pl.read_ipc(f) for f in self.files]))
+        counts: dict[str, int] = {}
+        for sp in hub.SPLITS:
+            part = pl.concat([pl.read_ipc(f).filter(pl.col("split") == sp).cast(schema)
+                              for f in self.files], rechunk=True)
+            if part.height:
+                counts.update(hub.write_config(out, name, part))
+            del part
+        return counts
 
 
 # ---------------------------------------------------------------------------- export
@@ -176,42 +216,54 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
     (read by ``steptp.export.source``: every searched step stays a table), or the dict
     ``steptp.curate.read_curated`` returns. Returns the statistics the card shows.
     ``decontamination``: the search stage's report of the benchmark kernels kept out of the
-    pool (``steptp.zoo.decontaminate.Index.report``); None: no folder was listed."""
+    pool (``steptp.zoo.decontaminate.Index.report``); None: no folder was listed.
+
+    The steps table is read whole once, after the columns that need no texts were taken from
+    it, and dropped once the pairs' sides were made records from it: at 100,000 steps it, and
+    the copy polars makes to write it, are most of export's memory."""
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     (out / "data").mkdir(parents=True)
     src = source.load(curated)
-    steps, splits, report, pairs = src.sft, src.splits, src.report, src.pairs
-    target = steps[0].target if steps else (src.kernels["target"][0] if src.kernels.height else "")
-    hw = hardware_description(fingerprint, target, recorded_hardware(steps))
+    splits, report = src.splits, src.report
+    kernels_df = _with_split(src.kernels, splits)
+    trajs_df = _with_split(src.trajectories, splits)
+    rejects_df = src.rejects
 
-    all_df = src.steps
-    keys = step_keys(all_df)
-    sft_keys = {step_key(s) for s in steps}
-    parents = parent_links_of_table(all_df)
+    # every searched step without its reasoning: keys, tree links, what the card counts and
+    # the prompt states read
+    light = src.steps([c for c in source.STEP_COLUMNS if c not in source.REASONING])
+    keys = step_keys(light)
+    sft_keys = src.sft_keys()
+    parents = parent_links_of_table(light)
     parent_key = {keys[i]: keys[p] for i, p in parents.items()}
-    # the card's counts read these columns of every searched step, never its texts
-    searched = [_Searched(*r) for r in all_df.select("strategy", "role").iter_rows()]
-    step_split = [splits.get(k, "train") for k in all_df["kernel_id"].to_list()]
-    remeasured_steps = all_df["paired_before"].is_not_null().sum()
+    searched = [_Searched(*r) for r in light.select("strategy", "role").iter_rows()]
+    step_split = [splits.get(k, "train") for k in light["kernel_id"].to_list()]
+    remeasured_steps = light["paired_before"].is_not_null().sum()
+    role_timing = _role_timing(light)
+    states = light.select("kernel_id", "step_index", "exactness", "target", "before_leir")
+    del light
 
+    full = src.steps()
     tables = {
-        "kernels": _with_split(src.kernels, splits),
-        "steps": _with_split(all_df, splits).with_columns(
+        "kernels": kernels_df,
+        "steps": _with_split(full, splits).with_columns(
             pl.Series("step_key", keys, dtype=pl.Utf8),
             pl.Series("parent_step_key", [parent_key.get(k) for k in keys], dtype=pl.Utf8),
             pl.Series("sft", [k in sft_keys for k in keys], dtype=pl.Boolean),
-            _role_timing(all_df)),
-        "trajectories": _with_split(src.trajectories, splits),
+            role_timing),
+        "trajectories": trajs_df,
     }
     for tname, df in tables.items():
         write_table(df, out / f"data/{tname}.parquet")
-    write_table(src.rejects, out / "data/rejects.parquet")
+    write_table(rejects_df, out / "data/rejects.parquet")
     table_configs = {tname: hub.write_config(out, tname, df) for tname, df in tables.items()}
-    kernels_df, trajs_df, rejects_df = tables["kernels"], tables["trajectories"], src.rejects
-    del src, tables
+    del tables
 
+    steps = src.sft_steps()
+    target = steps[0].target if steps else (kernels_df["target"][0] if kernels_df.height else "")
+    hw = hardware_description(fingerprint, target, recorded_hardware(steps))
     files: dict[str, AtomicTextFile] = {}
     try:
         def line(fname: str, text: str) -> None:
@@ -236,6 +288,7 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
 
         from .pairs import pair_example
 
+        pairs = src.pairs()
         index = {k: i for i, k in enumerate(keys)}
         pair_keys = {pr["chosen"] for pr in pairs if pr["chosen"] in index}
         pairs = [pr for pr in pairs if pr["chosen"] in index and pr["rejected"] in index]
@@ -243,35 +296,39 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
             files[f"pairs-{sp}.jsonl"] = AtomicTextFile(out / "chat" / f"pairs-{sp}.jsonl")
         pairs_per_split: dict[str, int] = {s: 0 for s in SPLITS}
         pair_tokens: list[int] = []
-        batches: list[pl.DataFrame] = []
-        for b in range(0, len(pairs), PAIR_BATCH):
-            batch = pairs[b:b + PAIR_BATCH]
-            recs = _records(all_df, sorted({index[pr[side]] for pr in batch for side in ("chosen", "rejected")}))
-            rows = []
-            for pr in batch:
-                c, r = recs[index[pr["chosen"]]], recs[index[pr["rejected"]]]
-                sp = splits.get(c.kernel_id, "train")
-                ex = pair_example(pr, c, r, hw, sp, parent_key.get(pr["chosen"]))
-                line(f"pairs-{sp}.jsonl", chat.to_line(ex))
-                pairs_per_split[sp] = pairs_per_split.get(sp, 0) + 1
-                t = ex["meta"]["tokens"]
-                pair_tokens.append(t["prompt"] + max(t["chosen"], t["rejected"]))
-                rows.append({**ex, "split": sp})
-            batches.append(hub.frame(rows))
-            del recs, rows
-        for f in files.values():
-            f.commit()
+        with tempfile.TemporaryDirectory(prefix=".pairs-", dir=out) as tmp:
+            spilled = _Spilled(Path(tmp))
+            for b in range(0, len(pairs), PAIR_BATCH):
+                batch = pairs[b:b + PAIR_BATCH]
+                recs = _records(full, sorted({index[pr[side]] for pr in batch for side in ("chosen", "rejected")}))
+                rows = []
+                for pr in batch:
+                    c, r = recs[index[pr["chosen"]]], recs[index[pr["rejected"]]]
+                    sp = splits.get(c.kernel_id, "train")
+                    ex = pair_example(pr, c, r, hw, sp, parent_key.get(pr["chosen"]))
+                    line(f"pairs-{sp}.jsonl", chat.to_line(ex))
+                    pairs_per_split[sp] = pairs_per_split.get(sp, 0) + 1
+                    t = ex["meta"]["tokens"]
+                    pair_tokens.append(t["prompt"] + max(t["chosen"], t["rejected"]))
+                    rows.append({**ex, "split": sp})
+                spilled.add(rows)
+                del recs, rows
+            del full, pairs
+            for f in files.values():
+                f.commit()
+            # the prompt states first: mostly parsing, while the allocator hands the steps
+            # table's memory back; the preference frames come after
+            prompt_rows = hub.prompt_states(kernels_df, states, sft_keys, pair_keys, parents, splits, hw,
+                                            keys=keys)
+            prompt_tokens = [r["prompt_tokens"] for r in prompt_rows]
+            prompts_config = hub.write_config(out, "prompts", hub.frame(prompt_rows)) if prompt_rows else {}
+            del prompt_rows, states
+            pref_config = spilled.write_config(out, "preference")
     except BaseException:
         for f in files.values():
             f.discard()
         raise
-    pref_config = hub.write_config(out, "preference", _concat_batches(batches)) if batches else {}
-    del batches
 
-    prompt_rows = hub.prompt_states(kernels_df, all_df, sft_keys, pair_keys, parents, splits, hw, keys=keys)
-    prompt_tokens = [r["prompt_tokens"] for r in prompt_rows]
-    prompts_config = hub.write_config(out, "prompts", hub.frame(prompt_rows)) if prompt_rows else {}
-    del prompt_rows, all_df
     config_counts = {"sft": sft_config, "preference": pref_config, "prompts": prompts_config, **table_configs}
     length_fit = {name: {"n": len(v), "fit": {str(k): n for k, n in hub.fits(v).items()}}
                   for name, v in (("sft", tokens), ("preference", pair_tokens), ("prompts", prompt_tokens))}
