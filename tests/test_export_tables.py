@@ -105,3 +105,18 @@ def test_a_suite_gets_the_columns_it_reads():
               {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "a", "row_condition": "b==\"x\""}},
               {"type": "expect_table_row_count_to_equal", "kwargs": {"value": 1, "row_condition": "a>0"}}):
         assert _checked_columns({"expectations": spec["expectations"] + [e]}, df) == df.columns
+
+
+def test_many_programs_parsed_in_workers_are_parsed_as_one_by_one(steps):
+    """The prompt states parse every program up front, in spawned worker processes: the same
+    printed texts and hashes, in order; a text that does not parse raises its own error."""
+    from steptp.leir import LeirSyntaxError
+    from steptp.leir.batch import MIN_PARALLEL, forms, many_forms
+
+    texts = list(dict.fromkeys(t for s in steps for t in (s.before_leir, s.after_leir)))
+    many = (texts * (MIN_PARALLEL // len(texts) + 1))[:MIN_PARALLEL]
+    one_by_one = [forms(t) for t in many]
+    assert len(set(one_by_one)) == len(texts)
+    assert many_forms(many, processes=2) == one_by_one == many_forms(many, processes=1)
+    with pytest.raises(LeirSyntaxError):
+        many_forms(many[:-1] + ["kernel k(:\n"], processes=2)

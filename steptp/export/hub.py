@@ -18,6 +18,7 @@ config's paths.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -125,7 +126,8 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence | pl.DataFrame, sft
     the current program, the loosest exactness along the recorded path to it, the target).
     ``all_steps``: StepRecords or a steps table (read by column, no records made); ``keys``:
     their step keys when already computed; ``parents``: ``parent_links`` of them."""
-    from ..leir import format_program, parse
+    from ..leir import parse
+    from ..leir.batch import many_forms
     from ..leir.canon import canonical_hash
     from ..records import StepRecord, step_keys, table
     from ..exactness import worse
@@ -140,6 +142,7 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence | pl.DataFrame, sft
     rows: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
     hashes: dict[str, str] = {}     # parsing dominates: siblings and pairs share their prompt
+    tokens = functools.lru_cache(maxsize=None)(n_tokens)   # the system turn of every row
 
     def add(kernel_id: str, program: str, source: str, target: str, exactness: str, depth: int,
             parent: str | None) -> None:
@@ -158,30 +161,32 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence | pl.DataFrame, sft
                      "state_id": key[1][:16], "source": source, "original": originals[kernel_id],
                      "program": program, "exactness": exactness, "target": target, "hardware": hardware,
                      "depth": depth, "parent_step_key": parent,
-                     "prompt_tokens": sum(n_tokens(m["content"]) for m in msgs)})
+                     "prompt_tokens": sum(tokens(m["content"]) for m in msgs)})
 
     kdf = kernels.filter(pl.col("split").is_not_null())
     if "raise_ok" in kdf.columns:
         kdf = kdf.filter(pl.col("raise_ok"))
     krows = list(kdf.select("kernel_id", "leir", *(["target"] if "target" in kdf.columns else []))
                  .sort("kernel_id").iter_rows(named=True))
-    for r in krows:
-        prog = parse(r["leir"])
-        originals[r["kernel_id"]] = text = format_program(prog)
-        # the printed text parses back to this program: its hash now spares a parse of every
-        # step that starts from the unscheduled kernel
-        hashes.setdefault(text, canonical_hash(prog))
+    # parsing is most of the time: every program is parsed once, up front, in worker processes
+    for r, (text, h) in zip(krows, many_forms([r["leir"] for r in krows])):
+        originals[r["kernel_id"]] = text
+        # the printed text parses back to this program: its hash spares a parse of every step
+        # that starts from the unscheduled kernel
+        hashes.setdefault(text, h)
     index = {k: i for i, k in enumerate(keys)}
-    for source, chosen in (("sft", sft_keys), ("pair", pair_keys)):
-        for k in sorted(chosen, key=lambda k: (kernel_of[index[k]], depth_of[index[k]], k)):
-            i = index[k]
-            exact, j, hops = "exact", i, 0
-            while j in parents and hops <= len(keys):
-                j, hops = parents[j], hops + 1
-                exact = worse(exact, exactness[j])
-            p = parents.get(i)
-            add(kernel_of[i], before[i], source, targets[i], exact, depth_of[i],
-                keys[p] if p is not None else None)
+    states = [(source, index[k]) for source, chosen in (("sft", sft_keys), ("pair", pair_keys))
+              for k in sorted(chosen, key=lambda k: (kernel_of[index[k]], depth_of[index[k]], k))]
+    todo = list(dict.fromkeys(p for _, i in states if kernel_of[i] in originals
+                              and (p := before[i]) not in hashes))
+    hashes.update((t, h) for t, (_, h) in zip(todo, many_forms(todo)))
+    for source, i in states:
+        exact, j, hops = "exact", i, 0
+        while j in parents and hops <= len(keys):
+            j, hops = parents[j], hops + 1
+            exact = worse(exact, exactness[j])
+        p = parents.get(i)
+        add(kernel_of[i], before[i], source, targets[i], exact, depth_of[i], keys[p] if p is not None else None)
     # an unscheduled kernel a step starts from is already in, with that step's names
     for r in krows:
         add(r["kernel_id"], originals[r["kernel_id"]], "kernel", r.get("target") or "", "exact", 0, None)
