@@ -53,9 +53,15 @@ def write_config(out: Path, name: str, df: pl.DataFrame) -> dict[str, int]:
     for sp in SPLITS:
         part = df.filter(pl.col("split") == sp)
         if part.height:
-            write_table(part, out / CONFIG_DIR / name / f"{sp}.parquet")
-            counts[sp] = part.height
+            counts[sp] = write_split(out, name, sp, part)
     return counts
+
+
+def write_split(out: Path, name: str, split: str, rows: pl.DataFrame) -> int:
+    """Write ``rows`` (all of ``split``, with the config's schema) as ``configs/<name>/<split>.parquet``
+    (``write_config`` a split at a time, for a config too large to hold whole); returns their number."""
+    write_table(rows, out / CONFIG_DIR / name / f"{split}.parquet")
+    return rows.height
 
 
 def frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
@@ -269,4 +275,4 @@ def card_sections(stats: Mapping[str, Any]) -> list[str]:
 
 
 __all__ = ["CONFIGS", "CONFIG_DIR", "DEFAULT_CONFIG", "MAX_LENGTHS", "card_sections", "config_digest", "data_files", "fits",
-           "frame", "front_matter", "prompt_states", "write_config"]
+           "frame", "front_matter", "prompt_states", "write_config", "write_split"]

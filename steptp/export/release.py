@@ -202,7 +202,7 @@ class _Spilled:
             part = pl.concat([pl.read_ipc(f).filter(pl.col("split") == sp).cast(schema)
                               for f in self.files], rechunk=True)
             if part.height:
-                counts.update(hub.write_config(out, name, part))
+                counts[sp] = hub.write_split(out, name, sp, part)
             del part
         return counts
 
