@@ -79,9 +79,10 @@ def test_batches_of_rows_frame_as_all_rows_at_once():
     from steptp.export import hub
     from steptp.export.release import _concat_batches
 
-    rows = [{"prompt": [{"role": "user", "content": "a"}], "meta": {"x": None, "y": 1, "t": {"n": 1}}, "split": "train"},
-            {"prompt": [{"role": "user", "content": "b"}], "meta": {"x": None, "y": 2, "t": {"n": 2}}, "split": "test"},
-            {"prompt": [{"role": "user", "content": "c"}], "meta": {"x": 1.5, "y": 3.5, "t": {"n": 3}}, "split": "train"}]
+    def row(c: str, x, y, n: int, split: str) -> dict:
+        return {"prompt": [{"role": "user", "content": c}], "meta": {"x": x, "y": y, "t": {"n": n}}, "split": split}
+
+    rows = [row("a", None, 1, 1, "train"), row("b", None, 2, 2, "test"), row("c", 1.5, 3.5, 3, "train")]
     whole = hub.frame(rows)
     assert whole.schema["meta"] == pl.Struct({"x": pl.Float64, "y": pl.Float64, "t": pl.Struct({"n": pl.Int64})})
     got = _concat_batches([hub.frame(rows[:2]), hub.frame(rows[2:])])
