@@ -18,8 +18,8 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import polars as pl
 
-from ..records import (SCHEMA_VERSION, AtomicTextFile, StepRecord, parent_links_of_table, step_key, step_keys,
-                       write_table, write_text_atomic)
+from ..records import (SCHEMA_VERSION, AtomicTextFile, StepRecord, parent_links_of_table, step_keys, write_table,
+                       write_text_atomic)
 from ..format import chat as chat_format
 from . import chat, coverage, hub, source
 
