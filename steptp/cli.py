@@ -740,7 +740,6 @@ def export(curated: Path = typer.Argument(..., help="a folder written by steptp 
     """Write a release folder: parquet tables, chat JSONL per split, plots and the dataset card.
     The manifest and Data Docs are added by `steptp validate --publish`."""
     from . import params as P
-    from .curate import read_curated
     from .export import export_release
 
     p = _load_params(params)
@@ -758,7 +757,7 @@ def export(curated: Path = typer.Argument(..., help="a folder written by steptp 
         _err("params decontaminate.folders lists benchmark folders: give the search stage's "
              "--decontamination report, or the card cannot say what was kept out")
         raise typer.Exit(2)
-    stats = export_release(read_curated(curated), out, name=p.name, version=p.version,
+    stats = export_release(curated, out, name=p.name, version=p.version,
                            params=p.source, fingerprint=P.fingerprint(p), decontamination=decon)
     console.print(f"{escape(str(out))}: {stats['counts']['steps']} examples "
                   f"{escape(json.dumps(stats['counts']['examples_per_split']))}")

@@ -157,13 +157,28 @@ class StepRecord(_Record):
 def step_key(step: StepRecord) -> str:
     """A row's identity, the released ``step_key`` column: 16 hex digits of a SHA-256 (a
     search's rows share trajectory_id and step_index = depth, so both are not enough)."""
+    return _key(step.trajectory_id, step.step_index, step.strategy, json.dumps(step.site, sort_keys=True),
+                json.dumps(step.params, sort_keys=True), step.before_leir, step.after_leir)
+
+
+def _key(*parts: Any) -> str:
     import hashlib
 
-    blob = "|".join(str(p) for p in (step.trajectory_id, step.step_index, step.strategy,
-                                     json.dumps(step.site, sort_keys=True),
-                                     json.dumps(step.params, sort_keys=True), step.before_leir,
-                                     step.after_leir))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:16]
+
+
+_KEY_COLUMNS = ("trajectory_id", "step_index", "strategy", "site", "params", "before_leir", "after_leir")
+
+
+def step_keys(steps: pl.DataFrame, batch: int = 4096) -> list[str]:
+    """``step_key`` of every row of a steps table (``site``, ``params``: its JSON strings),
+    without making records: a batch of rows at a time is Python strings."""
+    out: list[str] = []
+    for off in range(0, steps.height, batch):
+        for t, i, st, site, params, b, a in steps.slice(off, batch).select(_KEY_COLUMNS).iter_rows():
+            out.append(_key(t, i, st, json.dumps(json.loads(site), sort_keys=True),
+                            json.dumps(json.loads(params), sort_keys=True), b, a))
+    return out
 
 
 
@@ -192,6 +207,26 @@ def parent_links(steps: Sequence[StepRecord]) -> dict[int, int]:
         if p is not None and p != i:
             out[i] = p
     return out
+
+def parent_links_of_table(steps: pl.DataFrame) -> dict[int, int]:
+    """``parent_links`` of the rows of a steps table, by a join on the program texts instead of
+    records (the same rule: ``measured`` as an expression; the first parent row by index)."""
+    if steps.is_empty():
+        return {}
+    timed = [pl.col(c).is_not_null() & (pl.col(c).struct.field("median_s") > 0) for c in ("before", "after")]
+    rows = steps.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), "trajectory_id", "before_leir",
+                        "after_leir", "step_index",
+                        (pl.col("verified") & ~pl.col("outcome").is_in(sorted(FAILED_OUTCOMES))
+                         & timed[0] & timed[1]).fill_null(False).alias("measured"))
+    heads = (rows.filter(pl.col("measured"))
+             .group_by("trajectory_id", "after_leir", (pl.col("step_index") + 1).alias("depth"))
+             .agg(pl.col("i").min().alias("p")))
+    links = (rows.select("i", "trajectory_id", "before_leir", pl.col("step_index").alias("depth"))
+             .join(heads, left_on=["trajectory_id", "before_leir", "depth"],
+                   right_on=["trajectory_id", "after_leir", "depth"], how="inner")
+             .filter(pl.col("p") != pl.col("i")).sort("i"))
+    return dict(zip(links["i"].to_list(), links["p"].to_list()))
+
 
 class TrajectoryRecord(_Record):
     JSON_FIELDS: ClassVar[tuple[str, ...]] = ("strategies",)
@@ -309,6 +344,31 @@ def _umask_mode(path: str) -> None:
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write a text file atomically."""
     return _write_atomic(path, lambda tmp: Path(tmp).write_text(text))
+
+
+class AtomicTextFile:
+    """A text file written piece by piece and renamed over ``path`` on ``commit`` (what
+    ``write_text_atomic`` does for a text too large to hold whole); ``discard`` removes the
+    temp file. Same encoding as ``write_text_atomic``."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        self._f = os.fdopen(fd, "w")
+
+    def write(self, text: str) -> None:
+        self._f.write(text)
+
+    def commit(self) -> Path:
+        self._f.close()
+        _umask_mode(self._tmp)
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def discard(self) -> None:
+        self._f.close()
+        Path(self._tmp).unlink(missing_ok=True)
 
 
 def read_records(path: str | os.PathLike, kind: type[_Record]) -> list:

@@ -202,6 +202,30 @@ def test_card_loading_snippet_runs_with_datasets(release):
     assert len(ns["train"]) == stats["counts"]["examples_per_split"]["train"]
 
 
+@pytest.mark.slow
+def test_export_of_the_folder_in_batches_is_the_export_of_the_records(release, monkeypatch):
+    """Export reading the curated folder itself (every searched step a table, pairs made a few
+    at a time, their rows framed per batch) writes the very files of the export from
+    ``read_curated``'s records, byte for byte."""
+    from steptp.export import release as R
+
+    d, res, stats = release
+    assert stats["counts"]["pairs"] > 4
+    monkeypatch.setattr(R, "PAIR_BATCH", 2)
+    fp = {"cpu_model": "Test CPU", "machine": "x86_64", "num_threads": 2, "id": "abc"}
+    again = export_release(d / "cur", d / "from-folder", name="steptp-test", version="9",
+                           params={"seed": 0, "curate": {"max_spread": 0.25}}, fingerprint=fp)
+    assert again == stats
+    new, old = d / "from-folder", d / "stage"
+    files = sorted(p.relative_to(new).as_posix() for p in new.rglob("*") if p.is_file())
+    assert {"chat/pairs-train.jsonl", "configs/preference/train.parquet", "data/steps.parquet"} <= set(files)
+    for top in ("data", "chat", "configs", "plots"):
+        assert sorted(p.relative_to(old).as_posix() for p in (old / top).rglob("*") if p.is_file()) == \
+            [f for f in files if f.startswith(top + "/")]
+    for f in files:
+        assert (new / f).read_bytes() == (old / f).read_bytes(), f
+
+
 def test_export_does_not_import_curation():
     """One way: curation uses the chat format (token limits); export reads curated data only."""
     import subprocess

@@ -14,8 +14,10 @@
       plots/*.png            strategy histogram, speedup and token distributions
       data_docs/             Great Expectations Data Docs (written by ``steptp validate``)
 
-``export_release`` writes everything but the manifest and the Data Docs; ``publish`` (after the
-quality gates pass) writes the manifest and moves the folder to its final place atomically;
+``export_release`` writes everything but the manifest and the Data Docs, reading a curated
+folder (``source``: every searched step stays a table; only the steps written as text become
+records); ``publish`` (after the quality gates pass) writes the manifest and moves the folder
+to its final place atomically;
 ``publish_release`` never overwrites a published release (same records: a no-op; other
 records: refused unless forced) and points ``latest.json`` at it. ``diff`` compares a release
 with the previous one (``diff.json`` + a card section). Gating, publishing and versioning a

@@ -21,9 +21,20 @@ import polars as pl
 DIFF = "diff.json"
 
 
-def _read(folder: Path, name: str) -> pl.DataFrame | None:
+#: the columns a diff reads (a release's steps table is mostly programs and reasoning)
+STEP_COLUMNS = ("trajectory_id", "step_index", "kernel_id", "strategy", "outcome", "role", "split",
+                "cumulative_speedup", "before", "after")
+KERNEL_COLUMNS = ("kernel_id", "name", "split")
+TRAJECTORY_COLUMNS = ("kernel_id", "trajectory_id", "speedup")
+
+
+def _read(folder: Path, name: str, columns: tuple[str, ...]) -> pl.DataFrame | None:
+    """The table's ``columns`` that it has (every row: the first column when it has none)."""
     p = folder / "data" / name
-    return pl.read_parquet(p) if p.is_file() else None
+    if not p.is_file():
+        return None
+    have = list(pl.read_parquet_schema(p))
+    return pl.read_parquet(p, columns=[c for c in columns if c in have] or have[:1])
 
 
 def _counts(df: pl.DataFrame | None, col: str) -> dict[str, int]:
@@ -45,7 +56,8 @@ def best_speedups(folder: str | Path) -> dict[str, dict[str, float]]:
     """kernel_id -> {speedup, spread}: the best trajectory speedup of each kernel, with the
     relative spread of its baseline and best timings (from the steps on that trajectory)."""
     folder = Path(folder)
-    trajs, steps = _read(folder, "trajectories.parquet"), _read(folder, "steps.parquet")
+    trajs = _read(folder, "trajectories.parquet", TRAJECTORY_COLUMNS)
+    steps = _read(folder, "steps.parquet", STEP_COLUMNS)
     if trajs is None or trajs.is_empty():
         return {}
     spreads: dict[str, float] = {}
@@ -76,8 +88,8 @@ def release_diff(previous: str | Path, current: str | Path) -> dict[str, Any]:
                     return f"{d['name']}-{d['version']}"
         return f.name
 
-    ps, cs = _read(previous, "steps.parquet"), _read(current, "steps.parquet")
-    pk, ck = _read(previous, "kernels.parquet"), _read(current, "kernels.parquet")
+    ps, cs = _read(previous, "steps.parquet", STEP_COLUMNS), _read(current, "steps.parquet", STEP_COLUMNS)
+    pk, ck = _read(previous, "kernels.parquet", KERNEL_COLUMNS), _read(current, "kernels.parquet", KERNEL_COLUMNS)
     role = "role" if (cs is not None and "role" in cs.columns) else "outcome"
     pkid = set(pk["kernel_id"].to_list()) if pk is not None else set()
     ckid = set(ck["kernel_id"].to_list()) if ck is not None else set()
@@ -114,9 +126,9 @@ def release_diff(previous: str | Path, current: str | Path) -> dict[str, Any]:
     return {
         "previous": ident(previous), "current": ident(current),
         "counts": {"previous": {"kernels": len(pkid), "steps": count(ps),
-                                "trajectories": count(_read(previous, "trajectories.parquet"))},
+                                "trajectories": count(_read(previous, "trajectories.parquet", TRAJECTORY_COLUMNS))},
                    "current": {"kernels": len(ckid), "steps": count(cs),
-                               "trajectories": count(_read(current, "trajectories.parquet"))}},
+                               "trajectories": count(_read(current, "trajectories.parquet", TRAJECTORY_COLUMNS))}},
         "role_column": role,
         "steps_per_role": _compare(_counts(ps, role), _counts(cs, role)),
         "steps_per_strategy": _compare(_counts(ps, "strategy"), _counts(cs, "strategy")),

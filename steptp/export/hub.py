@@ -18,6 +18,7 @@ config's paths.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -52,9 +53,15 @@ def write_config(out: Path, name: str, df: pl.DataFrame) -> dict[str, int]:
     for sp in SPLITS:
         part = df.filter(pl.col("split") == sp)
         if part.height:
-            write_table(part, out / CONFIG_DIR / name / f"{sp}.parquet")
-            counts[sp] = part.height
+            counts[sp] = write_split(out, name, sp, part)
     return counts
+
+
+def write_split(out: Path, name: str, split: str, rows: pl.DataFrame) -> int:
+    """Write ``rows`` (all of ``split``, with the config's schema) as ``configs/<name>/<split>.parquet``
+    (``write_config`` a split at a time, for a config too large to hold whole); returns their number."""
+    write_table(rows, out / CONFIG_DIR / name / f"{split}.parquet")
+    return rows.height
 
 
 def frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
@@ -116,23 +123,32 @@ def fits(tokens: Iterable[int], limits: Sequence[int] = MAX_LENGTHS) -> dict[int
     return {lim: sum(1 for x in t if x <= lim) for lim in limits}
 
 
-def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str], pair_keys: set[str],
-                  parents: Mapping[int, int], splits: Mapping[str, str], hardware: str) -> list[dict[str, Any]]:
+def prompt_states(kernels: pl.DataFrame, all_steps: Sequence | pl.DataFrame, sft_keys: set[str],
+                  pair_keys: set[str], parents: Mapping[int, int], splits: Mapping[str, str], hardware: str,
+                  keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Every state of the release, once per (kernel, canonical program): the before-program of
     each SFT example, of each pair, and the unscheduled kernels of each split. Each row has the
     chat prompt and what a checker needs to judge a reply there (the kernel's original program,
-    the current program, the loosest exactness along the recorded path to it, the target)."""
-    from ..leir import format_program, parse
+    the current program, the loosest exactness along the recorded path to it, the target).
+    ``all_steps``: StepRecords or a steps table (read by column, no records made); ``keys``:
+    their step keys when already computed; ``parents``: ``parent_links`` of them."""
+    from ..leir import parse
+    from ..leir.batch import many_forms
     from ..leir.canon import canonical_hash
-    from ..records import step_key
+    from ..records import StepRecord, step_keys, table
     from ..exactness import worse
     from ..format import chat
     from ..format.tokens import n_tokens
 
+    steps = all_steps if isinstance(all_steps, pl.DataFrame) else table(all_steps, StepRecord)
+    keys = list(keys) if keys is not None else step_keys(steps)
+    kernel_of, depth_of = steps["kernel_id"].to_list(), steps["step_index"].to_list()
+    exactness, targets, before = steps["exactness"].to_list(), steps["target"].to_list(), steps["before_leir"]
     originals: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
     hashes: dict[str, str] = {}     # parsing dominates: siblings and pairs share their prompt
+    tokens = functools.lru_cache(maxsize=None)(n_tokens)   # the system turn of every row
 
     def add(kernel_id: str, program: str, source: str, target: str, exactness: str, depth: int,
             parent: str | None) -> None:
@@ -151,25 +167,32 @@ def prompt_states(kernels: pl.DataFrame, all_steps: Sequence, sft_keys: set[str]
                      "state_id": key[1][:16], "source": source, "original": originals[kernel_id],
                      "program": program, "exactness": exactness, "target": target, "hardware": hardware,
                      "depth": depth, "parent_step_key": parent,
-                     "prompt_tokens": sum(n_tokens(m["content"]) for m in msgs)})
+                     "prompt_tokens": sum(tokens(m["content"]) for m in msgs)})
 
     kdf = kernels.filter(pl.col("split").is_not_null())
     if "raise_ok" in kdf.columns:
         kdf = kdf.filter(pl.col("raise_ok"))
-    krows = list(kdf.sort("kernel_id").iter_rows(named=True))
-    for r in krows:
-        originals[r["kernel_id"]] = format_program(parse(r["leir"]))
-    index = {step_key(s): i for i, s in enumerate(all_steps)}
-    for source, keys in (("sft", sft_keys), ("pair", pair_keys)):
-        for k in sorted(keys, key=lambda k: (all_steps[index[k]].kernel_id, all_steps[index[k]].step_index, k)):
-            i = index[k]
-            s, exact, j, hops = all_steps[i], "exact", i, 0
-            while j in parents and hops <= len(all_steps):
-                j, hops = parents[j], hops + 1
-                exact = worse(exact, all_steps[j].exactness)
-            p = parents.get(i)
-            add(s.kernel_id, s.before_leir, source, s.target, exact, s.step_index,
-                step_key(all_steps[p]) if p is not None else None)
+    krows = list(kdf.select("kernel_id", "leir", *(["target"] if "target" in kdf.columns else []))
+                 .sort("kernel_id").iter_rows(named=True))
+    # parsing is most of the time: every program is parsed once, up front, in worker processes
+    for r, (text, h) in zip(krows, many_forms([r["leir"] for r in krows])):
+        originals[r["kernel_id"]] = text
+        # the printed text parses back to this program: its hash spares a parse of every step
+        # that starts from the unscheduled kernel
+        hashes.setdefault(text, h)
+    index = {k: i for i, k in enumerate(keys)}
+    states = [(source, index[k]) for source, chosen in (("sft", sft_keys), ("pair", pair_keys))
+              for k in sorted(chosen, key=lambda k: (kernel_of[index[k]], depth_of[index[k]], k))]
+    todo = list(dict.fromkeys(p for _, i in states if kernel_of[i] in originals
+                              and (p := before[i]) not in hashes))
+    hashes.update((t, h) for t, (_, h) in zip(todo, many_forms(todo)))
+    for source, i in states:
+        exact, j, hops = "exact", i, 0
+        while j in parents and hops <= len(keys):
+            j, hops = parents[j], hops + 1
+            exact = worse(exact, exactness[j])
+        p = parents.get(i)
+        add(kernel_of[i], before[i], source, targets[i], exact, depth_of[i], keys[p] if p is not None else None)
     # an unscheduled kernel a step starts from is already in, with that step's names
     for r in krows:
         add(r["kernel_id"], originals[r["kernel_id"]], "kernel", r.get("target") or "", "exact", 0, None)
@@ -252,4 +275,4 @@ def card_sections(stats: Mapping[str, Any]) -> list[str]:
 
 
 __all__ = ["CONFIGS", "CONFIG_DIR", "DEFAULT_CONFIG", "MAX_LENGTHS", "card_sections", "config_digest", "data_files", "fits",
-           "frame", "front_matter", "prompt_states", "write_config"]
+           "frame", "front_matter", "prompt_states", "write_config", "write_split"]

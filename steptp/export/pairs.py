@@ -19,6 +19,7 @@ which timing decided each and the speedups per timing source (the pair's ``timin
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Mapping
 
@@ -28,12 +29,15 @@ from ..records import StepRecord
 
 PAIRS_FORMAT = "steptp-pairs-1"
 
+# a state's prompt, and a chosen answer, recur in several pairs (and the system turn in all)
+_tokens = functools.lru_cache(maxsize=4096)(n_tokens)
+
 
 def pair_example(pair: Mapping[str, Any], chosen: StepRecord, rejected: StepRecord, hardware: str = "",
                  split: str = "", parent_step_key: str | None = None) -> dict[str, Any]:
     """``parent_step_key``: the step whose after-program is the shared before-program (None at
     the unscheduled kernel), so a pair joins the search tree by key."""
-    msgs = chat.messages(chosen, hardware)
+    msgs = chat.prompt_messages(chosen.before_leir, chat.hardware_text(chosen, hardware))
     c_turn, r_turn = chat.assistant_turn(chosen), chat.assistant_turn(rejected)
     meta = {"format": PAIRS_FORMAT, "pair_key": pair["pair_key"], "kernel_id": chosen.kernel_id,
             "split": split, "trajectory_id": chosen.trajectory_id, "step_index": chosen.step_index,
@@ -43,9 +47,9 @@ def pair_example(pair: Mapping[str, Any], chosen: StepRecord, rejected: StepReco
             "chosen_is_sft": bool(pair.get("chosen_is_sft")), "rejected_why": pair.get("rejected_why", ""),
             **dict(pair.get("timings") or {}),
             "parent_step_key": parent_step_key,
-            "tokens": {"prompt": sum(n_tokens(m["content"]) for m in msgs[:2]),
-                       "chosen": n_tokens(c_turn), "rejected": n_tokens(r_turn)}}
-    return {"prompt": msgs[:2],
+            "tokens": {"prompt": sum(_tokens(m["content"]) for m in msgs),
+                       "chosen": _tokens(c_turn), "rejected": _tokens(r_turn)}}
+    return {"prompt": msgs,
             "chosen": [{"role": "assistant", "content": c_turn}],
             "rejected": [{"role": "assistant", "content": r_turn}],
             "meta": meta}

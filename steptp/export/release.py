@@ -9,18 +9,19 @@ import os
 import platform
 import shutil
 import statistics
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import polars as pl
 
-from ..records import (SCHEMA_VERSION, KernelRecord, RejectRecord, StepRecord, TrajectoryRecord, parent_links,
-                       step_key, table, write_table, write_text_atomic)
+from ..records import (SCHEMA_VERSION, AtomicTextFile, StepRecord, parent_links_of_table, step_keys, write_table,
+                       write_text_atomic)
 from ..format import chat as chat_format
-from . import chat, coverage, hub
+from . import chat, coverage, hub, source
 
 SPLITS = ("train", "validation", "test")
 ROLES = ("improving", "preparatory", "neutral", "regressing", "failed")
@@ -75,7 +76,7 @@ def _plots(out: Path, strategy_before: Mapping[str, int], strategy_after: Mappin
 
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    names = sorted(set(strategy_before) | set(strategy_after), key=lambda n: -strategy_after.get(n, 0))
+    names = sorted(set(strategy_before) | set(strategy_after), key=lambda n: (-strategy_after.get(n, 0), n))
     fig, ax = plt.subplots(figsize=(7, 0.35 * max(4, len(names)) + 1))
     y = list(range(len(names)))
     ax.barh([i + 0.2 for i in y], [strategy_before.get(n, 0) for n in names], 0.4, label="before balancing",
@@ -128,134 +129,249 @@ def _geomean(vals: Sequence[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(x) for x in v)) if v else None
 
 
-def _role_timing(s: StepRecord) -> str | None:
-    """Which timing a step's role, ``log_speedup`` and ``best_descendant_speedup`` come from
+def _role_timing(steps: pl.DataFrame) -> pl.Series:
+    """Which timing each step's role, ``log_speedup`` and ``best_descendant_speedup`` come from
     (``steptp.search.roles``: the interleaved re-timing when the step has one); None when failed."""
-    if s.role == "failed" or s.log_speedup is None:
-        return None
-    return "paired" if s.paired_before is not None and s.paired_after is not None else "search"
+    return steps.select(
+        pl.when((pl.col("role") == "failed") | pl.col("log_speedup").is_null()).then(pl.lit(None, dtype=pl.Utf8))
+        .when(pl.col("paired_before").is_not_null() & pl.col("paired_after").is_not_null())
+        .then(pl.lit("paired")).otherwise(pl.lit("search")).alias("role_timing")).to_series()
+
+
+class _Searched(NamedTuple):
+    """What the card's counts read of a searched step (``coverage`` takes it for a record)."""
+    strategy: str
+    role: str
+
+
+class _Rejected(NamedTuple):
+    strategy: str
+    reason: str
+
+
+#: pairs written per batch: the steps of one batch become records, its rows one frame
+PAIR_BATCH = 512
+
+
+def _records(steps: pl.DataFrame, rows: Sequence[int]) -> dict[int, StepRecord]:
+    return {i: StepRecord.from_row(r) for i, r in zip(rows, steps[list(rows)].iter_rows(named=True))}
+
+
+def _unified_schema(schemas: Sequence[pl.Schema]) -> pl.Schema:
+    """The schema ``hub.frame`` of all the rows of row batches would infer, from the batches'
+    own: a field null throughout one batch takes the others' type (raises when the batches'
+    fields differ)."""
+    return pl.concat([pl.DataFrame(schema=s) for s in schemas], how="vertical_relaxed").schema
+
+
+def _concat_batches(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """One frame of row batches each framed by ``hub.frame``, typed as ``hub.frame`` of all the
+    rows at once would be."""
+    if len(frames) == 1:
+        return frames[0]
+    try:
+        schema = _unified_schema([f.schema for f in frames])
+    except (pl.exceptions.PolarsError, TypeError):     # batches whose fields differ: frame the rows
+        return hub.frame([r for f in frames for r in f.to_dicts()])
+    return pl.concat([f.cast(schema) for f in frames], rechunk=True)
+
+
+class _Spilled:
+    """Row batches kept on disk (Arrow IPC files in ``folder``) until they are written as one
+    ``datasets`` config: a release's pairs, as frames, are larger than the rest of export."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.files, self.schemas = folder, [], []
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        df = hub.frame(rows)
+        self.files.append(self.folder / f"{len(self.files):06d}.arrow")
+        self.schemas.append(df.schema)
+        df.write_ipc(self.files[-1])
+
+    def write_config(self, out: Path, name: str) -> dict[str, int]:
+        """``hub.write_config`` of the batches as one frame, a split at a time."""
+        if not self.files:
+            return {}
+        try:
+            schema = _unified_schema(self.schemas)
+        except (pl.exceptions.PolarsError, TypeError):
+            return hub.write_config(out, name, _concat_batches([pl.read_ipc(f) for f in self.files]))
+        counts: dict[str, int] = {}
+        for sp in hub.SPLITS:
+            part = pl.concat([pl.read_ipc(f).filter(pl.col("split") == sp).cast(schema)
+                              for f in self.files], rechunk=True)
+            if part.height:
+                counts[sp] = hub.write_split(out, name, sp, part)
+            del part
+        return counts
 
 
 # ---------------------------------------------------------------------------- export
-def export_release(curated: Mapping[str, Any], out: str | Path, *, name: str = "steptp",
+def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, name: str = "steptp",
                    version: str = "0.0.0", params: Mapping[str, Any] | None = None,
                    fingerprint: Mapping[str, Any] | None = None,
                    decontamination: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write the release folder ``out`` (created or replaced) from a curated dataset (the dict
-    ``steptp.curate.read_curated`` returns). Returns the statistics the card shows.
+    """Write the release folder ``out`` (created or replaced) from a curated dataset: its folder
+    (read by ``steptp.export.source``: every searched step stays a table), or the dict
+    ``steptp.curate.read_curated`` returns. Returns the statistics the card shows.
     ``decontamination``: the search stage's report of the benchmark kernels kept out of the
-    pool (``steptp.zoo.decontaminate.Index.report``); None: no folder was listed."""
+    pool (``steptp.zoo.decontaminate.Index.report``); None: no folder was listed.
+
+    The steps table is read whole once, after the columns that need no texts were taken from
+    it, and dropped once the pairs' sides were made records from it: at 100,000 steps it, and
+    the copy polars makes to write it, are most of export's memory."""
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     (out / "data").mkdir(parents=True)
-    kernels: list[KernelRecord] = list(curated["kernels"])
-    steps: list[StepRecord] = list(curated["steps"])
-    trajs: list[TrajectoryRecord] = list(curated["trajectories"])
-    rejects: list[RejectRecord] = list(curated["rejects"])
-    splits: dict[str, str] = dict(curated["splits"])
-    report: dict[str, Any] = dict(curated.get("report") or {})
-    target = steps[0].target if steps else (kernels[0].target if kernels else "")
-    hw = hardware_description(fingerprint, target, recorded_hardware(steps))
+    src = source.load(curated)
+    splits, report = src.splits, src.report
+    kernels_df = _with_split(src.kernels, splits)
+    trajs_df = _with_split(src.trajectories, splits)
+    rejects_df = src.rejects
 
-    all_steps: list[StepRecord] = list(curated.get("all_steps") or steps)
-    pairs: list[dict[str, Any]] = list(curated.get("pairs") or [])
-    sft_keys = {step_key(s) for s in steps}
-    keys = [step_key(s) for s in all_steps]
-    parents = parent_links(all_steps)
+    # every searched step without its reasoning: keys, tree links, what the card counts and
+    # the prompt states read
+    light = src.steps([c for c in source.STEP_COLUMNS if c not in source.REASONING])
+    keys = step_keys(light)
+    sft_keys = src.sft_keys()
+    parents = parent_links_of_table(light)
     parent_key = {keys[i]: keys[p] for i, p in parents.items()}
+    searched = [_Searched(*r) for r in light.select("strategy", "role").iter_rows()]
+    step_split = [splits.get(k, "train") for k in light["kernel_id"].to_list()]
+    remeasured_steps = light["paired_before"].is_not_null().sum()
+    role_timing = _role_timing(light)
+    states = light.select("kernel_id", "step_index", "exactness", "target", "before_leir")
+    del light
 
+    full = src.steps()
     tables = {
-        "kernels": _with_split(table(kernels, KernelRecord), splits),
-        "steps": _with_split(table(all_steps, StepRecord), splits).with_columns(
+        "kernels": kernels_df,
+        "steps": _with_split(full, splits).with_columns(
             pl.Series("step_key", keys, dtype=pl.Utf8),
             pl.Series("parent_step_key", [parent_key.get(k) for k in keys], dtype=pl.Utf8),
             pl.Series("sft", [k in sft_keys for k in keys], dtype=pl.Boolean),
-            pl.Series("role_timing", [_role_timing(s) for s in all_steps], dtype=pl.Utf8)),
-        "trajectories": _with_split(table(trajs, TrajectoryRecord), splits),
+            role_timing),
+        "trajectories": trajs_df,
     }
     for tname, df in tables.items():
         write_table(df, out / f"data/{tname}.parquet")
-    write_table(table(rejects, RejectRecord), out / "data/rejects.parquet")
+    write_table(rejects_df, out / "data/rejects.parquet")
+    table_configs = {tname: hub.write_config(out, tname, df) for tname, df in tables.items()}
+    del tables
 
-    by_split: dict[str, list[str]] = {s: [] for s in SPLITS}
-    tokens: list[int] = []
-    sft_rows: list[dict[str, Any]] = []
-    for s in chat.interleaved(steps):
-        sp = splits.get(s.kernel_id, "train")
-        ex = chat_format.example(s, hw, sp)
-        tokens.append(ex["meta"]["tokens"]["total"])
-        by_split.setdefault(sp, []).append(chat.to_line(ex))
-        sft_rows.append({**ex, "split": sp})
-    for sp, lines in by_split.items():
-        write_text_atomic(out / "chat" / f"{sp}.jsonl", "".join(l + "\n" for l in lines))
+    steps = src.sft_steps()
+    target = steps[0].target if steps else (kernels_df["target"][0] if kernels_df.height else "")
+    hw = hardware_description(fingerprint, target, recorded_hardware(steps))
+    files: dict[str, AtomicTextFile] = {}
+    try:
+        def line(fname: str, text: str) -> None:
+            if fname not in files:
+                files[fname] = AtomicTextFile(out / "chat" / fname)
+            files[fname].write(text + "\n")
 
-    from .pairs import pair_example
+        for sp in SPLITS:
+            files[f"{sp}.jsonl"] = AtomicTextFile(out / "chat" / f"{sp}.jsonl")
+        examples_per_split: dict[str, int] = {s: 0 for s in SPLITS}
+        tokens: list[int] = []
+        sft_rows: list[dict[str, Any]] = []
+        for s in chat.interleaved(steps):
+            sp = splits.get(s.kernel_id, "train")
+            ex = chat_format.example(s, hw, sp)
+            tokens.append(ex["meta"]["tokens"]["total"])
+            line(f"{sp}.jsonl", chat.to_line(ex))
+            examples_per_split[sp] = examples_per_split.get(sp, 0) + 1
+            sft_rows.append({**ex, "split": sp})
+        sft_config = hub.write_config(out, "sft", hub.frame(sft_rows)) if sft_rows else {}
+        del sft_rows
 
-    by_key = {step_key(s): s for s in all_steps}
-    pair_lines: dict[str, list[str]] = {s: [] for s in SPLITS}
-    pair_rows: list[dict[str, Any]] = []
-    for pr in pairs:
-        c, r = by_key.get(pr["chosen"]), by_key.get(pr["rejected"])
-        if c is None or r is None:
-            continue
-        sp = splits.get(c.kernel_id, "train")
-        ex = pair_example(pr, c, r, hw, sp, parent_key.get(pr["chosen"]))
-        pair_lines.setdefault(sp, []).append(chat.to_line(ex))
-        pair_rows.append({**ex, "split": sp})
+        from .pairs import pair_example
 
-    prompt_rows = hub.prompt_states(tables["kernels"], all_steps, sft_keys,
-                                    {pr["chosen"] for pr in pairs if pr["chosen"] in by_key}, parents, splits, hw)
-    config_counts = {
-        "sft": hub.write_config(out, "sft", hub.frame(sft_rows)) if sft_rows else {},
-        "preference": hub.write_config(out, "preference", hub.frame(pair_rows)) if pair_rows else {},
-        "prompts": hub.write_config(out, "prompts", hub.frame(prompt_rows)) if prompt_rows else {},
-        **{tname: hub.write_config(out, tname, df) for tname, df in tables.items()},
-    }
-    pair_tokens = [ex["meta"]["tokens"]["prompt"] + max(ex["meta"]["tokens"]["chosen"], ex["meta"]["tokens"]["rejected"])
-                   for ex in pair_rows]
+        pairs = src.pairs()
+        index = {k: i for i, k in enumerate(keys)}
+        pair_keys = {pr["chosen"] for pr in pairs if pr["chosen"] in index}
+        pairs = [pr for pr in pairs if pr["chosen"] in index and pr["rejected"] in index]
+        for sp in SPLITS:
+            files[f"pairs-{sp}.jsonl"] = AtomicTextFile(out / "chat" / f"pairs-{sp}.jsonl")
+        pairs_per_split: dict[str, int] = {s: 0 for s in SPLITS}
+        pair_tokens: list[int] = []
+        with tempfile.TemporaryDirectory(prefix=".pairs-", dir=out) as tmp:
+            spilled = _Spilled(Path(tmp))
+            for b in range(0, len(pairs), PAIR_BATCH):
+                batch = pairs[b:b + PAIR_BATCH]
+                recs = _records(full, sorted({index[pr[side]] for pr in batch for side in ("chosen", "rejected")}))
+                rows = []
+                for pr in batch:
+                    c, r = recs[index[pr["chosen"]]], recs[index[pr["rejected"]]]
+                    sp = splits.get(c.kernel_id, "train")
+                    ex = pair_example(pr, c, r, hw, sp, parent_key.get(pr["chosen"]))
+                    line(f"pairs-{sp}.jsonl", chat.to_line(ex))
+                    pairs_per_split[sp] = pairs_per_split.get(sp, 0) + 1
+                    t = ex["meta"]["tokens"]
+                    pair_tokens.append(t["prompt"] + max(t["chosen"], t["rejected"]))
+                    rows.append({**ex, "split": sp})
+                spilled.add(rows)
+                del recs, rows
+            del full, pairs
+            for f in files.values():
+                f.commit()
+            # the prompt states first: mostly parsing, while the allocator hands the steps
+            # table's memory back; the preference frames come after
+            prompt_rows = hub.prompt_states(kernels_df, states, sft_keys, pair_keys, parents, splits, hw,
+                                            keys=keys)
+            prompt_tokens = [r["prompt_tokens"] for r in prompt_rows]
+            prompts_config = hub.write_config(out, "prompts", hub.frame(prompt_rows)) if prompt_rows else {}
+            del prompt_rows, states
+            pref_config = spilled.write_config(out, "preference")
+    except BaseException:
+        for f in files.values():
+            f.discard()
+        raise
+
+    config_counts = {"sft": sft_config, "preference": pref_config, "prompts": prompts_config, **table_configs}
     length_fit = {name: {"n": len(v), "fit": {str(k): n for k, n in hub.fits(v).items()}}
-                  for name, v in (("sft", tokens), ("preference", pair_tokens),
-                                  ("prompts", [r["prompt_tokens"] for r in prompt_rows]))}
-    for sp, lines in pair_lines.items():
-        write_text_atomic(out / "chat" / f"pairs-{sp}.jsonl", "".join(l + "\n" for l in lines))
+                  for name, v in (("sft", tokens), ("preference", pair_tokens), ("prompts", prompt_tokens))}
 
     def _roles(rows) -> dict[str, int]:
         c = Counter(s.role or "unassigned" for s in rows)
         return {r: c[r] for r in ROLES + ("unassigned",) if c.get(r)}
 
     role_stats = {
-        "all_steps": _roles(all_steps), "sft": _roles(steps),
+        "all_steps": _roles(searched), "sft": _roles(steps),
         "sft_per_split": {sp: _roles([s for s in steps if splits.get(s.kernel_id, "train") == sp]) for sp in SPLITS},
-        "all_per_split": {sp: _roles([s for s in all_steps if splits.get(s.kernel_id, "train") == sp])
-                          for sp in SPLITS},
-        "per_strategy": {k: _roles([s for s in all_steps if s.strategy == k])
-                         for k in sorted({s.strategy for s in all_steps})},
+        "all_per_split": {sp: _roles([s for s, ssp in zip(searched, step_split) if ssp == sp]) for sp in SPLITS},
+        "per_strategy": {k: _roles([s for s in searched if s.strategy == k])
+                         for k in sorted({s.strategy for s in searched})},
     }
     before = report.get("strategy_counts_before_balance") or dict(Counter(s.strategy for s in steps))
     after = dict(Counter(s.strategy for s in steps))
     speedups = [s.step_speedup for s in steps if s.step_speedup is not None]
-    traj_speedups = [t.speedup for t in trajs]
+    traj_speedups = trajs_df["speedup"].to_list()
+    remeasured = [x for x in trajs_df["remeasured_speedup"].to_list() if x is not None]
+    kernel_ids = kernels_df["kernel_id"].to_list()
+    rejects = [_Rejected(*r) for r in rejects_df.select("strategy", "reason").iter_rows()]
     plots = _plots(out / "plots", before, after, speedups, traj_speedups, tokens)
-    n_pairs = sum(len(v) for v in pair_lines.values())
+    n_pairs = sum(pairs_per_split.values())
     stats = {
         "name": name, "version": version, "hardware": hw,
-        "counts": {"kernels": len(kernels), "steps": len(steps), "trajectories": len(trajs),
-                   "rejects": len(rejects), "workloads": len({o.workload for k in kernels for o in k.occurrences}),
-                   "examples_per_split": {sp: len(v) for sp, v in by_split.items()},
-                   "searched_steps": len(all_steps),
-                   "pairs": sum(len(v) for v in pair_lines.values()),
-                   "pairs_per_split": {sp: len(v) for sp, v in pair_lines.items()},
-                   "kernels_per_split": {sp: sum(1 for k in kernels if splits.get(k.kernel_id) == sp)
+        "counts": {"kernels": len(kernel_ids), "steps": len(steps), "trajectories": trajs_df.height,
+                   "rejects": len(rejects),
+                   "workloads": len({o["workload"] for occ in kernels_df["occurrences"].to_list()
+                                     for o in json.loads(occ)}),
+                   "examples_per_split": examples_per_split,
+                   "searched_steps": len(searched),
+                   "pairs": n_pairs,
+                   "pairs_per_split": pairs_per_split,
+                   "kernels_per_split": {sp: sum(1 for k in kernel_ids if splits.get(k) == sp)
                                          for sp in SPLITS}},
         "strategies": dict(sorted(after.items(), key=lambda kv: (-kv[1], kv[0]))),
         "roles": role_stats,
         "significance": {k: (report.get("config") or {}).get(k) for k in ("min_gain", "spread_factor", "max_spread")},
-        "remeasured": {"steps": sum(1 for s in all_steps if s.paired_before is not None),
-                       "trajectories": sum(1 for t in trajs if t.remeasured_speedup is not None),
-                       "trajectory_speedup": _q([t.remeasured_speedup for t in trajs
-                                                 if t.remeasured_speedup is not None])},
-        "coverage": coverage.strategy_coverage(steps, all_steps, rejects, coverage.catalog(target)),
+        "remeasured": {"steps": remeasured_steps,
+                       "trajectories": len(remeasured),
+                       "trajectory_speedup": _q(remeasured)},
+        "coverage": coverage.strategy_coverage(steps, searched, rejects, coverage.catalog(target)),
         "diversity": report.get("diversity"),
         "yield": coverage.yields(report.get("search_stage"), sft=len(steps), pairs=n_pairs),
         "strategies_before_balance": before,

@@ -378,13 +378,12 @@ def export_flow(s: P.Settings, curated_path: str, staging: str,
     counts)."""
     import json
 
-    from steptp.curate import read_curated
     from steptp.export import export_release
 
     decon = json.loads(Path(decontamination_path).read_text()) if decontamination_path else None
     # not cached: it writes files (cheap); its inputs are cached upstream
     # the card records the params as written
-    return export_release(read_curated(curated_path), staging, name=s.name,
+    return export_release(curated_path, staging, name=s.name,
                           version=version or s.version, params=s.source, fingerprint=fingerprint,
                           decontamination=decon)
 

@@ -11,7 +11,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import polars as pl
 
@@ -77,9 +77,7 @@ def derived_tables(release: str | Path, params: Settings | Mapping[str, Any] | N
     release = Path(release)
     params = settings(params)
     kernels = pl.read_parquet(release / "data/kernels.parquet")
-    all_steps = _roles_table(pl.read_parquet(release / "data/steps.parquet"), params.significance)
-    # the steps suite checks the SFT examples; the roles suite every searched step
-    steps = all_steps.filter(pl.col("sft")) if "sft" in all_steps.columns else all_steps
+    all_steps, steps = _steps_tables(release / "data/steps.parquet", params.significance)
 
     # kernels: workload -> splits of its kernels
     wl_splits: dict[str, set] = defaultdict(set)
@@ -125,7 +123,7 @@ def derived_tables(release: str | Path, params: Settings | Mapping[str, Any] | N
     for f in sorted((release / "chat").glob("*.jsonl")):
         if f.name.startswith("pairs-"):
             continue
-        for line in f.read_text().splitlines():
+        for line in _lines(f):
             if not line.strip():
                 continue
             problems = check_line(line)
@@ -190,10 +188,41 @@ def _share_excess(steps: pl.DataFrame, kernels: pl.DataFrame, diversity: Mapping
     return out
 
 
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of a text file as ``read_text().splitlines()`` gives them, read a line at a
+    time (a release's pair files are larger than its memory should be)."""
+    with open(path) as f:
+        for raw in f:
+            yield from raw.splitlines()
+
+
+#: columns of the steps table read only for the SFT rows (the steps suite checks their reasoning)
+_SFT_ONLY = ("cot", "cot_text")
+
+
+def _steps_tables(path: Path, rule: SignificanceRule) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(every searched step with the roles columns (``_roles_table``), the SFT steps with every
+    column and the roles columns). The reasoning columns, most of the table's size, are read for
+    the SFT rows alone."""
+    names = list(pl.read_parquet_schema(path))
+    if "sft" not in names:
+        all_steps = _roles_table(pl.read_parquet(path), rule)
+        return all_steps, all_steps
+    all_steps = _roles_table(pl.read_parquet(path, columns=[c for c in names if c not in _SFT_ONLY]), rule)
+    sft = pl.scan_parquet(path).filter(pl.col("sft")).collect()
+    derived = all_steps.filter(pl.col("sft")).select(c for c in all_steps.columns if c not in names)
+    return all_steps, sft.with_columns(derived)
+
+
+#: searched steps made records at once (whole trajectories: a role depends on its search tree only)
+ROLES_BATCH = 4096
+
+
 def _roles_table(df: pl.DataFrame, rule: SignificanceRule) -> pl.DataFrame:
     """Every step with ``role_recomputed`` (the roles of the recorded timings, by ``rule``),
     ``role_consistent`` and ``spread_max`` (the larger spread of the timings the role was
-    decided on; None for a role no timing decided)."""
+    decided on; None for a role no timing decided). The rows become records a batch of whole
+    trajectories at a time (a trajectory's rows are one search tree; their order is kept)."""
     from ..search.roles import Tree, assign_roles
     from ..records import StepRecord
 
@@ -201,35 +230,49 @@ def _roles_table(df: pl.DataFrame, rule: SignificanceRule) -> pl.DataFrame:
         return df.with_columns(pl.lit(None, dtype=pl.Utf8).alias("role_recomputed"),
                                pl.lit(True).alias("role_consistent"),
                                pl.lit(None, dtype=pl.Float64).alias("spread_max"))
-    fields = set(StepRecord.model_fields)
-    recs = [StepRecord.from_row({k: v for k, v in r.items() if k in fields})
-            for r in df.iter_rows(named=True)]
-    again = assign_roles(recs, rule)
-    tree = Tree(recs)
-    sp: list[float | None] = []
-    for i, (s, r) in enumerate(zip(recs, again)):
-        if r.role not in ("improving", "preparatory"):
-            sp.append(None)
-            continue
-        b = s.paired_before or s.before
-        other = (s.paired_after or s.after) if r.role == "improving" else (
-            s.paired_best or recs[tree.best_descendant(i)].after)
-        sp.append(max(b.spread, other.spread))
+    fields = [c for c in df.columns if c in StepRecord.model_fields]
+    trees: dict[str, list[int]] = {}
+    for i, t in enumerate(df["trajectory_id"].to_list()):
+        trees.setdefault(t, []).append(i)
+    batches: list[list[int]] = [[]]
+    for rows in trees.values():
+        if batches[-1] and len(batches[-1]) + len(rows) > ROLES_BATCH:
+            batches.append([])
+        batches[-1].extend(rows)
+    n = df.height
+    role: list[str | None] = [None] * n
+    consistent: list[bool | None] = [None] * n
+    sp: list[float | None] = [None] * n
+    for rows in batches:
+        recs = [StepRecord.from_row(r) for r in df[rows].select(fields).iter_rows(named=True)]
+        again = assign_roles(recs, rule)
+        tree = Tree(recs)
+        for k, (i, s, r) in enumerate(zip(rows, recs, again)):
+            role[i], consistent[i] = r.role, r.role == s.role
+            if r.role not in ("improving", "preparatory"):
+                continue
+            b = s.paired_before or s.before
+            other = (s.paired_after or s.after) if r.role == "improving" else (
+                s.paired_best or recs[tree.best_descendant(k)].after)
+            sp[i] = max(b.spread, other.spread)
     return df.with_columns(
-        pl.Series("role_recomputed", [r.role for r in again], dtype=pl.Utf8),
-        pl.Series("role_consistent", [r.role == s.role for r, s in zip(again, recs)], dtype=pl.Boolean),
+        pl.Series("role_recomputed", role, dtype=pl.Utf8),
+        pl.Series("role_consistent", consistent, dtype=pl.Boolean),
         pl.Series("spread_max", sp, dtype=pl.Float64))
 
 
 def _pairs_table(release: Path, all_steps: pl.DataFrame, split_of: Mapping[str, str]) -> pl.DataFrame:
     from ..export.pairs import check_pair_line
 
-    before = (dict(zip(all_steps["step_key"].to_list(), all_steps["before_leir"].to_list()))
-              if "step_key" in all_steps.columns else {})
+    # a pair's steps by key (the last row of a key, as a dict of them would have it); their
+    # programs are read from the column when a pair names them
+    index = ({k: i for i, k in enumerate(all_steps["step_key"].to_list())}
+             if "step_key" in all_steps.columns else {})
+    programs = all_steps["before_leir"] if index else None
     rows = []
     for f in sorted((release / "chat").glob("pairs-*.jsonl")):
         sp = f.stem[len("pairs-"):]
-        for line in f.read_text().splitlines():
+        for line in _lines(f):
             if not line.strip():
                 continue
             problems = check_pair_line(line)
@@ -240,10 +283,13 @@ def _pairs_table(release: Path, all_steps: pl.DataFrame, split_of: Mapping[str, 
             except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                 d, meta, user = {}, {}, ""
             c, r = meta.get("chosen_step_key"), meta.get("rejected_step_key")
+            joins = c in index and r in index
+            same = False
+            if joins:
+                before_c = programs[index[c]]
+                same = before_c == programs[index[r]] and before_c.rstrip("\n") in user
             rows.append({"file_split": sp, "pair_key": meta.get("pair_key"), "format_problems": "; ".join(problems),
-                         "joins_steps": c in before and r in before,
-                         "same_prompt": c in before and r in before and before[c] == before[r]
-                         and before[c].rstrip("\n") in user,
+                         "joins_steps": joins, "same_prompt": same,
                          "chosen_ne_rejected": c is not None and c != r,
                          "split_matches_file": split_of.get(meta.get("kernel_id")) == sp})
     return pl.DataFrame(rows, schema={"file_split": pl.Utf8, "pair_key": pl.Utf8, "format_problems": pl.Utf8,
@@ -300,6 +346,30 @@ class ValidationReport:
         return {"success": self.success, "docs": self.docs, "suites": self.suites}
 
 
+#: expectations on a table as a whole that read no column (any other table-level one, e.g. on
+#: the column names, gets every column)
+_ROW_COUNT = ("expect_table_row_count_to_be_between", "expect_table_row_count_to_equal")
+_COLUMN_KWARGS = ("column", "column_A", "column_B")
+
+
+def _checked_columns(spec: Mapping[str, Any], df: pl.DataFrame) -> list[str]:
+    """The columns of ``df`` a suite reads: only those go to pandas (the steps table's programs and
+    reasoning as Python objects would take gigabytes). Every column when an expectation could
+    read others (a table-level one, a ``row_condition``, one naming no column)."""
+    cols: set[str] = set()
+    for e in spec["expectations"]:
+        kw = e.get("kwargs") or {}
+        if e["type"] in _ROW_COUNT and not kw.get("row_condition"):
+            continue
+        named = [kw[k] for k in _COLUMN_KWARGS if isinstance(kw.get(k), str)]
+        if isinstance(kw.get("column_list"), list):
+            named += [c for c in kw["column_list"] if isinstance(c, str)]
+        if not named or kw.get("row_condition") or e["type"].startswith("expect_table_"):
+            return df.columns
+        cols.update(named)
+    return [c for c in df.columns if c in cols]
+
+
 def _to_pandas(df: pl.DataFrame):
     """Pandas for GX; nested columns (structs/lists) are not checked and become JSON text."""
     nested = [c for c, t in df.schema.items() if isinstance(t, (pl.Struct, pl.List))]
@@ -354,7 +424,9 @@ def validate_release(release: str | Path, params: Settings | Mapping[str, Any] |
         # no Data Docs action per checkpoint: each one rebuilt the site's index (the pages are
         # built once, below, from every suite's stored result)
         cp = ctx.checkpoints.add(gx.Checkpoint(name=f"{name}_gate", validation_definitions=[vd]))
-        cres = cp.run(batch_parameters={"dataframe": _to_pandas(tables[specs[name]["table"]])})
+        df = tables[specs[name]["table"]]
+        cres = cp.run(batch_parameters={"dataframe": _to_pandas(df.select(_checked_columns(specs[name], df)))})
+        del df
         res = next(iter(cres.run_results.values()))
         fails = []
         for r in res.results:
