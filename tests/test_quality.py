@@ -117,3 +117,27 @@ def test_a_family_above_its_share_fails_the_gate(staged):
     (bad / "stats.json").write_text(json.dumps(stats))
     steps = derived_tables(bad, {})["steps"]
     assert steps["family_share_excess"].max() == 0 and steps["kernel_share_excess"].max() == 0
+
+
+def test_the_leak_gate_groups_kernels_as_curation_does():
+    """The gate's groups are curation's, bounded in size: a kernel shared by every architecture
+    joins the first few (up to the bound) and the others stay groups of their own, each whole
+    in one split."""
+    from steptp.curate.core import MIN_GROUP_BOUND, group_bound
+    from steptp.params import Curate
+    from steptp.quality.core import _workload_group_of
+    from steptp.records import KernelRecord, Occurrence, table
+
+    def kernel(kid, wls):
+        return KernelRecord(kernel_id=kid, name=kid, leir="", leir_hash=kid, tir_hash="", signature=[],
+                            occurrences=[Occurrence(workload=w, suite="archs") for w in wls], weight=1,
+                            flops=1, bytes_moved=1, tvmscript="", target="cpu", raise_ok=True)
+
+    ks = [kernel(f"k{i:02d}", [f"arch{i // 3}"]) for i in range(30)] + [kernel("hub", [f"arch{i}" for i in range(10)])]
+    cfg = Curate()
+    assert group_bound(cfg.splits, len(ks)) == MIN_GROUP_BOUND == 12
+    g = _workload_group_of(table(ks), cfg)
+    assert set(g) == {k.kernel_id for k in ks}
+    assert g["hub"] == g["k00"] == g["k03"] == g["k06"]            # 1 + 3 x 3 = 10 <= 12
+    assert g["k09"] != g["hub"] and g["k09"] == g["k10"] == g["k11"]  # 13 > 12: arch3 apart
+    assert len(set(g.values())) == 1 + 7                           # arch3 ... arch9

@@ -185,6 +185,15 @@ def workload_groups(kernels: Sequence[KernelRecord], max_size: int | None = None
 #: the bound curation puts on a workload group's kernels is never below this
 MIN_GROUP_BOUND = 12
 
+def group_bound(fractions: Mapping[str, float], n_kernels: int) -> int:
+    """The most kernels a workload group holds (``workload_groups``' ``max_size``): the smallest
+    split's share of the kernels (a component of shared workloads can hold most of a large
+    pool), never below ``MIN_GROUP_BOUND`` (a small release keeps each architecture whole)."""
+    total = sum(f for f in fractions.values() if f > 0) or 1.0
+    smallest = min((f for f in fractions.values() if f > 0), default=total) / total
+    return max(MIN_GROUP_BOUND, int(smallest * n_kernels))
+
+
 ARCH_SUITES = frozenset({"arch", "archs"})
 
 
@@ -591,11 +600,7 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     all_steps = ordered
     sft_steps = [s for s in all_steps if step_key(s) in sft]
 
-    # no group larger than the smallest split's share of the kernels (a component of shared
-    # workloads can hold most of a large pool: see workload_groups), nor split below
-    # MIN_GROUP_BOUND kernels (a small release keeps each architecture whole)
-    smallest = min((f for f in cfg.splits.values() if f > 0), default=1.0) / (sum(cfg.splits.values()) or 1.0)
-    groups = workload_groups(kernels, max_size=max(MIN_GROUP_BOUND, int(smallest * len(kernels))))
+    groups = workload_groups(kernels, max_size=group_bound(cfg.splits, len(kernels)))
     weights = Counter(s.kernel_id for s in sft_steps)
     kinds = _group_kinds(kernels)
     splits = assign_splits(groups, weights, cfg.splits, cfg.seed, kinds=kinds, pinned=pinned) if groups else {}

@@ -79,17 +79,14 @@ def derived_tables(release: str | Path, params: Settings | Mapping[str, Any] | N
     kernels = pl.read_parquet(release / "data/kernels.parquet")
     all_steps, steps = _steps_tables(release / "data/steps.parquet", params.significance)
 
-    # kernels: workload -> splits of its kernels
-    wl_splits: dict[str, set] = defaultdict(set)
-    k_workloads: dict[str, list[str]] = {}
-    for r in kernels.select("kernel_id", "occurrences", "split").iter_rows(named=True):
-        wls = sorted({o["workload"] for o in json.loads(r["occurrences"])})
-        k_workloads[r["kernel_id"]] = wls
-        for w in wls:
-            wl_splits[w].add(r["split"])
-    kernels = kernels.with_columns(pl.Series("workload_n_splits", [
-        max((len(wl_splits[w]) for w in k_workloads[k]), default=1) for k in kernels["kernel_id"]],
-        dtype=pl.Int64))
+    # kernels: the workload group (curation's, recomputed with its bound) -> splits of its
+    # kernels; a group is whole in one split
+    group_of = _workload_group_of(kernels, params.curate)
+    grp_splits: dict[int, set] = defaultdict(set)
+    for k, sp in kernels.select("kernel_id", "split").iter_rows():
+        grp_splits[group_of[k]].add(sp)
+    kernels = kernels.with_columns(pl.Series("group_n_splits", [
+        len(grp_splits[group_of[k]]) for k in kernels["kernel_id"]], dtype=pl.Int64))
 
     # steps
     report_path = release / "stats.json"
@@ -143,18 +140,18 @@ def derived_tables(release: str | Path, params: Settings | Mapping[str, Any] | N
     for r in rows:
         k = r["kernel_id"]
         r["kernel_n_splits"] = len(ex_splits[k])
-        r["workload_n_splits"] = max((len(wl_splits[w] | ex_splits[k]) for w in k_workloads.get(k, [])),
-                                     default=len(ex_splits[k]))
+        r["group_n_splits"] = len(grp_splits[group_of[k]] | ex_splits[k]) if k in group_of \
+            else len(ex_splits[k])
         r["split_matches_file"] = split_of.get(k) == r["file_split"]
         r["in_steps_table"] = r["step_key"] in step_keys
     chat = pl.DataFrame(rows, schema={"file_split": pl.Utf8, "kernel_id": pl.Utf8, "step_key": pl.Utf8,
                                       "trajectory_id": pl.Utf8,
                                       "step_index": pl.Int64, "tokens": pl.Int64, "format_problems": pl.Utf8,
-                                      "kernel_n_splits": pl.Int64, "workload_n_splits": pl.Int64,
+                                      "kernel_n_splits": pl.Int64, "group_n_splits": pl.Int64,
                                       "split_matches_file": pl.Boolean, "in_steps_table": pl.Boolean})
     pairs = _pairs_table(release, all_steps, split_of)
     return {"kernels": kernels, "steps": steps, "chat": chat, "roles": all_steps, "pairs": pairs,
-            "splits": _splits_table(release, kernels, rows)}
+            "splits": _splits_table(group_of, rows)}
 
 
 def _share_excess(steps: pl.DataFrame, kernels: pl.DataFrame, diversity: Mapping[str, Any]
@@ -297,17 +294,23 @@ def _pairs_table(release: Path, all_steps: pl.DataFrame, split_of: Mapping[str, 
                                       "chosen_ne_rejected": pl.Boolean, "split_matches_file": pl.Boolean})
 
 
-def _splits_table(release: Path, kernels: pl.DataFrame, chat_rows: list[dict[str, Any]]) -> pl.DataFrame:
+def _workload_group_of(kernels: pl.DataFrame, cfg: Curate) -> dict[str, int]:
+    """kernel_id -> index of its workload group, as curation groups them (``group_bound``)."""
+    from ..curate.core import group_bound, workload_groups
+    from ..records import KernelRecord, Occurrence
+
+    ks = [KernelRecord.model_construct(kernel_id=k, occurrences=[Occurrence(**o) for o in json.loads(occ)])
+          for k, occ in kernels.select("kernel_id", "occurrences").iter_rows()]
+    groups = workload_groups(ks, max_size=group_bound(cfg.splits, len(ks)))
+    return {k: i for i, g in enumerate(groups) for k in g}
+
+
+def _splits_table(group_of: Mapping[str, int], chat_rows: list[dict[str, Any]]) -> pl.DataFrame:
     """One row per split: SFT examples, and whether the split must hold some (at least as many
     workload groups carry examples as there are splits)."""
-    from ..curate.core import SPLITS, workload_groups
-    from ..records import KernelRecord
+    from ..curate.core import SPLITS
 
-    fields = set(KernelRecord.model_fields)
-    ks = [KernelRecord.from_row({k: v for k, v in r.items() if k in fields})
-          for r in kernels.iter_rows(named=True)]
-    with_steps = {r["kernel_id"] for r in chat_rows}
-    n_groups = sum(1 for g in workload_groups(ks) if with_steps & set(g))
+    n_groups = len({group_of[r["kernel_id"]] for r in chat_rows if r["kernel_id"] in group_of})
     counts = Counter(r["file_split"] for r in chat_rows)
     required = n_groups >= len(SPLITS)
     return pl.DataFrame([{"split": sp, "examples": counts.get(sp, 0), "groups_with_examples": n_groups,
