@@ -371,3 +371,29 @@ def test_the_diff_and_stats_report_the_drift(tmp_path):
     assert d["carried_from"] == "n-1" and (d["retimed"], d["dropped"]) == (2, 1)
     assert [r["step_key"] for r in d["dropped_steps"]] == ["s1"]
     assert "accumulation" not in release_diff(b, a)        # a release that carried nothing
+
+
+def test_an_accumulated_release_yields_over_all_the_searching_that_made_it(tmp_path):
+    """The card's yield divides the release's examples by the search of every night it holds:
+    tonight's stats plus the previous release's (its yield, itself cumulative), read from its
+    stats.json; a release without one adds nothing."""
+    import json
+
+    from steptp.export.coverage import yield_lines, yields
+    from steptp.release.accumulate import _search_cost
+    from steptp.search import stage_stats
+
+    prev = tmp_path / "prev"
+    prev.mkdir()
+    (prev / "stats.json").write_text(json.dumps({"yield": yields(
+        {"wall_s": 2700.0, "kernels": 50, "steps": 607, "workers": 1, "machines": 1}, sft=56, pairs=113)}))
+    before = _search_cost(prev)
+    assert before == {"wall_s": 2700.0, "kernels": 50, "steps": 607, "workers": 1, "machines": 1, "nights": 1}
+    tonight = {"wall_s": 900.0, "kernels": 50, "steps": 741, "workers": 1, "machines": 2, "nights": 1}
+    cost = stage_stats.cumulative(tonight, before)
+    assert cost == {"wall_s": 4500.0, "kernels": 100, "steps": 1348, "workers": 1, "machines": 1, "nights": 2}
+    y = yields(cost, sft=80, pairs=284)
+    assert y["machine_hours"] == 1.25 and y["per_machine_hour"]["sft"] == 64.0
+    assert "over 2 accumulated nights" in yield_lines(y)[0]
+    assert stage_stats.cumulative(tonight, None) == tonight and stage_stats.cumulative(None, before) is None
+    assert _search_cost(tmp_path) is None                         # no stats.json there

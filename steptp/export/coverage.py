@@ -71,6 +71,7 @@ def yields(search: Mapping[str, Any] | None, *, sft: int, pairs: int) -> dict[st
     k, st = int(search.get("kernels") or 0), int(search.get("steps") or 0)
     return {"machine_hours": round(hours, 4), "wall_s": search["wall_s"],
             "workers": search.get("workers", 1), "machines": search.get("machines", 1),
+            "nights": search.get("nights", 1),
             "kernels": k, "steps": st, "sft": sft, "pairs": pairs,
             "per_machine_hour": {"kernels": k / hours, "steps": st / hours,
                                  "sft": sft / hours, "pairs": pairs / hours},
@@ -98,8 +99,9 @@ def yield_lines(y: Mapping[str, Any] | None, plan: Sequence[tuple[int, int]] = (
     m = y["per_machine_hour"]
     out = [f"**Yield**: {m['steps']:,.0f} searched steps, {m['sft']:,.0f} SFT examples and "
            f"{m['pairs']:,.0f} pairs per machine-hour of the search stage ({y['kernels']} kernels, "
-           f"{y['steps']} steps in {y['wall_s'] / 60:.1f} min on {y['machines']} machine(s), "
-           f"{y['workers']} searches at once; {m['kernels']:.1f} kernels per machine-hour)."]
+           f"{y['steps']} steps in {y['wall_s'] / 60:.1f} min on {y['machines']} machine(s)"
+           + (f" over {y['nights']} accumulated nights" if y.get("nights", 1) > 1 else "")
+           + f", {y['workers']} searches at once; {m['kernels']:.1f} kernels per machine-hour)."]
     rows = [p for n, w in plan if (p := projection(y, n, w))]
     if rows:
         out += ["", "Projection, linear in kernels and machines (`benchmarks/yield_plan.py` for "

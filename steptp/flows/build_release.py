@@ -116,7 +116,8 @@ def _build(p: P.Settings, b: P.Build, out_p: Path, force: bool, version_control:
         merged = accumulate_flow(p, carried, kernels_path, steps, trajs, str(work))
         kernels_path, steps, trajs, pinned = (merged["kernels"], merged["steps"], merged["trajectories"],
                                               merged["pinned"])
-    curated = curate_flow(p, kernels_path, steps, trajs, str(work), hardware_description(fp), pinned)
+    curated = curate_flow(p, kernels_path, steps, trajs, str(work), hardware_description(fp), pinned,
+                          (merged.get("search_stats") or None) if carried else None)
     export_flow(p, curated, str(staging), fp, b.version, searched.get("decontamination"))
     if carried:
         from steptp.release.accumulate import write_report

@@ -331,7 +331,14 @@ def accumulate_flow(s: P.Settings, carried: dict[str, str], kernels_path: str, s
     _log(f"accumulate: {rep['carried_kernels']} kernels and {rep['carried_steps']} steps carried, "
          f"{rep['retimed']} labels re-timed, {rep['dropped']} dropped")
     w = Path(work)
-    return {"steps": str(write_table(table(steps + cs, StepRecord), w / "accumulated-steps.parquet")),
+    from steptp.search import stage_stats
+
+    # the yield of the release is its examples over all the searching that made them
+    cost = stage_stats.cumulative(stage_stats.read(Path(trajectories_path).parent), carry.search_cost)
+    if cost:
+        write_text_atomic(w / "accumulated" / stage_stats.FILE, json.dumps(cost, indent=1, sort_keys=True) + "\n")
+    return {"search_stats": str(w / "accumulated") if cost else "",
+            "steps": str(write_table(table(steps + cs, StepRecord), w / "accumulated-steps.parquet")),
             "trajectories": str(write_table(table(trajs + ct, TrajectoryRecord),
                                             w / "accumulated-trajectories.parquet")),
             "kernels": str(write_table(table(kernels, KernelRecord), w / "accumulated-kernels.parquet")),
@@ -353,9 +360,11 @@ def curate_task(curate: P.Curate, rule: P.Significance, kernels: list[KernelReco
 
 @flow(name="curate")
 def curate_flow(s: P.Settings, kernels_path: str, steps_path: str, trajectories_path: str,
-                work: str, hardware: str = "", pinned_path: str | None = None) -> str:
+                work: str, hardware: str = "", pinned_path: str | None = None,
+                search_stats_dir: str | None = None) -> str:
     """Reads the three tables; writes the curated folder ``work/curated``; returns its path.
-    ``pinned_path``: a JSON file of kernel splits to keep (an accumulating nightly's)."""
+    ``pinned_path``: a JSON file of kernel splits to keep (an accumulating nightly's);
+    ``search_stats_dir``: where the search cost is (default: beside the trajectories)."""
     from steptp.curate import write_curated
 
     kernels = read_records(kernels_path, KernelRecord)
@@ -364,7 +373,8 @@ def curate_flow(s: P.Settings, kernels_path: str, steps_path: str, trajectories_
 
     pinned = json.loads(Path(pinned_path).read_text()) if pinned_path else None
     res = curate_task(s.curate, s.significance, kernels, read_records(steps_path, StepRecord),
-                      trajectories, hardware, pinned, stage_stats.read(Path(trajectories_path).parent))
+                      trajectories, hardware, pinned,
+                      stage_stats.read(search_stats_dir or Path(trajectories_path).parent))
     r = res.report
     _log(f"curate: kept {r['kept_steps']} of {r['input_steps']} steps; rejects {r['rejects_by_reason']}")
     return str(write_curated(res, Path(work) / "curated", kernels, trajectories))

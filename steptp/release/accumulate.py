@@ -63,6 +63,7 @@ class Carry:
     splits: dict[str, str] = field(default_factory=dict)   # kernel_id -> split there
     stale: dict[str, str] = field(default_factory=dict)    # kernel_id -> why stale
     other_hardware: int = 0                    # records of another fingerprint, left out
+    search_cost: dict[str, Any] | None = None  # the previous release's search cost (its yield)
 
     def kernels(self) -> list[str]:
         return sorted({s.kernel_id for s in self.steps} | {t.kernel_id for t in self.trajectories})
@@ -74,7 +75,7 @@ class Carry:
     def to_dict(self) -> dict[str, Any]:
         return {"previous": self.previous, "fingerprint": self.fingerprint, "night": self.night,
                 "splits": self.splits, "stale": self.stale, "other_hardware": self.other_hardware,
-                "searched": self.searched()}
+                "searched": self.searched(), "search_cost": self.search_cost}
 
 
 def _read(path: Path, kind: type) -> list:
@@ -145,6 +146,7 @@ def load_carry(out: str | Path, rid: str, name: str, fingerprint: str, night: st
                                      if s})
     if prev is None:
         return carry
+    carry.search_cost = _search_cost(Path(prev))
     data = Path(prev) / "data"
     steps = _read(data / "steps.parquet", StepRecord)
     trajs = _read(data / "trajectories.parquet", TrajectoryRecord)
@@ -159,6 +161,19 @@ def load_carry(out: str | Path, rid: str, name: str, fingerprint: str, night: st
         if why is not None:
             carry.stale[kid] = why
     return carry
+
+
+def _search_cost(release: Path) -> dict[str, Any] | None:
+    """A release's search cost as ``steptp.search.stage_stats`` writes it (from its
+    ``stats.json`` yield, cumulative over its nights); None when it recorded none."""
+    from ..search.stage_stats import check
+
+    try:
+        y = json.loads((release / "stats.json").read_text()).get("yield")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return check({k: y.get(k) for k in ("wall_s", "kernels", "steps", "workers", "machines", "nights")
+                  if y.get(k) is not None}) if isinstance(y, dict) else None
 
 
 def write_carry(carry: Carry, work: str | Path) -> dict[str, str]:
@@ -179,7 +194,7 @@ def read_carry(paths: Mapping[str, str]) -> Carry:
     d = json.loads(Path(paths["carry"]).read_text())
     return Carry(d["previous"], d["fingerprint"], d["night"],
                  read_records(paths["steps"], StepRecord), read_records(paths["trajectories"], TrajectoryRecord),
-                 dict(d["splits"]), dict(d["stale"]), int(d["other_hardware"]))
+                 dict(d["splits"]), dict(d["stale"]), int(d["other_hardware"]), d.get("search_cost"))
 
 
 def carried_records(carry: Carry, steps: Sequence[StepRecord], trajectories: Sequence[TrajectoryRecord],

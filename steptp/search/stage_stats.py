@@ -29,6 +29,22 @@ def write(folder: str | Path, *, wall_s: float, kernels: int, steps: int, worker
     return write_text_atomic(Path(folder) / FILE, json.dumps(d, indent=1, sort_keys=True) + "\n")
 
 
+def cumulative(tonight: Mapping[str, Any] | None, before: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What the searching of an accumulated release cost in all: tonight's stats plus those of
+    the release it carries from (its card's yield, itself cumulative), as machine-time on one
+    machine. The yield per machine-hour then divides the release's examples by the search that
+    made all of them, not by tonight's alone."""
+    if not tonight:
+        return None
+    before = check(before) if before else None
+    if not before:
+        return dict(tonight)
+    return {"wall_s": round(tonight["wall_s"] * tonight["machines"] + before["wall_s"] * before["machines"], 3),
+            "kernels": tonight["kernels"] + before["kernels"], "steps": tonight["steps"] + before["steps"],
+            "workers": tonight["workers"], "machines": 1,
+            "nights": tonight.get("nights", 1) + before.get("nights", 1)}
+
+
 def read(folder: str | Path) -> dict[str, Any] | None:
     """The stats beside a search's tables, or None when there are none or they are malformed
     (the file is user-editable: each field is checked, never trusted)."""
@@ -50,7 +66,7 @@ def check(d: Any) -> dict[str, Any] | None:
     if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w) or w <= 0:
         return None
     out: dict[str, Any] = {"wall_s": float(w)}
-    for k, default in (("kernels", None), ("steps", None), ("workers", 1), ("machines", 1)):
+    for k, default in (("kernels", None), ("steps", None), ("workers", 1), ("machines", 1), ("nights", 1)):
         v = d.get(k, default)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             return None
