@@ -110,6 +110,9 @@ Role = Literal["improving", "preparatory", "neutral", "regressing", "failed", ""
 
 class StepRecord(_Record):
     JSON_FIELDS: ClassVar[tuple[str, ...]] = ("site", "params", "cot")
+    #: the reasoning columns, most of a steps table's size: the stages that hold every searched
+    #: step read them only for the rows that need them
+    REASONING_FIELDS: ClassVar[tuple[str, ...]] = ("cot", "cot_text")
 
     trajectory_id: str
     step_index: int

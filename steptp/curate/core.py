@@ -185,6 +185,7 @@ def workload_groups(kernels: Sequence[KernelRecord], max_size: int | None = None
 #: the bound curation puts on a workload group's kernels is never below this
 MIN_GROUP_BOUND = 12
 
+
 def group_bound(fractions: Mapping[str, float], n_kernels: int) -> int:
     """The most kernels a workload group holds (``workload_groups``' ``max_size``): the smallest
     split's share of the kernels (a component of shared workloads can hold most of a large
@@ -535,10 +536,10 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
         elif s.before is None or s.after is None or s.step_speedup is None \
                 or not math.isfinite(s.step_speedup) or s.step_speedup <= 0:
             code, detail = "unmeasured", f"speedup {s.step_speedup}"
-        elif (cp := _content_problem(s, ancestors_of, known, cfg, nt := notes[step_key(s)])) is not None:
+        elif (cp := _content_problem(s, ancestors_of, known, cfg, nt := notes[key := step_key(s)])) is not None:
             code, detail = cp
         else:
-            content_ok.add(step_key(s))
+            content_ok.add(key)
             if s.role not in SFT_ROLES:
                 b, a = s.paired_before or s.before, s.paired_after or s.after
                 if rule.compare(b, a) == "noisy":

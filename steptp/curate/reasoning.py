@@ -20,14 +20,14 @@ import polars as pl
 from ..records import StepRecord, step_key
 
 #: the columns kept in Arrow while curation works on the rows without them
-TEXT_COLUMNS = ("cot", "cot_text")
+TEXT_COLUMNS = StepRecord.REASONING_FIELDS
 
 
 @dataclass(frozen=True)
 class Note:
     """Curation's reading of one step's reasoning."""
 
-    has_text: bool                       # any reasoning at all (a dict or a text)
+    has_text: bool                       # both the reasoning record and its text
     problem: Optional[tuple[str, str]]   # ("no_cot" | "cot_invalid", detail) or None
     coherence: tuple[str, ...]           # cot["coherence"]: why no argument leads to the step
     prediction_agrees: Optional[bool]    # cot["measured"]: the stated expectation held?

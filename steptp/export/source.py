@@ -23,7 +23,7 @@ from ..records import (KernelRecord, RejectRecord, StepRecord, TrajectoryRecord,
                        step_key, step_keys, table)
 
 #: the steps table's reasoning columns, most of its size
-REASONING = ("cot", "cot_text")
+REASONING = StepRecord.REASONING_FIELDS
 STEP_COLUMNS = tuple(polars_schema(StepRecord))
 
 

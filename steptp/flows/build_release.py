@@ -112,12 +112,14 @@ def _build(p: P.Settings, b: P.Build, out_p: Path, force: bool, version_control:
                                 "carried": carried["carry"] if carried else None})
     steps = cot_flow.with_options(task_runner=task_runner(p.runner, jobs))(p, searched["steps"], str(work))
     kernels_path, trajs, pinned = searched.get("kernels", kernels), searched["trajectories"], None
+    stats_dir = None      # the search cost: beside the trajectories, or all nights' when accumulated
     if carried:
         merged = accumulate_flow(p, carried, kernels_path, steps, trajs, str(work))
         kernels_path, steps, trajs, pinned = (merged["kernels"], merged["steps"], merged["trajectories"],
                                               merged["pinned"])
+        stats_dir = merged["search_stats"] or None
     curated = curate_flow(p, kernels_path, steps, trajs, str(work), hardware_description(fp), pinned,
-                          (merged.get("search_stats") or None) if carried else None)
+                          stats_dir)
     export_flow(p, curated, str(staging), fp, b.version, searched.get("decontamination"))
     if carried:
         from steptp.release.accumulate import write_report

@@ -316,6 +316,7 @@ def accumulate_flow(s: P.Settings, carried: dict[str, str], kernels_path: str, s
     no longer hold dropped): writes ``work/accumulated-*.parquet``, the kernel splits to keep
     and ``work/accumulation.json``; returns their paths."""
     from steptp.release import accumulate as A
+    from steptp.search import stage_stats
 
     carry = A.read_carry(carried)
     kernels = read_records(kernels_path, KernelRecord)
@@ -331,8 +332,6 @@ def accumulate_flow(s: P.Settings, carried: dict[str, str], kernels_path: str, s
     _log(f"accumulate: {rep['carried_kernels']} kernels and {rep['carried_steps']} steps carried, "
          f"{rep['retimed']} labels re-timed, {rep['dropped']} dropped")
     w = Path(work)
-    from steptp.search import stage_stats
-
     # the yield of the release is its examples over all the searching that made them
     cost = stage_stats.cumulative(stage_stats.read(Path(trajectories_path).parent), carry.search_cost)
     if cost:
@@ -386,8 +385,6 @@ def export_flow(s: P.Settings, curated_path: str, staging: str,
                 decontamination_path: str | None = None) -> dict[str, Any]:
     """``decontamination_path``: the search flow's ``decontamination.json`` (the card's
     counts)."""
-    import json
-
     from steptp.export import export_release
 
     decon = json.loads(Path(decontamination_path).read_text()) if decontamination_path else None

@@ -193,4 +193,3 @@ def shape_key(canonical: str, constants: bool = False) -> str | None:
         return None
     text = (_NUMBER if constants else _INTEGER).sub("N", _HEADER.sub(r"\1k(", canonical, count=1))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-

@@ -17,7 +17,7 @@ import polars as pl
 
 from ..measure.significance import SignificanceRule
 from ..params import Curate, ParamsError, Settings, settings
-from ..records import write_text_atomic
+from ..records import StepRecord, write_text_atomic
 
 SUITES = ("kernels", "steps", "export", "roles", "pairs", "splits")
 _PARAM = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
@@ -194,7 +194,7 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 #: columns of the steps table read only for the SFT rows (the steps suite checks their reasoning)
-_SFT_ONLY = ("cot", "cot_text")
+_SFT_ONLY = StepRecord.REASONING_FIELDS
 
 
 def _steps_tables(path: Path, rule: SignificanceRule) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -221,7 +221,6 @@ def _roles_table(df: pl.DataFrame, rule: SignificanceRule) -> pl.DataFrame:
     decided on; None for a role no timing decided). The rows become records a batch of whole
     trajectories at a time (a trajectory's rows are one search tree; their order is kept)."""
     from ..search.roles import Tree, assign_roles
-    from ..records import StepRecord
 
     if "role" not in df.columns or df.is_empty():
         return df.with_columns(pl.lit(None, dtype=pl.Utf8).alias("role_recomputed"),

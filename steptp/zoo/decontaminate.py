@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 __all__ = ["FolderIndex", "Index", "build_index", "folder_refs", "shape_key"]
 
+
 def shape_key(leir: str) -> str | None:
     """The shape-normalized key of a canonical LEIR text (a ``KernelRecord.leir``): every number
     replaced, constants included (``steptp.leir.canon.shape_key``)."""
