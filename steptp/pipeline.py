@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from .measure.significance import SignificanceRule
-from .params import Cot, Decontaminate, Devices, Extract, ParamsError, Search
+from .params import Cot, Decontaminate, Devices, Extract, Nightly, ParamsError, Search
 from .records import KernelRecord, StepRecord, TrajectoryRecord
 
 
@@ -108,7 +108,8 @@ def time_unscheduled(kernels: Sequence[KernelRecord], threads: int | None = None
 def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_settings: Extract,
                    *, extract_fn: Callable | None = None, time_fn: Callable | None = None,
                    log: Callable[[str], None] = print, searched: Mapping[str, bool] | None = None,
-                   shard: int | None = None, contamination=None
+                   shard: int | None = None, contamination=None,
+                   answerable: Mapping[str, int] | None = None, nightly: Nightly | None = None
                    ) -> tuple[list[KernelRecord], list[KernelRecord]]:
     """The kernels a release searches (the selection keys of the ``search`` settings): operator
     workloads all of whose kernels are below the time floor are extracted again at
@@ -123,7 +124,11 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
 
     An accumulating nightly passes ``searched`` (kernel_id -> whether its carried records are
     stale) and ``shard``: then at most ``shard`` kernels are chosen, those never searched first
-    (by the same priority), then stale ones; a kernel with valid records is not searched."""
+    (by the same priority), then stale ones; a kernel with valid records is not searched. With
+    ``answerable`` (kernel_id -> prompts with a faster answer, ``Carry.answerable``) and the
+    ``nightly`` settings, the shard defers a never-searched kernel whose shape group was
+    searched, and the kernels of a family that yields little (``nightly.min_family_yield``;
+    ``steptp.search.selection.shard_deferrals``)."""
     from .search.selection import estimate_s, kernel_family, select
 
     extract_fn = extract_fn or (lambda e: list(extract(e).records))
@@ -163,13 +168,25 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
     searched = {} if searched is None else searched
     # kernels with valid records are not candidates tonight: no timing is spent on them
     open_ = [k for k in kernels if searched.get(k.kernel_id) is not False]
+    defer = groups = None
+    if searched and answerable is not None:
+        from .search.selection import shard_deferrals
+
+        nl = nightly or Nightly()
+        defer, groups, yields = shard_deferrals(kernels, searched, answerable, nl.min_family_yield,
+                                                nl.yield_min_kernels)
+        low = [f"{f} ({y['answerable_per_kernel']:.2g} over {y['kernels']})" for f, y in yields.items()
+               if y["deferred"]]
+        log(f"search: shard: {sum(1 for v in defer.values() if 'shape group' in v)} kernels wait behind "
+            f"new shape groups; families deferred for their yield: {', '.join(low) or 'none'}")
     n_meas = search.measure_candidates or 3 * (max_k or 10)
     fam = floors["max_per_family"]
+    # the deferred wait here too: the timings go to the kernels the shard will take
     pre = select(open_, {}, max_kernels=n_meas, estimates=est, floor_s=floors["floor_s"] / 4,
                  ceiling_s=None if floors["ceiling_s"] is None else floors["ceiling_s"] * 4,
-                 max_per_family=None if not fam else 2 * fam)
+                 max_per_family=None if not fam else 2 * fam, defer=defer, groups=groups)
     times = time_fn(pre.chosen, search.threads)
-    final = (_shard(kernels, searched, times, est, floors, max_k) if searched else
+    final = (_shard(kernels, searched, times, est, floors, max_k, defer, groups) if searched else
              select(kernels, times, max_kernels=max_k, estimates=est, **floors))
     log(f"search: {len(final.chosen)} kernels selected ({len(times)} timed unscheduled): "
         + ", ".join(f"{k.name} [{kernel_family(k)}]" for k in final.chosen))
@@ -181,7 +198,8 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
 
 
 def _shard(kernels: list[KernelRecord], searched: Mapping[str, bool], times, est, floors,
-           shard: int | None):
+           shard: int | None, defer: Mapping[str, str] | None = None,
+           groups: Mapping[str, str] | None = None):
     """``select`` over the never-searched kernels (at most ``shard``), then over the stale ones
     for the slots left; every kernel keeps the status of the selection it took part in
     (kernels with valid records: ``carried``)."""
@@ -189,7 +207,7 @@ def _shard(kernels: list[KernelRecord], searched: Mapping[str, bool], times, est
 
     new = [k for k in kernels if k.kernel_id not in searched]
     stale = [k for k in kernels if searched.get(k.kernel_id) is True]
-    first = select(new, times, max_kernels=shard, estimates=est, **floors)
+    first = select(new, times, max_kernels=shard, estimates=est, defer=defer, groups=groups, **floors)
     chosen = list(first.chosen)
     status = {k.kernel_id: k for k in first.kernels}
     room = None if shard is None else shard - len(chosen)

@@ -215,6 +215,20 @@ def test_the_shard_takes_never_searched_kernels_first_then_stale_ones():
     assert [k.kernel_id for k in chosen] == order[:2]
 
 
+def test_carry_counts_each_kernels_prompts_with_a_faster_answer():
+    """``Carry.answerable``: distinct before-programs with an improving or preparatory child
+    (two faster children of one prompt count once; a neutral one not at all); 0 for a kernel
+    searched without one. The shard's family yield reads it from carried.json."""
+    imp = lambda s, role="improving": s.model_copy(update={"role": role})  # noqa: E731
+    c = A.Carry(None, "fpA", "20260102",
+                steps=[imp(_step("p0", "p1")), imp(_step("p0", "p2")), imp(_step("p1", "p3", i=1), "preparatory"),
+                       imp(_step("p3", "p4", i=2), "neutral"),
+                       imp(_step("q0", "q1", kid="k1", tid="t1"), "regressing")],
+                trajectories=[_traj("k0"), _traj("k1"), _traj("k2")])
+    assert c.answerable() == {"k0": 2, "k1": 0, "k2": 0}
+    assert c.to_dict()["answerable"] == {"k0": 2, "k1": 0, "k2": 0}
+
+
 # ---------------------------------------------------------------------------- nights in a row
 def _night_params(threads: int = 1) -> dict:
     from test_nightly import SMALL

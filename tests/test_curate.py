@@ -364,7 +364,8 @@ def test_family_and_kernel_caps_hold_on_the_released_set(progs):
 def test_kernels_that_differ_only_in_shapes_share_one_cap(progs):
     """A template at two sizes is one group for the kernel cap: together they hold at most 5%,
     and both sizes keep answers (shape dependence is worth teaching)."""
-    from steptp.curate.core import _diversity, shape_group
+    from steptp.curate.core import _diversity
+    from steptp.search.selection import shape_group
     from steptp.zoo.leir import builtin
 
     t = next(t for t in builtin() if t.name == "softmax_nll")

@@ -113,3 +113,90 @@ def test_search_params_on_an_own_leir_kernel_below_the_floor(tmp_path):
     assert sel["search_status"][0].startswith("searched") and sel["name"][0] == "rowsum"
     steps = pl.read_parquet(tmp_path / "out" / "steps.parquet")
     assert steps.height >= 1 and set(steps["kernel_id"]) == set(sel["kernel_id"])
+
+
+def _leir_kernel(kid, name, text, weight=1):
+    from steptp.leir import format_program, parse
+
+    return _k(kid, name, [], weight).model_copy(update={"leir": format_program(parse(text))})
+
+
+_SOFTMAX = """kernel softmax(A: f32[{r},{c}]) -> D: f32[{r},{c}]
+  T0: f32[{r}]
+  T1: f32[{r}]
+  for i in {r}:
+    for j in {c}:
+      T0[i] max= A[i,j]
+    for j in {c}:
+      T1[i] += exp(A[i,j] - T0[i])
+    for j in {c}:
+      D[i,j] = exp(A[i,j] - T0[i]) / T1[i]
+"""
+_GELU = """kernel gelu{n}(A: f32[{r},{c}]) -> D: f32[{r},{c}]
+  for i in {r}:
+    for j in {c}:
+      D[i,j] = A[i,j] * {k} * (1.0 + tanh(A[i,j]))
+"""
+_ROWSUM = """kernel rowsum_exp(A: f32[{r},{c}]) -> D: f32[{r}]
+  for i in {r}:
+    for j in {c}:
+      D[i] += exp(A[i,j])
+"""
+
+
+def test_the_shard_defers_searched_shape_groups_and_families_that_yield_little():
+    """An accumulating night's shard (``shard_deferrals`` + ``select``): a softmax at a third
+    size waits behind a new program, and so does a fourth GELU once three searched GELUs gave
+    no prompt with a faster answer; a deferred kernel still fills a shard that has room."""
+    from steptp.search.selection import shard_deferrals, shape_group
+
+    sm = [_leir_kernel(f"sm{r}", "softmax", _SOFTMAX.format(r=r, c=4 * r)) for r in (8, 16, 32)]
+    ge = [_leir_kernel(f"ge{n}", f"gelu{n}", _GELU.format(n=n, r=8, c=64, k=0.5 + n / 10)) for n in range(4)]
+    rs = _leir_kernel("rs", "rowsum_exp", _ROWSUM.format(r=16, c=64))
+    ks = sm + ge + [rs]
+    assert shape_group(sm[0].leir) == shape_group(sm[2].leir) != shape_group(rs.leir)
+    assert len({shape_group(k.leir) for k in ge}) == 4        # other constants: other programs
+    # nights before searched two softmaxes (4 and 2 prompts with a faster answer) and 3 GELUs (none)
+    searched = {"sm8": False, "sm16": False, "ge0": False, "ge1": False, "ge2": True}
+    answerable = {"sm8": 4, "sm16": 2, "ge0": 0, "ge1": 0, "ge2": 0}
+    defer, groups, yields = shard_deferrals(ks, searched, answerable, min_family_yield=1.0, min_kernels=3)
+    assert yields["activation"] == {"kernels": 3, "answerable_per_kernel": 0.0, "deferred": True}
+    assert yields["softmax"]["answerable_per_kernel"] == 3.0 and not yields["softmax"]["deferred"]
+    assert set(defer) == {"sm32", "ge3"}
+    assert "shape group was searched on an earlier night (softmax)" in defer["sm32"]
+    assert "family activation gave 0 prompts" in defer["ge3"] and "min_family_yield 1" in defer["ge3"]
+    # the GELU would rank first by weight x time: it waits; so does the third softmax
+    new = [k for k in ks if k.kernel_id not in searched]
+    times = {"ge3": 9e-3, "sm32": 5e-3, "rs": 1e-3}
+    sel = select(new, times, max_kernels=1, floor_s=0, ceiling_s=None, max_per_family=None,
+                 defer=defer, groups=groups)
+    assert [k.kernel_id for k in sel.chosen] == ["rs"]
+    st = {k.kernel_id: k.search_status for k in sel.kernels}
+    assert st["ge3"].startswith("not_selected") and "family activation" in st["ge3"]
+    # with room, the deferred fill it in rank order
+    sel = select(new, times, max_kernels=3, floor_s=0, ceiling_s=None, max_per_family=None,
+                 defer=defer, groups=groups)
+    assert [k.kernel_id for k in sel.chosen] == ["ge3", "sm32", "rs"]
+    # below min_kernels a family is not judged; without the yield rule nothing of it waits
+    defer, _, yields = shard_deferrals(ks, searched, answerable, min_family_yield=1.0, min_kernels=4)
+    assert set(defer) == {"sm32"} and not yields["activation"]["deferred"]
+    defer, _, _ = shard_deferrals(ks, searched, answerable, min_family_yield=0.0, min_kernels=3)
+    assert set(defer) == {"sm32"}
+
+
+def test_one_kernel_per_shape_group_tonight_before_the_second():
+    from steptp.search.selection import shard_deferrals
+
+    sm = [_leir_kernel(f"sm{r}", "softmax", _SOFTMAX.format(r=r, c=4 * r)) for r in (8, 16)]
+    rs = _leir_kernel("rs", "rowsum_exp", _ROWSUM.format(r=16, c=64))
+    defer, groups, _ = shard_deferrals(sm + [rs], {}, {})
+    assert defer == {}
+    times = {"sm8": 3e-3, "sm16": 9e-3, "rs": 1e-3}
+    sel = select(sm + [rs], times, max_kernels=2, floor_s=0, ceiling_s=None, max_per_family=None,
+                 defer=defer, groups=groups)
+    assert sorted(k.kernel_id for k in sel.chosen) == ["rs", "sm16"]
+    st = {k.kernel_id: k.search_status for k in sel.kernels}
+    assert "its shape group is searched tonight (softmax)" in st["sm8"]
+    # without groups: the two softmaxes, by weight x time
+    sel = select(sm + [rs], times, max_kernels=2, floor_s=0, ceiling_s=None, max_per_family=None)
+    assert sorted(k.kernel_id for k in sel.chosen) == ["sm16", "sm8"]

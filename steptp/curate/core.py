@@ -354,20 +354,11 @@ def _repetition_cap(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[St
     return kept, rej
 
 
-def shape_group(leir: str) -> str:
-    """A key equal for kernels that differ only in their shapes (``leir``: a canonical text, the
-    ``KernelRecord.leir``): ``steptp.leir.canon.shape_key`` with the floating-point constants
-    kept: a GELU and a tanh-approximated GELU are different programs."""
-    from ..leir.canon import shape_key
-
-    return (shape_key(leir) or "")[:16]
-
-
 def diversity_keys(kernel: KernelRecord | None, kernel_id: str = "") -> tuple[str, str]:
     """(operator family, shape group) of a kernel for the diversity caps. A kernel whose family
     is unknown (``steptp.search.selection.kernel_family`` says ``other``) is a family of its own
     shape group: unknown kernels are not one family to cap together."""
-    from ..search.selection import kernel_family
+    from ..search.selection import kernel_family, shape_group
 
     if kernel is None:
         return f"other:{kernel_id}", kernel_id

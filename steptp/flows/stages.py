@@ -221,7 +221,8 @@ def search_flow(s: P.Settings, kernels_path: str, work: str,
     b = build or {}
     night = b.get("night")
     # an accumulating nightly: the kernels with carried records, and whether they are stale
-    searched = json.loads(Path(b["carried"]).read_text())["searched"] if b.get("carried") else None
+    carried = json.loads(Path(b["carried"]).read_text()) if b.get("carried") else None
+    searched = carried["searched"] if carried else None
     d = s.decontaminate
     index = contamination_index(d, s.extract.jobs, pipeline.sources_digest(d.folders)).fresh() \
         if d.folders else None
@@ -229,7 +230,8 @@ def search_flow(s: P.Settings, kernels_path: str, work: str,
         kernels, s.search, s.extract, extract_fn=extract_kernels,
         time_fn=lambda ks, threads: time_unscheduled(ks, threads, night), log=_log,
         searched=searched, shard=s.nightly.shard_kernels if searched is not None else None,
-        contamination=index)
+        contamination=index, answerable=carried.get("answerable") if carried else None,
+        nightly=s.nightly)
     decon = Path(work) / "decontamination.json"
     decon.parent.mkdir(parents=True, exist_ok=True)
     decon.write_text(json.dumps(None if index is None else index.report(), indent=1) + "\n")

@@ -72,10 +72,24 @@ class Carry:
         """kernel_id -> whether its records are stale (``choose_kernels``'s ``searched``)."""
         return {k: k in self.stale for k in self.kernels()}
 
+    def answerable(self) -> dict[str, int]:
+        """kernel_id -> its prompts with a faster answer: distinct before-programs with a child
+        labelled improving or preparatory (what the search gave curation to choose SFT answers
+        from); 0 for a searched kernel without one. The shard's family yield reads it
+        (``steptp.search.selection.shard_deferrals``)."""
+        from ..search.roles import SFT_ROLES
+
+        prompts: dict[str, set[str]] = {k: set() for k in self.kernels()}
+        for s in self.steps:
+            if s.role in SFT_ROLES:
+                prompts[s.kernel_id].add(s.before_hash or s.before_leir)
+        return {k: len(v) for k, v in prompts.items()}
+
     def to_dict(self) -> dict[str, Any]:
         return {"previous": self.previous, "fingerprint": self.fingerprint, "night": self.night,
                 "splits": self.splits, "stale": self.stale, "other_hardware": self.other_hardware,
-                "searched": self.searched(), "search_cost": self.search_cost}
+                "searched": self.searched(), "answerable": self.answerable(),
+                "search_cost": self.search_cost}
 
 
 def _read(path: Path, kind: type) -> list:

@@ -17,7 +17,13 @@
   rank, and its status says it is below the floor (``own_below_floor``);
 * **ceiling**: above ``ceiling_s`` one timing would eat the search budget; not searched either;
 * **families**: at most ``max_per_family`` kernels of one operator family (matmul, conv, norm,
-  softmax, ...) while other families have candidates, so a release covers several.
+  softmax, ...) while other families have candidates, so a release covers several;
+* **deferred** (``defer``: kernel_id -> why; an accumulating nightly's shard, see
+  ``steptp.pipeline.shard_deferrals``): such kernels are taken only when the others run out:
+  a kernel whose shape group (``shape_group``: the same program at other sizes) an earlier
+  night or a better-ranked kernel of tonight already searched (curation caps a group's SFT
+  examples together), and the kernels of a family whose searched kernels gave few prompts
+  with a faster answer.
 
 Ties are broken by kernel id: the choice is deterministic given the times.
 """
@@ -78,6 +84,16 @@ def kernel_family(k: KernelRecord) -> str:
     return fused or "other"
 
 
+def shape_group(leir: str) -> str:
+    """A key equal for kernels that differ only in their shapes (``leir``: a canonical text, the
+    ``KernelRecord.leir``): ``steptp.leir.canon.shape_key`` with the floating-point constants
+    kept: a GELU and a tanh-approximated GELU are different programs. Curation's diversity caps
+    count such kernels as one; the nightly shard searches one of them before the next."""
+    from ..leir.canon import shape_key
+
+    return (shape_key(leir) or "")[:16]
+
+
 def estimate_s(k: KernelRecord) -> Optional[float]:
     """The analytic run-time estimate of the unscheduled kernel (None when it does not parse)."""
     from ..leir import parse
@@ -136,11 +152,17 @@ def _us(s: float) -> str:
 def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]] | None = None,
            max_kernels: int | None = 10, floor_s: float = 20e-6, ceiling_s: float | None = 0.2,
            max_per_family: int | None = 3, estimates: Mapping[str, Optional[float]] | None = None,
-           own_below_floor: bool = True) -> Selection:
+           own_below_floor: bool = True, defer: Mapping[str, str] | None = None,
+           groups: Mapping[str, str] | None = None) -> Selection:
     """``own_below_floor``: a kernel below the floor that is not from the zoo (``from_zoo``)
     stays a candidate, ranked by weight x time like the rest: the floor's remedy, a larger
     size of the same workload, does not exist for it, and a user who brought it expects it
-    searched. Its status then ends with ``below the time floor ...``."""
+    searched. Its status then ends with ``below the time floor ...``.
+
+    ``defer`` (kernel_id -> why) and ``groups`` (kernel_id -> shape group): a deferred kernel,
+    and one whose group a better-ranked chosen kernel holds, is chosen only when the kernels
+    that are neither run out (in rank order; the group repeats before the deferred); its
+    status says why it waited."""
     times = dict(times or {})
     est = dict(estimates) if estimates is not None else {}
     status: dict[str, str] = {}
@@ -179,24 +201,40 @@ def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]]
     fam = {k.kernel_id: kernel_family(k) for _, _, k in pool}
     chosen: list[KernelRecord] = []
     per: dict[str, int] = {}
+    defer = dict(defer or {})
+    groups = dict(groups or {})
+    held: dict[str, str] = {}            # shape group -> the chosen kernel's name
+    waited: dict[str, str] = {}          # kernel_id -> why it was not taken in the first pass
     limit = max_kernels if max_kernels else len(pool)
     for _, kid, k in pool:
         if len(chosen) >= limit:
             break
+        if kid in defer:
+            waited[kid] = defer[kid]
+            continue
+        g = groups.get(kid)
+        if g is not None and g in held:
+            waited[kid] = f"deferred: its shape group is searched tonight ({held[g]})"
+            continue
         if max_per_family and per.get(fam[kid], 0) >= max_per_family:
             continue
         chosen.append(k)
         per[fam[kid]] = per.get(fam[kid], 0) + 1
+        if g is not None:
+            held[g] = k.name
     if len(chosen) < limit:   # fewer families than slots: fill with the best of the rest
         ids = {k.kernel_id for k in chosen}
-        chosen += [k for _, kid, k in pool if kid not in ids][:limit - len(chosen)]
+        rest = [(kid in defer, rank, kid, k) for rank, (_, kid, k) in enumerate(pool) if kid not in ids]
+        rest.sort(key=lambda x: (x[0], x[1]))
+        chosen += [k for *_, k in rest[:limit - len(chosen)]]
         chosen.sort(key=lambda k: (-(k.weight * tval[k.kernel_id]), k.kernel_id))
     ids = {k.kernel_id for k in chosen}
     for rank, (_, kid, k) in enumerate(pool):
         if kid in ids:
             status[kid] = f"searched: rank {rank + 1}, family {fam[kid]}" + notes.get(kid, "")
         else:
-            status[kid] = f"not_selected: rank {rank + 1}, family {fam[kid]}" + notes.get(kid, "")
+            status[kid] = (f"not_selected: rank {rank + 1}, family {fam[kid]}" + notes.get(kid, "")
+                           + (f"; {waited[kid]}" if kid in waited else ""))
     out = [k.model_copy(update={"search_status": status.get(k.kernel_id, ""),
                                 "unscheduled_s": unsched.get(k.kernel_id)}) for k in kernels]
     by_id = {k.kernel_id: k for k in out}
@@ -204,4 +242,50 @@ def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]]
                      {kid: st for kid, st in status.items() if not st.startswith("searched")}, tall)
 
 
-__all__ = ["Selection", "select", "kernel_family", "estimate_s", "from_zoo", "ZOO_SUITES"]
+def shard_deferrals(kernels: Sequence[KernelRecord], searched: Mapping[str, bool],
+                    answerable: Mapping[str, int], min_family_yield: float = 0.0,
+                    min_kernels: int = 6) -> tuple[dict[str, str], dict[str, str], dict[str, dict]]:
+    """What an accumulating nightly's shard defers (``select``'s ``defer`` and ``groups``),
+    from the kernels earlier nights searched (``searched``: kernel_id -> stale?) and what they
+    gave (``answerable``: kernel_id -> prompts with a faster answer, ``Carry.answerable``):
+
+    * a never-searched kernel whose shape group an earlier night searched: curation counts the
+      group as one for its caps, so a new group teaches more;
+    * every never-searched kernel of a family whose searched kernels (at least ``min_kernels``
+      of them) gave fewer than ``min_family_yield`` prompts with a faster answer each, on
+      average: elementwise chains the compiler already vectorizes, arg-reductions, copies.
+
+    Returns (defer, groups: kernel_id -> shape group, yields: family -> {"kernels",
+    "answerable_per_kernel", "deferred"})."""
+    fam = {k.kernel_id: kernel_family(k) for k in kernels}
+    groups = {k.kernel_id: shape_group(k.leir) for k in kernels if k.leir}
+    names = {k.kernel_id: k.name for k in kernels}
+    per: dict[str, list[int]] = {}
+    for kid in sorted(searched):
+        if kid in fam:
+            per.setdefault(fam[kid], []).append(int(answerable.get(kid, 0)))
+    yields: dict[str, dict] = {}
+    for f, v in sorted(per.items()):
+        y = sum(v) / len(v)
+        yields[f] = {"kernels": len(v), "answerable_per_kernel": round(y, 3),
+                     "deferred": len(v) >= min_kernels and y < min_family_yield}
+    seen = {}
+    for kid in sorted(searched):
+        if kid in groups:
+            seen.setdefault(groups[kid], names[kid])
+    defer: dict[str, str] = {}
+    for k in kernels:
+        kid = k.kernel_id
+        if kid in searched:
+            continue
+        y = yields.get(fam[kid])
+        if y is not None and y["deferred"]:
+            defer[kid] = (f"deferred: family {fam[kid]} gave {y['answerable_per_kernel']:.2g} prompts with "
+                          f"a faster answer per searched kernel ({y['kernels']} searched), below "
+                          f"nightly.min_family_yield {min_family_yield:g}")
+        elif groups.get(kid) in seen:
+            defer[kid] = f"deferred: its shape group was searched on an earlier night ({seen[groups[kid]]})"
+    return defer, groups, yields
+
+
+__all__ = ["shard_deferrals", "Selection", "select", "kernel_family", "shape_group", "estimate_s", "from_zoo", "ZOO_SUITES"]
