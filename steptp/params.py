@@ -262,7 +262,7 @@ class Nightly(Section):
     accumulate: bool = Field(False, description="a nightly searches the next shard of kernels and carries every still-valid record of the previous release on the same hardware fingerprint (docs/release.md)")
     shard_kernels: int = Field(12, ge=1, description="accumulate: kernels searched per night, unsearched ones first by the selection's priority, then stale ones")
     min_family_yield: float = Field(1.0, ge=0, description="accumulate: a family whose searched kernels gave fewer prompts with a faster answer each (on average) waits until the others run out (0: never)")
-    yield_min_kernels: int = Field(6, ge=1, description="accumulate: ... judged once this many of its kernels were searched")
+    yield_min_kernels: int = Field(5, ge=1, description="accumulate: ... judged once this many of its kernels were searched")
     max_age_days: Optional[float] = Field(30.0, gt=0, description="accumulate: a kernel's records older than this are stale: searched again when the shard has room (null: never by age)")
     retime_fraction: float = Field(0.1, ge=0, le=1, description="accumulate: share of the carried steps labelled improving or preparatory re-timed each night (a sample seeded by the date); a label that no longer holds is dropped")
 

@@ -244,7 +244,7 @@ def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]]
 
 def shard_deferrals(kernels: Sequence[KernelRecord], searched: Mapping[str, bool],
                     answerable: Mapping[str, int], min_family_yield: float = 0.0,
-                    min_kernels: int = 6) -> tuple[dict[str, str], dict[str, str], dict[str, dict]]:
+                    min_kernels: int = 5) -> tuple[dict[str, str], dict[str, str], dict[str, dict]]:
     """What an accumulating nightly's shard defers (``select``'s ``defer`` and ``groups``),
     from the kernels earlier nights searched (``searched``: kernel_id -> stale?) and what they
     gave (``answerable``: kernel_id -> prompts with a faster answer, ``Carry.answerable``):
