@@ -30,12 +30,18 @@ def extract_refs(e: Extract) -> list:
 def extract(e: Extract, progress: bool = False, console=None, log=None):
     """The extraction result (``steptp.zoo.extract.ExtractResult``) of the ``extract``
     settings' workloads (``extract_refs``); ``progress``: progress bars on ``console``;
-    ``log``: called with a line per finished workload and kernel check."""
+    ``log``: called with a line per finished workload and kernel check. Raise checks that
+    passed before (same kernel, reference and check code) are read from the measurement cache
+    (``steptp.measure.cache``) instead of run."""
     from .zoo import extract as X
 
+    from .measure.cache import Cache
+
+    # passed raise checks are remembered beside the timings: a nightly whose code changed
+    # elsewhere (the search, curation) does not check 1,000 kernels again
     return X.extract(extract_refs(e), jobs=e.jobs, check=e.check,
                      memory_limit_mb=e.memory_limit, check_budget_s=e.check_budget_s,
-                     progress=progress, console=console, log=log)
+                     progress=progress, console=console, log=log, check_cache=Cache())
 
 
 def sources_digest(paths: Sequence[str]) -> str:

@@ -479,3 +479,28 @@ def test_check_memory_estimate_counts_the_comparisons_float64_copies(monkeypatch
                                       "(102760448,) and data type float64"))
     assert why.startswith("check-out-of-memory") and "memory limit of 2500 MB" in why
     assert X._crash_reason(ValueError("bad")).startswith("check-crashed: ValueError")
+
+
+def test_passed_raise_checks_are_remembered_and_not_run_again(tmp_path):
+    """With a ``check_cache`` (the measurement cache; ``pipeline.extract`` passes it), a kernel
+    whose check passed before with the same reference, LEIR and check code is not checked
+    again: a nightly whose search or curation code changed skips its 1,000 checks. The
+    records are the same either way; a changed kernel text is checked."""
+    from steptp.measure.cache import Cache
+
+    cache = Cache(tmp_path / "cache.sqlite")
+    names = "conv2d,vae_kl"
+    first: list[str] = []
+    a = X.extract(X.refs_for_zoo(names), log=first.append, check_cache=cache)
+    ran = [ln for ln in first if ln.startswith("kernel ") and ": check passed" in ln]
+    assert len(ran) == len(a.records) >= 3 and all(r.raise_ok for r in a.records)
+    assert cache.counts()["verifications"] == len(a.records)
+    again: list[str] = []
+    b = X.extract(X.refs_for_zoo(names), log=again.append, check_cache=cache)
+    assert not [ln for ln in again if ln.startswith("kernel ") and ": check" in ln]
+    assert any(f"{len(a.records)} of {len(a.records)} raise checks passed before" in ln for ln in again)
+    assert b.records == a.records          # a release does not depend on what the cache held
+    # another kernel text (the LEIR-native program at another size) misses the cache
+    other: list[str] = []
+    X.extract(X.refs_for_zoo("vae_kl", size="default"), log=other.append, check_cache=cache)
+    assert [ln for ln in other if ln.startswith("kernel ") and ": check passed" in ln]

@@ -516,6 +516,37 @@ def _crash_reason(e: BaseException) -> str:
     return f"check-crashed: {_short(e)}"
 
 
+def _check_keys(args: tuple[str, str, str, bool]) -> tuple[str, str, str]:
+    """(reference hash, kernel hash, config) of a raise check in the measurement cache's
+    verdicts: the TVMScript it is checked against, the LEIR checked (and how), and this
+    module's source (the check's code; the cache adds that of ``measure``, ``tir`` and
+    ``leir``). Only passed checks are kept: a failure may be a busy machine's timeout."""
+    from ..codehash import source_hash
+
+    _key, leir, tvmscript, native = args
+    h = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
+    return (h(tvmscript or ""), h(f"{'native' if native else 'raised'}\0{leir}"),
+            f"raise-check:{source_hash(('zoo/extract.py',))}")
+
+
+def _cached_check(cache, args: tuple[str, str, str, bool], target_key: str) -> CheckResult | None:
+    ref, ker, cfg = _check_keys(args)
+    r = cache.get_verification(ref, ker, target_key, "raise-check", cfg)
+    if not r or not r.get("passed"):
+        return None
+    # the record is the one the check wrote: a release does not depend on what a cache held
+    return CheckResult(args[0], True, r.get("max_abs_err"), r.get("reason", ""))
+
+
+def _remember_check(cache, args: tuple[str, str, str, bool], target_key: str, c: CheckResult) -> None:
+    ref, ker, cfg = _check_keys(args)
+    try:
+        cache.put_verification(ref, ker, target_key, "raise-check", cfg,
+                               {"passed": True, "max_abs_err": c.max_abs_err, "reason": c.reason})
+    except Exception:  # noqa: BLE001 - a cache that cannot be written costs a check next time
+        pass
+
+
 def _check_task(key: str, leir: str, tvmscript: str, native: bool) -> CheckResult:
     return check_native(key, leir) if native else check_kernel(key, leir, tvmscript)
 
@@ -921,7 +952,8 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
             scan_timeout_s: float | None = None, isolate: bool | None = None,
             log_path: str | os.PathLike | None = None,
             problem_check_budget_s: float | None = PROBLEM_CHECK_BUDGET_S,
-            sandbox: bool | None = None, log: Callable[[str], None] | None = None) -> ExtractResult:
+            sandbox: bool | None = None, log: Callable[[str], None] | None = None,
+            check_cache=None) -> ExtractResult:
     """Scan every workload, deduplicate, raise-check every unique kernel, build the records.
 
     ``jobs``: worker processes. ``check=False`` skips the raise check (records then say
@@ -1056,15 +1088,30 @@ def extract(refs: Sequence[WorkloadRef], jobs: int = 1, model_check: bool = Fals
                 log(f"kernel {k.name} ({k.kernel_id}): check skipped: {why}")
                 continue
             to_check.append((key, k.leir, k.tvmscript, k.native))
+        checks: dict[str, CheckResult] = {}
+        if check and to_check and check_cache is not None:
+            left = []
+            for a in to_check:
+                hit = _cached_check(check_cache, a, tgt.key)
+                if hit is None:
+                    left.append(a)
+                else:
+                    checks[a[0]] = hit
+            if len(left) < len(to_check):
+                log(f"extract: {len(to_check) - len(left)} of {len(to_check)} raise checks passed "
+                    f"before with the same kernel, reference and check code ({check_cache.path}): "
+                    f"not run again")
+            to_check = left
         if check and problem_check_budget_s is not None:
             to_check = _plan_problem_checks(to_check, groups, refs, problem_check_budget_s,
                                             skipped, log)
-        checks: dict[str, CheckResult] = {}
         if check and to_check:
             ctask = bar.add("raise check (unique kernels)", len(to_check))
 
             def checked(i: int, c: CheckResult) -> None:
                 checks[c.key] = c
+                if check_cache is not None and c.passed:
+                    _remember_check(check_cache, to_check[i], tgt.key, c)
                 k = groups[c.key][0][1]
                 bar.advance(ctask, k.name + ("" if c.passed else " [failed]"))
                 log(f"kernel {k.name} ({k.kernel_id}): check "
