@@ -485,7 +485,8 @@ def pool(params: Optional[Path] = typer.Option(Path("params.yaml"), "--params",
     """Print the kernel pool of a params file: kernels per source and per operator family, and
     how many a release has searched, how many are pending and how many are skipped, and why
     (not raised, below the time floor, above the ceiling; decontaminated per folder; duplicates
-    folded). Extracts the params' sources unless --kernels is given (the full standard profile
+    folded). With an accumulating profile and --release: how many pending kernels the next
+    night's shard makes wait (a shape group searched, a family that yields little). Extracts the params' sources unless --kernels is given (the full standard profile
     takes a while), and ranks on the analytic estimates: nothing is timed."""
     from .params import ParamsError
     from .pool import pool as make_pool
@@ -517,14 +518,22 @@ def pool(params: Optional[Path] = typer.Option(Path("params.yaml"), "--params",
     for title, rows in (("source", sm["per_source"]), ("family", sm["per_family"])):
         t = Table(title=f"{params}: kernels per {title}")
         t.add_column(title)
-        for col in ("kernels", "searched", "pending", "skipped"):
-            t.add_column(col, justify="right")
+        cols = ("kernels", "searched", "pending", "deferred", "skipped") if sm["deferred"] else \
+            ("kernels", "searched", "pending", "skipped")
+        for col in cols:
+            t.add_column("(of pending) deferred" if col == "deferred" else col, justify="right")
         for name, r in rows.items():
-            t.add_row(escape(name), *(str(r[c]) for c in ("kernels", "searched", "pending", "skipped")))
+            t.add_row(escape(name), *(str(r[c]) for c in cols))
         out.print(t)
     why = ", ".join(f"{k} {v}" for k, v in sm["skipped_by_reason"].items()) or "none"
     lines = [f"pool: {sm['kernels']} kernels; searched {sm['searched']}, pending "
              f"{sm['pending']}, skipped {sm['skipped']} ({why})"]
+    if sm["deferred"]:
+        low = [f"{f} ({y['answerable_per_kernel']:.2g} per kernel over {y['kernels']})"
+               for f, y in sm["family_yield"].items() if y["deferred"]]
+        lines.append(f"the next night's shard makes {sm['deferred']} pending kernels wait ("
+                     + ", ".join(f"{k} {v}" for k, v in sm["deferred_by_reason"].items())
+                     + f"); families below nightly.min_family_yield: {', '.join(low) or 'none'}")
     if sm["duplicates"] is not None:
         lines.append(f"duplicates folded at extraction: {sm['duplicates']}")
     if sm["decontamination"] is not None:

@@ -13,7 +13,10 @@ or ceiling may land on the other side there).
 
 * **searched**: the kernel has a trajectory in the given release;
 * **pending**: a candidate of the search (raised and checked, within the time bounds) that the
-  release has not searched yet;
+  release has not searched yet; with an accumulating profile (``nightly.accumulate``) and a
+  release, the pending kernels the next night's shard would make wait are counted as
+  **deferred**, by why (``steptp.search.selection.shard_deferrals``: a shape group the release
+  searched, a family that yielded little);
 * **skipped**, with the selection's reason: ``not_raised`` (no LEIR, or its check failed),
   ``below_time_floor``, ``above_time_ceiling``, ``unmeasured``. Kernels that one of the
   ``decontaminate`` folders holds are not in the pool (counted per folder), nor are
@@ -31,7 +34,7 @@ from typing import Any, Callable, Sequence
 from .params import Settings
 from .records import KernelRecord
 
-__all__ = ["Pool", "pool", "searched_in", "source_labels"]
+__all__ = ["Pool", "answerable_in", "pool", "searched_in", "source_labels"]
 
 STATES = ("searched", "pending", "skipped")
 
@@ -46,12 +49,15 @@ class Pool:
     duplicates: int | None = None               # kernel occurrences folded into another
     decontamination: dict[str, Any] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    deferred: dict[str, str] = field(default_factory=dict)   # pending kernel id -> why it waits
+    yields: dict[str, dict] = field(default_factory=dict)     # family -> its searched kernels' yield
 
     def _table(self, groups: dict[str, list[str]]) -> dict[str, dict[str, int]]:
         out = {}
         for g in sorted(groups, key=lambda g: (-len(groups[g]), g)):
             ids = groups[g]
             row = {"kernels": len(ids)} | {s: sum(1 for i in ids if self.state[i] == s) for s in STATES}
+            row["deferred"] = sum(1 for i in ids if i in self.deferred)
             out[g] = row
         return out
 
@@ -67,6 +73,9 @@ class Pool:
         states = Counter(self.state.values())
         return {"kernels": len(self.kernels), **{s: states.get(s, 0) for s in STATES},
                 "skipped_by_reason": dict(sorted(Counter(self.reason.values()).items())),
+                "deferred": len(self.deferred),
+                "deferred_by_reason": dict(sorted(Counter(self.deferred.values()).items())),
+                "family_yield": self.yields,
                 "duplicates": self.duplicates,
                 "decontaminated": None if self.decontamination is None else {
                     f["folder"]: f["dropped"] for f in self.decontamination["folders"]},
@@ -98,6 +107,22 @@ def source_labels(refs: Sequence) -> dict[tuple[str, str], str]:
         else:
             out[("user", r.name)] = "user"
     return out
+
+
+def answerable_in(release: str | Path) -> dict[str, int]:
+    """kernel_id -> the release's prompts with a faster answer for each searched kernel
+    (``steptp.release.accumulate.Carry.answerable``, from its steps table)."""
+    import polars as pl
+
+    from .search.roles import SFT_ROLES
+
+    path = Path(release) / "data" / "steps.parquet"
+    if not path.exists():
+        return {}
+    df = pl.read_parquet(path, columns=["kernel_id", "before_leir", "role"])
+    good = df.filter(pl.col("role").is_in(list(SFT_ROLES))).group_by("kernel_id").agg(
+        pl.col("before_leir").n_unique().alias("n"))
+    return dict(zip(good["kernel_id"].to_list(), good["n"].to_list()))
 
 
 def searched_in(release: str | Path) -> set[str]:
@@ -155,7 +180,16 @@ def pool(s: Settings, *, kernels: Sequence[KernelRecord] | None = None,
         # a kernel of the larger extraction has a zoo suite whose workload is not in refs
         sources[kid] = sorted({labels.get((o.suite, o.workload), o.suite) for o in k.occurrences})
         family[kid] = kernel_family(k)
+    deferred: dict[str, str] = {}
+    yields: dict[str, dict] = {}
+    if release is not None and s.nightly.accumulate:
+        from .search.selection import shard_deferrals
+
+        why, _, yields = shard_deferrals(every, {k: False for k in done}, answerable_in(release),
+                                         s.nightly.min_family_yield, s.nightly.yield_min_kernels)
+        deferred = {k: ("family yield" if "family" in w else "shape group searched")
+                    for k, w in why.items() if state.get(k) == "pending"}
     return Pool(every, state, reason, sources, family, duplicates,
                 None if index is None else index.report(),
                 {"extract": t1 - t0, "decontaminate": t2 - t1, "select": t3 - t2,
-                 "total": t3 - t0})
+                 "total": t3 - t0}, deferred, yields)

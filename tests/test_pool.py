@@ -249,7 +249,8 @@ def test_steptp_pool_prints_sources_families_states_and_the_decontamination(tmp_
     r = CliRunner().invoke(app, ["pool", "--params", str(f), "--json"])
     sm = json.loads(r.stdout)
     assert sm["per_source"] == {f"leir-files:{USER}/leir": {"kernels": 1, "searched": 0,
-                                                             "pending": 0, "skipped": 1}}
+                                                             "pending": 0, "skipped": 1,
+                                                             "deferred": 0}}
 
     # an extraction already made (the extract stage's table and summary) is not made again
     k = tmp_path / "k.parquet"
@@ -277,6 +278,58 @@ def test_steptp_pool_prints_sources_families_states_and_the_decontamination(tmp_
     bad.write_text("extract:\n  problem_dirs: [no/such]\n")
     r = CliRunner().invoke(app, ["pool", "--params", str(bad)])
     assert r.exit_code == 2 and f"{bad}: extract.problem_dirs: 'no/such' does not exist" in r.stderr
+
+
+_SOFTMAX = """kernel softmax(A: f32[{r},{c}]) -> D: f32[{r},{c}]
+  T0: f32[{r}]
+  T1: f32[{r}]
+  for i in {r}:
+    for j in {c}:
+      T0[i] max= A[i,j]
+    for j in {c}:
+      T1[i] += exp(A[i,j] - T0[i])
+    for j in {c}:
+      D[i,j] = exp(A[i,j] - T0[i]) / T1[i]
+"""
+
+
+def test_steptp_pool_shows_what_the_next_nights_shard_makes_wait(tmp_path):
+    """With an accumulating profile and a release: a pending kernel whose shape group the
+    release searched is deferred (the softmax at another size), a new program is not."""
+    import polars as pl
+
+    from steptp.cli import app
+
+    leir = tmp_path / "leir"
+    leir.mkdir()
+    (leir / "sm_small.leir").write_text(_SOFTMAX.format(r=8, c=64))
+    (leir / "sm_large.leir").write_text(_SOFTMAX.format(r=32, c=256))
+    (leir / "rowsum.leir").write_text("kernel rowsum(A: f32[16,64]) -> D: f32[16]\n  for i in 16:\n"
+                                      "    for j in 64:\n      D[i] += exp(A[i,j])\n")
+    f = tmp_path / "p.yaml"
+    f.write_text(f"extract:\n  zoo: ''\n  leir_dirs: [{leir}]\nnightly:\n  accumulate: true\n")
+    kernels = _pool(extract={"zoo": "", "leir_dirs": [str(leir)]}).kernels
+    assert len(kernels) == 3
+    small = next(k for k in kernels if "[8,64]" in k.leir)
+    rel = tmp_path / "rel"
+    (rel / "data").mkdir(parents=True)
+    pl.DataFrame({"kernel_id": [small.kernel_id]}).write_parquet(rel / "data" / "trajectories.parquet")
+    pl.DataFrame({"kernel_id": [small.kernel_id] * 2, "before_leir": ["p0", "p1"],
+                  "role": ["improving", "neutral"]}).write_parquet(rel / "data" / "steps.parquet")
+    r = CliRunner().invoke(app, ["pool", "--params", str(f), "--release", str(rel), "--json"])
+    assert r.exit_code == 0, r.output
+    sm = json.loads(r.stdout)
+    assert (sm["searched"], sm["pending"], sm["deferred"]) == (1, 2, 1)
+    assert sm["deferred_by_reason"] == {"shape group searched": 1}
+    assert sm["family_yield"]["softmax"] == {"kernels": 1, "answerable_per_kernel": 1.0, "deferred": False}
+    r = CliRunner().invoke(app, ["pool", "--params", str(f), "--release", str(rel)])
+    assert "the next night's shard makes 1 pending kernels wait (shape group searched 1)" in r.stdout
+    assert "deferred" in r.stdout
+    # a profile that does not accumulate has no next shard to defer anything in
+    f.write_text(f"extract:\n  zoo: ''\n  leir_dirs: [{leir}]\n")
+    sm = json.loads(CliRunner().invoke(app, ["pool", "--params", str(f), "--release", str(rel),
+                                             "--json"]).stdout)
+    assert sm["deferred"] == 0 and sm["pending"] == 2
 
 
 # ---------------------------------------------------------------------------- a release
