@@ -78,15 +78,18 @@ class Item:
 
 
 def add_selection_args(ap: argparse.ArgumentParser, default_list: str | None = None) -> None:
+    from workloads import LISTS
+
     g = ap.add_argument_group("which kernels (first match wins: --kernels, --workloads, --list, "
                               "--families)")
     g.add_argument("--kernels", default=None, metavar="PARQUET",
                    help="an extracted kernels table (steptp extract ... --out kernels.parquet); "
                         "every kernel that raised to LEIR is run (no PyTorch baseline)")
     g.add_argument("--workloads", default=None, help="comma-separated workload names")
-    g.add_argument("--list", default=default_list, choices=("heldout", "tuning"),
+    g.add_argument("--list", default=default_list, choices=tuple(LISTS),
                    help="a fixed list of benchmarks/workloads.py: heldout (the generalization "
-                        "figures) or tuning (what the heuristics were developed on)")
+                        "figures), fresh (a second held-out list, never developed on) or tuning "
+                        "(what the heuristics were developed on)")
     g.add_argument("--families", default="matmul,conv",
                    help="zoo families of the ops suite (when no list/workloads are given)")
     g.add_argument("--limit", type=int, default=None, help="only the first N kernels")

@@ -1,21 +1,39 @@
-"""Our search vs. TVM MetaSchedule on the same kernels with the same trial budget, side by side
-in one run: our best time / MetaSchedule's best time per kernel, and the geometric mean.
+"""Our search vs. TVM MetaSchedule on the same kernels, re-timed side by side in one run.
+
+Per kernel: our best time / MetaSchedule's best time, at one or more of our measurement budgets
+against one MetaSchedule trial count; and the geometric means.
 
     .venv/bin/python benchmarks/vs_metaschedule.py --list heldout --budget 64   # the target list
+    .venv/bin/python benchmarks/vs_metaschedule.py --list fresh --budgets 16,64 --ms-trials 64
     .venv/bin/python benchmarks/vs_metaschedule.py --list tuning --budget 64
     .venv/bin/python benchmarks/vs_metaschedule.py --workloads matmul_rect,conv3d
     .venv/bin/python benchmarks/vs_metaschedule.py --kernels build/kernels.parquet --limit 8
+    .venv/bin/python benchmarks/vs_metaschedule.py --list fresh --ms-only --ms-trials 64
+
+``--budgets 16,64`` runs our search once per budget (same seed, smallest first, each from
+scratch); ``--budget N`` is the one-budget form. ``--ms-trials`` is MetaSchedule's trial count,
+independent of ours (default: our largest budget). Each budget gets its column ``@B/MS`` (ours
+at B measurements / MetaSchedule at its trials) and summary lines: geomean, worst, how many
+kernels above 1.6, and the geomean over the fused-epilogue and normalization kernels (zoo
+families ``workloads.EPILOGUE_FAMILIES`` and ``NORM_FAMILIES``).
 
 MetaSchedule's tuned program does not depend on our search, so it is saved per kernel under
 ``build/ms_cache/`` (keyed by kernel id, trials, seed and the machine's fingerprint) and reused by
-later runs (``--fresh-ms`` tunes again); the ``MS`` column says ``reused`` for those, with the wall
-time of the run that tuned it. Reused or not, the tuned program is RE-TIMED in this run. Both best programs and the unscheduled kernel are re-measured after tuning with the same
-protocol, interleaved and uncached (``steptp.measure.significance.interleaved``: A, B, C, A, B,
-C, ...; same thread count), so drift hits all three alike. MetaSchedule uses the recipe of /work/shared/notes/tvm-0.27.md (a build function
-that skips the slow tensor-intrinsic import). Goal (issue 18): geomean ours/MS <= 1.0 on the held-out list at 64 trials, no kernel
-above 1.5; best / PyTorch eager <= 1.0 geomean on its matmul and conv kernels (PyTorch eager is timed
-in the same interleaved rounds, at the same thread count and on one thread; the faster counts,
-its thread count is the digit after ``torch ms``).
+later runs (``--fresh-ms`` tunes again; ``--ms-only`` only fills the cache); the ``MS s`` column
+says ``r`` for those, with the wall time of the run that tuned it. Reused or not, the tuned
+program is RE-TIMED in this run: all programs of one kernel (the unscheduled kernel, our final
+program at each budget, MetaSchedule's, and PyTorch eager) are re-measured in ONE set of
+interleaved, uncached rounds (``steptp.measure.significance.interleaved``: A, B, C, A, B, C, ...;
+same thread count), so drift hits them alike and every ratio of a kernel comes from the same
+rounds. MetaSchedule uses the recipe of /work/shared/notes/tvm-0.27.md (a build function that
+skips the slow tensor-intrinsic import).
+
+Goals. Issue 18: geomean ours/MS <= 1.0 on the held-out list at 64 trials, no kernel above 1.5;
+best / PyTorch eager <= 1.0 geomean on its matmul and conv kernels (PyTorch eager is timed in the
+same interleaved rounds, at the same thread count and on one thread; the faster counts, its
+thread count is the digit after ``torch ms``). Issue 40 (``--list fresh --budgets 16,64
+--ms-trials 64``): ours@16 / MS@64 <= 1.10 geomean, none above 1.6; ours@64 / MS@64 <= 0.95,
+and <= 1.0 on the fused-epilogue and norm kernels.
 """
 
 from __future__ import annotations
@@ -31,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _search_common import add_selection_args, geomean, iter_items, print_curves, retime, torch_best  # noqa: E402
-from workloads import VENDOR_FAMILIES  # noqa: E402
+from workloads import EPILOGUE_FAMILIES, NORM_FAMILIES, VENDOR_FAMILIES  # noqa: E402
 
 
 def fast_build(mod, target, _params):
@@ -100,13 +118,75 @@ def cached_metaschedule(item, prog, ev, trials: int, seed: int, fresh: bool,
     return script, wall, False
 
 
+#: a kernel whose ours / MetaSchedule ratio is above this is counted in the summary (issue 40)
+OUTLIER_RATIO = 1.6
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    """``--budgets``: a comma list of positive measurement counts, returned ascending without
+    repeats (the smaller budgets run first)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        got = sorted({int(p) for p in parts})
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--budgets {text!r}: expected a comma list of integers, e.g. 16,64") from None
+    if not got or got[0] < 1:
+        raise argparse.ArgumentTypeError(
+            f"--budgets {text!r}: expected one or more positive measurement counts")
+    return tuple(got)
+
+
+def resolve_budgets(budgets: tuple[int, ...] | None, budget: int | None,
+                    ms_trials: int | None) -> tuple[tuple[int, ...], int]:
+    """(our budgets, MetaSchedule's trials) from ``--budgets``, ``--budget`` and ``--ms-trials``:
+    64 when neither budget option is given; MetaSchedule at our largest budget unless named."""
+    if budget is not None and budget < 1:
+        raise SystemExit(f"--budget {budget}: expected a positive measurement count")
+    if budgets is not None and budget is not None and budgets != (budget,):
+        raise SystemExit(f"--budget {budget} and --budgets {','.join(map(str, budgets))} "
+                         f"disagree: give one of them")
+    ours = budgets or ((budget,) if budget is not None else (64,))
+    trials = max(ours) if ms_trials is None else ms_trials
+    if trials < 1:
+        raise SystemExit(f"--ms-trials {trials}: expected a positive trial count")
+    return ours, trials
+
+
+def summary_lines(rows: list[dict], budgets: tuple[int, ...], ms_trials: int) -> list[str]:
+    """Per budget: the geomean of ours / MetaSchedule, the worst kernel, how many are above
+    ``OUTLIER_RATIO``, and the geomean over the fused-epilogue and normalization kernels."""
+    out = []
+    for b in budgets:
+        ratios = [(r["by_budget"][str(b)]["ratio"], r["workload"], r["family"]) for r in rows]
+        worst = max(ratios)
+        out.append(f"# ours@{b} / MetaSchedule@{ms_trials}: geomean "
+                   f"{geomean(x for x, _, _ in ratios):.2f} ({len(ratios)} kernels); worst "
+                   f"{worst[0]:.2f} ({worst[1]}); "
+                   f"{sum(x > OUTLIER_RATIO for x, _, _ in ratios)} above {OUTLIER_RATIO}")
+        epi = [x for x, _, f in ratios if f in EPILOGUE_FAMILIES]
+        norm = [x for x, _, f in ratios if f in NORM_FAMILIES]
+        if epi or norm:
+            out.append(f"#   fused-epilogue + norm kernels: geomean {geomean(epi + norm):.2f} "
+                       f"({len(epi) + len(norm)} kernels; epilogue {geomean(epi):.2f} over "
+                       f"{len(epi)}, norm {geomean(norm):.2f} over {len(norm)})")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.splitlines()[1:]))
     add_selection_args(ap)
-    ap.add_argument("--budget", type=int, default=64, help="measurements (trials) each")
-    ap.add_argument("--seconds", type=float, default=300.0, help="our search's wall budget per kernel")
+    ap.add_argument("--budgets", type=parse_budgets, default=None, metavar="B1,B2,...",
+                    help="our search's measurement budgets, comma-separated (one search per "
+                         "budget, same seed; default 64)")
+    ap.add_argument("--budget", type=int, default=None, metavar="N",
+                    help="one budget: the same as --budgets N")
+    ap.add_argument("--ms-trials", type=int, default=None, metavar="T",
+                    help="MetaSchedule's trials (default: the largest of our budgets)")
+    ap.add_argument("--seconds", type=float, default=300.0,
+                    help="our search's wall budget per kernel and budget")
     ap.add_argument("--policy", default="beam")
     ap.add_argument("--lookahead", type=int, default=0,
                     help="beam only: re-rank each state's K best actions by the cost model's "
@@ -117,8 +197,8 @@ def main() -> None:
     ap.add_argument("--ms-seed", type=int, default=1)
     ap.add_argument("--fresh-ms", action="store_true", help="tune MetaSchedule again (no reuse)")
     ap.add_argument("--ms-only", action="store_true",
-                    help="only tune MetaSchedule into --ms-cache (no search, no re-timing): fills "
-                         "the cache ahead of a comparison run, e.g. overnight")
+                    help="only tune MetaSchedule (--ms-trials) into --ms-cache (no search, no "
+                         "re-timing): fills the cache ahead of a comparison run, e.g. overnight")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-settle", action="store_true",
                     help="end on the state fastest by its own timing, as before session 9 (default: "
@@ -126,11 +206,11 @@ def main() -> None:
     ap.add_argument("--evaluator", default="inprocess")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    budgets, ms_trials = resolve_budgets(args.budgets, args.budget, args.ms_trials)
     if not (args.kernels or args.workloads or args.list):
         args.workloads = "matmul_square,conv2d"
 
-    from steptp.leir import format_program
-    from steptp.search import Budget, default_evaluator, search_kernel, settler
+    from steptp.search import default_evaluator
 
     policy = args.policy
     if args.lookahead:
@@ -141,103 +221,142 @@ def main() -> None:
         policy = Beam(lookahead=args.lookahead)
     ev = default_evaluator(kind=args.evaluator)
     what = args.kernels or args.workloads or f"list {args.list}"
-    print(f"# vs_metaschedule: {what}, {args.budget} trials each, our wall budget "
-          f"{args.seconds:g} s, size={args.size}, TVM_NUM_THREADS={ev.num_threads}, "
-          f"policy={policy}, fingerprint={ev.fingerprint}")
-    print(f"{'workload':24s} {'base ms':>9s} {'ours ms':>9s} {'MS ms':>9s} {'ours/MS':>8s} "
-          f"{'torch ms':>9s} {'ours/torch':>10s} {'ours s':>7s} {'MS s':>6s} {'meas':>4s}")
+    ours = ("" if args.ms_only else f"ours at {','.join(map(str, budgets))} measurements "
+            f"(wall budget {args.seconds:g} s per search), policy={policy}, ")
+    print(f"# vs_metaschedule: {what}, {ours}MetaSchedule at {ms_trials} trials, "
+          f"size={args.size}, TVM_NUM_THREADS={ev.num_threads}, fingerprint={ev.fingerprint}")
+    if not args.ms_only:
+        hdr = f"{'workload':24s} {'base ms':>9s}"
+        hdr += "".join(f" {f'@{b} ms':>9s}" for b in budgets) + f" {'MS ms':>9s}"
+        hdr += "".join(f" {f'@{b}/MS':>8s}" for b in budgets)
+        hdr += f" {'torch ms':>9s} {f'@{budgets[-1]}/torch':>10s}"
+        hdr += "".join(f" {f's@{b}':>6s}" for b in budgets) + f" {'MS s':>6s} {'meas':>8s}"
+        print(hdr)
     rows = []
     for item in iter_items(args):
         if isinstance(item, tuple):
             print(f"{item[0]:24s} skipped: {item[1]}")
             continue
-        name, prog = item.name, item.program
         if args.ms_only:
-            _, ms_wall, reused = cached_metaschedule(item, prog, ev, args.budget, args.ms_seed,
-                                                     args.fresh_ms, Path(args.ms_cache))
-            print(f"{name:24s} MetaSchedule {'reused' if reused else 'tuned'} ({ms_wall:.0f} s)",
-                  flush=True)
+            _, ms_wall, reused = cached_metaschedule(item, item.program, ev, ms_trials,
+                                                     args.ms_seed, args.fresh_ms,
+                                                     Path(args.ms_cache))
+            print(f"{item.name:24s} MetaSchedule at {ms_trials} trials "
+                  f"{'reused' if reused else 'tuned'} ({ms_wall:.0f} s)", flush=True)
             continue
-        t0 = time.perf_counter()
-        res = search_kernel(prog, item.kernel_id, policy, Budget(args.budget, args.seconds),
-                            args.seed, ev, return_result=True,
-                            settle=None if args.no_settle else settler(ev, 3))
-        ours_wall = time.perf_counter() - t0
-        if res.trajectory is None:
-            print(f"{name:24s} our search failed: {res.error}")
-            continue
-        try:
-            ms_script, ms_wall, reused = cached_metaschedule(item, prog, ev, args.budget,
-                                                             args.ms_seed, args.fresh_ms,
-                                                             Path(args.ms_cache))
-        except Exception as e:  # noqa: BLE001
-            print(f"{name:24s} MetaSchedule failed: {type(e).__name__}: {e}")
-            continue
-        with_torch = None if args.no_torch else item
-        # when settling chose another final program than the search's own timings would have,
-        # that one is re-timed in the same rounds: settling's gain, measured side by side
-        unsettled = (res.settled[0][0] if res.settled
-                     and res.settled[0][0] != res.trajectory.final_leir else None)
-        progs = [format_program(prog), res.trajectory.final_leir, ms_script]
-        progs += [unsettled] if unsettled else []
-        ts = retime(ev, progs, with_torch)
-        base_t, ours_t, ms_t = ts[:3]
-        if None in (base_t, ours_t, ms_t):
-            print(f"{name:24s} re-timing failed")
-            continue
-        ours, ms_s = ours_t.median_s, ms_t.median_s
-        np_ = len(progs)
-        torch_s, torch_threads = torch_best(ts, np_, ev.num_threads)
-        uns_t = ts[3] if unsettled else None
-        row = {"workload": name, "family": item.family, "kernel_id": item.kernel_id,
-               "baseline_s": base_t.median_s, "ours_spread": ours_t.spread,
-               "ms_spread": ms_t.spread, "ours_s": ours, "ms_s": ms_s, "ratio": ours / ms_s,
-               "torch_s": torch_s, "ours_over_torch": ours / torch_s,
-               "torch_threads": torch_threads,
-               "torch_n_s": ts[np_].median_s if len(ts) > np_ and ts[np_] else float("nan"),
-               "torch_1_s": (ts[np_ + 1].median_s if len(ts) > np_ + 1 and ts[np_ + 1]
-                             else float("nan")),
-               "unsettled_s": uns_t.median_s if uns_t is not None else None,
-               "ours_wall_s": ours_wall, "ms_wall_s": ms_wall, "ms_reused": reused,
-               "measurements": res.measurements, "search_s": res.wall_s,
-               "curve": res.curve, "strategies": res.trajectory.strategies,
-               "settled": [{"search_s": a, "retimed_s": b, "parallel": " parallel" in t,
-                            "chosen": t == res.trajectory.final_leir} for t, a, b in res.settled],
-               "final_leir": res.trajectory.final_leir,
-               # every measured step, to see what the search tried and how fast it was
-               "steps": [{"strategy": st.strategy, "params": st.params, "outcome": st.outcome,
-                          "after_s": st.after.median_s if st.after else None,
-                          "cumulative_speedup": st.cumulative_speedup,
-                          "after_leir": st.after_leir} for st in res.steps]}
-        rows.append(row)
-        ms_col = f"{ms_wall:5.0f}" + ("r" if reused else " ")
-        print(f"{name:24s} {row['baseline_s']*1e3:9.4g} {ours*1e3:9.4g} {ms_s*1e3:9.4g} "
-              f"{row['ratio']:8.2f} {torch_s*1e3:8.4g}{torch_threads or '-'} {row['ours_over_torch']:10.2f} "
-              f"{ours_wall:7.0f} {ms_col:>6s} {res.measurements:4d}", flush=True)
-        if res.settled:
-            print(f"{'':24s} settled among {len(res.settled)}: " + ", ".join(
-                f"{a * 1e3:.4g}->{b * 1e3:.4g} ms{' P' if ' parallel' in t else ''}"
-                f"{' *' if t == res.trajectory.final_leir else ''}" for t, a, b in res.settled)
-                + (f"; unsettled pick re-timed {uns_t.median_s * 1e3:.4g} ms "
-                   f"({uns_t.median_s / ours:.2f}x ours)" if uns_t is not None else ""), flush=True)
+        row = compare_kernel(item, ev, policy, budgets, ms_trials, args)
+        if row is not None:
+            rows.append(row)
     ev.close()
     if rows:
-        worst = max(rows, key=lambda r: r["ratio"])
-        print(f"# geomean ours/MetaSchedule: {geomean(r['ratio'] for r in rows):.2f} "
-              f"({len(rows)} kernels); worst {worst['ratio']:.2f} ({worst['workload']}); "
-              f"{sum(r['ratio'] > 1.5 for r in rows)} above 1.5")
-        print_curves(rows, args.budget, args.seconds)
+        for line in summary_lines(rows, budgets, ms_trials):
+            print(line)
+        for b in budgets:
+            print_curves([{"workload": r["workload"], "curve": r["by_budget"][str(b)]["curve"]}
+                          for r in rows], b, args.seconds)
         reused = [r["workload"] for r in rows if r["ms_reused"]]
         print(f"# MetaSchedule results reused from {args.ms_cache}/ (tuned by an earlier run, re-timed "
               f"here; 'r' in the MS s column): {', '.join(reused) if reused else 'none'}")
         vend = [r for r in rows if r["family"] in VENDOR_FAMILIES]
         if vend and not args.no_torch:
-            print(f"# geomean ours/PyTorch eager on matmul+conv: "
-                  f"{geomean(r['ours_over_torch'] for r in vend):.2f} ({len(vend)} kernels); "
-                  f"MetaSchedule/PyTorch: {geomean(r['ms_s'] / r['torch_s'] for r in vend):.2f}")
+            print("# geomean ours/PyTorch eager on matmul+conv: " + ", ".join(
+                f"@{b} {geomean(r['by_budget'][str(b)]['ours_over_torch'] for r in vend):.2f}"
+                for b in budgets) + f" ({len(vend)} kernels); MetaSchedule/PyTorch: "
+                f"{geomean(r['ms_s'] / r['torch_s'] for r in vend):.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
+                   args: argparse.Namespace) -> dict | None:
+    """One kernel: our search at each budget, MetaSchedule (cached), and one interleaved
+    re-timing of all of them; the printed line and the JSON row (None when a part failed)."""
+    from steptp.leir import format_program
+    from steptp.search import Budget, search_kernel, settler
+
+    name, prog = item.name, item.program
+    runs = {}
+    for b in budgets:
+        t0 = time.perf_counter()
+        res = search_kernel(prog, item.kernel_id, policy, Budget(b, args.seconds), args.seed, ev,
+                            return_result=True, settle=None if args.no_settle else settler(ev, 3))
+        if res.trajectory is None:
+            print(f"{name:24s} our search at {b} measurements failed: {res.error}")
+            return None
+        runs[b] = (res, time.perf_counter() - t0)
+    try:
+        ms_script, ms_wall, reused = cached_metaschedule(item, prog, ev, ms_trials, args.ms_seed,
+                                                         args.fresh_ms, Path(args.ms_cache))
+    except Exception as e:  # noqa: BLE001
+        print(f"{name:24s} MetaSchedule failed: {type(e).__name__}: {e}")
+        return None
+    # every program once (two budgets may end on the same program), in one set of rounds; when
+    # settling chose another final program than the search's own timings would have, that one
+    # is re-timed too: settling's gain, measured side by side
+    progs: list[str] = []
+
+    def slot(text: str) -> int:
+        if text not in progs:
+            progs.append(text)
+        return progs.index(text)
+
+    base_i, ms_i = slot(format_program(prog)), slot(ms_script)
+    ours_i = {b: slot(res.trajectory.final_leir) for b, (res, _) in runs.items()}
+    uns_i = {b: slot(res.settled[0][0]) for b, (res, _) in runs.items()
+             if res.settled and res.settled[0][0] != res.trajectory.final_leir}
+    ts = retime(ev, progs, None if args.no_torch else item)
+    if any(ts[i] is None for i in (base_i, ms_i, *ours_i.values())):
+        print(f"{name:24s} re-timing failed")
+        return None
+    ms_s = ts[ms_i].median_s
+    np_ = len(progs)
+    torch_s, torch_threads = torch_best(ts, np_, ev.num_threads)
+    by_budget = {}
+    for b, (res, wall) in runs.items():
+        ours_t = ts[ours_i[b]]
+        uns_t = ts[uns_i[b]] if b in uns_i else None
+        by_budget[str(b)] = {
+            "ours_s": ours_t.median_s, "ours_spread": ours_t.spread,
+            "ratio": ours_t.median_s / ms_s, "ours_over_torch": ours_t.median_s / torch_s,
+            "unsettled_s": uns_t.median_s if uns_t is not None else None,
+            "ours_wall_s": wall, "measurements": res.measurements, "search_s": res.wall_s,
+            "curve": res.curve, "strategies": res.trajectory.strategies,
+            "settled": [{"search_s": a, "retimed_s": c, "parallel": " parallel" in t,
+                         "chosen": t == res.trajectory.final_leir} for t, a, c in res.settled],
+            "final_leir": res.trajectory.final_leir,
+            # every measured step, to see what the search tried and how fast it was
+            "steps": [{"strategy": st.strategy, "params": st.params, "outcome": st.outcome,
+                       "after_s": st.after.median_s if st.after else None,
+                       "cumulative_speedup": st.cumulative_speedup,
+                       "after_leir": st.after_leir} for st in res.steps]}
+    row = {"workload": name, "family": item.family, "kernel_id": item.kernel_id,
+           "budgets": list(budgets), "ms_trials": ms_trials,
+           "baseline_s": ts[base_i].median_s, "ms_s": ms_s, "ms_spread": ts[ms_i].spread,
+           "torch_s": torch_s, "torch_threads": torch_threads,
+           "torch_n_s": ts[np_].median_s if len(ts) > np_ and ts[np_] else float("nan"),
+           "torch_1_s": (ts[np_ + 1].median_s if len(ts) > np_ + 1 and ts[np_ + 1]
+                         else float("nan")),
+           "ms_wall_s": ms_wall, "ms_reused": reused, "by_budget": by_budget}
+    last = by_budget[str(budgets[-1])]
+    ms_col = f"{ms_wall:5.0f}" + ("r" if reused else " ")
+    line = f"{name:24s} {row['baseline_s'] * 1e3:9.4g}"
+    line += "".join(f" {by_budget[str(b)]['ours_s'] * 1e3:9.4g}" for b in budgets)
+    line += f" {ms_s * 1e3:9.4g}" + "".join(f" {by_budget[str(b)]['ratio']:8.2f}" for b in budgets)
+    line += f" {torch_s * 1e3:8.4g}{torch_threads or '-'} {last['ours_over_torch']:10.2f}"
+    line += "".join(f" {by_budget[str(b)]['ours_wall_s']:6.0f}" for b in budgets)
+    line += f" {ms_col:>6s} {','.join(str(by_budget[str(b)]['measurements']) for b in budgets):>8s}"
+    print(line, flush=True)
+    for b, (res, _) in runs.items():
+        uns = by_budget[str(b)]["unsettled_s"]
+        ours = by_budget[str(b)]["ours_s"]
+        if res.settled:
+            print(f"{'':24s} @{b} settled among {len(res.settled)}: " + ", ".join(
+                f"{a * 1e3:.4g}->{c * 1e3:.4g} ms{' P' if ' parallel' in t else ''}"
+                f"{' *' if t == res.trajectory.final_leir else ''}" for t, a, c in res.settled)
+                + (f"; unsettled pick re-timed {uns * 1e3:.4g} ms ({uns / ours:.2f}x ours)"
+                   if uns is not None else ""), flush=True)
+    return row
 
 
 if __name__ == "__main__":
