@@ -115,6 +115,24 @@ def test_search_tree_siblings_are_not_shortcuts(progs):
     assert alt.step_index == 1 and len(res.all_steps) == 4
 
 
+@pytest.mark.parametrize("runner_up, chosen", [(1.98, "compute_at"), (1.5, "loop_tiling")],
+                         ids=["tied-rarer-strategy", "significantly-slower"])
+def test_a_tie_between_siblings_goes_to_the_rarer_strategy(progs, runner_up, chosen):
+    """One answer per prompt: the child through which the fastest program was measured, unless
+    another child's best program is not significantly slower (the rule says "same"): then the
+    strategy fewest eligible steps have answers (a compute_at that ties a tile)."""
+    a, b, c = progs
+    d = format_program(S.candidates(parse(b), strategy="loop_split", seed=None)[1].program)
+    rows = [_step(a, b, "t", 0, strategy="loop_tiling", speedup=1.5),
+            _step(b, c, "t", 1, strategy="loop_tiling", speedup=2.0),
+            _step(b, d, "t", 1, strategy="compute_at", speedup=runner_up)]
+    res = curate([_kernel("k0", ["bert"])], rows, [], CFG)
+    answer = next(st for st in res.steps if st.before_leir == b)
+    assert answer.strategy == chosen
+    alt = next(r for r in res.rejects if r.reason.startswith("alternative"))
+    assert alt.strategy != chosen
+
+
 def test_cot_required(progs):
     a, b, _ = progs
     res = curate([_kernel("k0", ["w"])], [_step(a, b)], [], CurateConfig(require_cot=True))

@@ -26,8 +26,10 @@ rejected by the first rule it fails):
    (``noisy``: the rule could not decide, a timing's spread is above ``max_spread``);
 10. ``duplicate`` — the canonical (before, after) pair was already kept;
 11. ``alternative`` — another child of the same before-program (the same prompt) led to a faster
-    measured program (the search's own timings, so a re-timed sibling is not favoured): one
-    answer per distinct prompt; the others go to the pairs;
+    measured program (the search's own timings, so a re-timed sibling is not favoured), or
+    one whose best program the significance rule cannot tell apart from the fastest has a
+    strategy fewer eligible steps have: one answer per distinct prompt; the others go to the
+    pairs;
 12. ``balance`` — its strategy is above the cap (``balance_factor`` × the median strategy count,
     applied when there are at least ``balance_min_steps`` steps and ``balance_min_strategies``
     strategies) among the SFT-eligible steps; within a strategy the larger measured gains stay

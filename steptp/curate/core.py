@@ -43,7 +43,9 @@ REASONS: dict[str, str] = {
                   "and prepares no move that does (steptp.cot.coherence; a pair's rejected side "
                   "and rewards only)",
     "duplicate": "the canonical (before, after) pair is already in the release",
-    "alternative": "another child of the same program is the SFT answer to this prompt (pairs)",
+    "alternative": "another child of the same program is the SFT answer to this prompt: the one "
+                   "through which the fastest program was measured, or among those the rule "
+                   "cannot tell apart, the rarer strategy (pairs)",
     "unknown_kernel": "the step's kernel is not in the kernels table",
     "balance": "its strategy is above the balancing cap",
     "repetitive": "its kernel already has the most SFT answers of this strategy allowed "
@@ -561,16 +563,28 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
     # one answer per distinct prompt (the user turn is the before-program): the child through
     # which the search measured the fastest program is the SFT answer (siblings ranked on the
     # search's own timings, see roles.search_best_s); the others go to the preference pairs
-    from ..search.roles import search_best_s
+    from ..search.roles import Tree
 
-    fastest = dict(zip((step_key(s) for s in ordered), search_best_s(ordered)))
+    tree = Tree(ordered)
+    best_after = {step_key(s): ordered[tree.best_descendant(i)].after if s.after is not None else None
+                  for i, s in enumerate(ordered)}
+    fastest = {k: (t.median_s if t is not None else None) for k, t in best_after.items()}
     by_prompt: dict[str, list[StepRecord]] = {}
     for s in eligible:
         by_prompt.setdefault(s.before_leir, []).append(s)
+    # among children whose best programs the rule cannot tell apart from the fastest one, the
+    # answer is the one of the strategy fewest eligible steps have: the same gain, taught
+    # with the move the release would otherwise never show (a compute_at that ties a tile)
+    rarity = Counter(s.strategy for s in eligible)
+    answer: dict[str, StepRecord] = {}
+    for prompt, group in by_prompt.items():
+        top = min(group, key=lambda x: (fastest[step_key(x)], step_key(x)))
+        tied = [x for x in group if x is top or rule.compare(best_after[step_key(x)],
+                                                            best_after[step_key(top)]) == "same"]
+        answer[prompt] = min(tied, key=lambda x: (rarity[x.strategy], fastest[step_key(x)], step_key(x)))
     kept: list[StepRecord] = []
     for s in eligible:
-        group = by_prompt[s.before_leir]
-        best = min(group, key=lambda x: (fastest[step_key(x)], step_key(x)))
+        best = answer[s.before_leir]
         if best is s:
             kept.append(s)
         else:
