@@ -60,7 +60,7 @@ class Extract(Section):
     problem_dirs: list[str] = Field(
         default_factory=list, description="folders of your own KernelBench-style problem files, extracted at their own sizes (Python that steptp runs in contained workers: listing a folder here is `steptp extract --trust`); relative to the folder steptp runs in")
     leir_dirs: list[str] = Field(
-        default_factory=list, description="your own LEIR kernels: .leir files or folders of them (docs/zoo-leir.md), at `size`")
+        default_factory=list, description="your own LEIR kernels: .leir files or folders of them (docs/zoo-leir.md), at `size` and at each of `also_sizes` a template gives")
 
     @property
     def memory_limit(self) -> int | None:

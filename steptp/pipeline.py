@@ -14,7 +14,9 @@ from .records import KernelRecord, StepRecord, TrajectoryRecord
 def extract_refs(e: Extract) -> list:
     """The workloads of the ``extract`` settings (``steptp.zoo.extract.WorkloadRef``s): the zoo
     at ``size`` and at each of ``also_sizes``, the problem files of ``problem_dirs`` (at their
-    own sizes) and the LEIR files of ``leir_dirs``, in that order."""
+    own sizes) and the LEIR files of ``leir_dirs`` (templates at ``size`` and at each of
+    ``also_sizes`` they give a preset for, like the zoo's: a user's kernel at its tiny size is
+    mostly call overhead), in that order."""
     from .zoo import extract as X
 
     refs = []
@@ -24,6 +26,9 @@ def extract_refs(e: Extract) -> list:
         refs += X.refs_for_problems(d, scale=1.0)
     if e.leir_dirs:
         refs += X.refs_for_leir(list(e.leir_dirs), size=e.size)
+        for size in dict.fromkeys(e.also_sizes):
+            if size != e.size:
+                refs += X.refs_for_leir(list(e.leir_dirs), size=size, required=False)
     return refs
 
 
@@ -135,7 +140,7 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
     ``nightly`` settings, the shard defers a never-searched kernel whose shape group was
     searched, and the kernels of a family that yields little (``nightly.min_family_yield``;
     ``steptp.search.selection.shard_deferrals``)."""
-    from .search.selection import estimate_s, kernel_family, select
+    from .search.selection import estimate_s, from_zoo, kernel_family, select
 
     extract_fn = extract_fn or (lambda e: list(extract(e).records))
     time_fn = time_fn or time_unscheduled
@@ -185,12 +190,15 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
                if y["deferred"]]
         log(f"search: shard: {sum(1 for v in defer.values() if 'shape group' in v)} kernels wait behind "
             f"new shape groups; families deferred for their yield: {', '.join(low) or 'none'}")
+    # the kernels of the user's own folders go first (``select``'s ``first``)
+    floors["first"] = {k.kernel_id for k in kernels if not from_zoo(k)}
     n_meas = search.measure_candidates or 3 * (max_k or 10)
     fam = floors["max_per_family"]
     # the deferred wait here too: the timings go to the kernels the shard will take
     pre = select(open_, {}, max_kernels=n_meas, estimates=est, floor_s=floors["floor_s"] / 4,
                  ceiling_s=None if floors["ceiling_s"] is None else floors["ceiling_s"] * 4,
-                 max_per_family=None if not fam else 2 * fam, defer=defer, groups=groups)
+                 max_per_family=None if not fam else 2 * fam, defer=defer, groups=groups,
+                 first=floors["first"])
     times = time_fn(pre.chosen, search.threads)
     final = (_shard(kernels, searched, times, est, floors, max_k, defer, groups) if searched else
              select(kernels, times, max_kernels=max_k, estimates=est, **floors))

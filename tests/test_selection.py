@@ -82,6 +82,37 @@ def test_a_users_kernel_below_the_floor_is_searched_as_is_and_never_re_extracted
     assert off.chosen == [] and off.larger_workloads() == ["sum_rows"]
 
 
+def test_your_own_kernels_go_first_unless_below_the_floor():
+    """``first`` (choose_kernels passes the kernels of the user's folders): taken before any
+    zoo kernel, in their own order; one below the floor keeps its place, last."""
+    mine = _k("k_mine", "my_gemm", [("my_gemm", "user")], weight=1)
+    tiny = _k("k_tiny", "my_axpy", [("my_axpy", "user")], weight=1)
+    times = {**TIMES, "k_mine": 1e-4, "k_tiny": 3e-8}
+    ks = KS + [mine, tiny]
+    sel = select(ks, times, max_kernels=3, floor_s=20e-6, ceiling_s=0.2, max_per_family=None,
+                 first={"k_mine", "k_tiny"})
+    assert [k.kernel_id for k in sel.chosen] == ["k_mine", "k_mm", "k_conv"]
+    sel = select(ks, times, max_kernels=3, floor_s=20e-6, ceiling_s=0.2, max_per_family=None)
+    assert "k_mine" not in [k.kernel_id for k in sel.chosen]          # 0.1 ms: the zoo's outrank it
+    sel = select(ks, times, max_kernels=None, floor_s=20e-6, ceiling_s=0.2, max_per_family=None,
+                 first={"k_mine", "k_tiny"})
+    assert [k.kernel_id for k in sel.chosen][0] == "k_mine" and sel.chosen[-1].kernel_id == "k_tiny"
+
+
+def test_the_pool_extracts_your_leir_templates_at_every_size_of_the_profile():
+    from steptp import params as P
+    from steptp.pipeline import extract_refs
+
+    e = P.Extract(zoo="", size="tiny", also_sizes=["default"], leir_dirs=["profiles/user/leir"])
+    refs = extract_refs(e)
+    sizes = sorted((r.name, r.size) for r in refs)
+    assert ("row_sum_sq", "default") in sizes and ("row_sum_sq", "tiny") in sizes
+    assert {r.name for r in refs} == {"axpy_clamp", "col_mean", "row_sum_sq"}
+    # a size no template gives is left out, not an error
+    refs = extract_refs(e.model_copy(update={"also_sizes": ["huge"]}))
+    assert sorted(r.size for r in refs) == ["tiny"] * 3
+
+
 ROWSUM = "kernel f32 rowsum(A[8,16]) -> B[8]\n  for i in 8:\n    B[i] += A[i,j]\n"
 
 

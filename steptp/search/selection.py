@@ -18,6 +18,9 @@
 * **ceiling**: above ``ceiling_s`` one timing would eat the search budget; not searched either;
 * **families**: at most ``max_per_family`` kernels of one operator family (matmul, conv, norm,
   softmax, ...) while other families have candidates, so a release covers several;
+* **yours first** (``first``: the kernels of your own problem and LEIR folders, suite
+  ``user``): at or above the floor they are taken before any zoo kernel, by the same score
+  among themselves: you listed them to have them searched;
 * **deferred** (``defer``: kernel_id -> why; an accumulating nightly's shard, see
   ``steptp.pipeline.shard_deferrals``): such kernels are taken only when the others run out:
   a kernel whose shape group (``shape_group``: the same program at other sizes) an earlier
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Collection, Mapping, Optional, Sequence
 
 from ..records import KernelRecord
 
@@ -153,7 +156,7 @@ def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]]
            max_kernels: int | None = 10, floor_s: float = 20e-6, ceiling_s: float | None = 0.2,
            max_per_family: int | None = 3, estimates: Mapping[str, Optional[float]] | None = None,
            own_below_floor: bool = True, defer: Mapping[str, str] | None = None,
-           groups: Mapping[str, str] | None = None) -> Selection:
+           groups: Mapping[str, str] | None = None, first: Collection[str] = ()) -> Selection:
     """``own_below_floor``: a kernel below the floor that is not from the zoo (``from_zoo``)
     stays a candidate, ranked by weight x time like the rest: the floor's remedy, a larger
     size of the same workload, does not exist for it, and a user who brought it expects it
@@ -197,7 +200,9 @@ def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]]
             continue
         tval[k.kernel_id] = t
         pool.append((-(k.weight * t), k.kernel_id, k))
-    pool.sort(key=lambda x: (x[0], x[1]))
+    # yours ahead of the zoo's, but not below the floor: its steps would time call overhead
+    ahead = {kid for kid in first if kid not in notes}
+    pool.sort(key=lambda x: (x[1] not in ahead, x[0], x[1]))
     fam = {k.kernel_id: kernel_family(k) for _, _, k in pool}
     chosen: list[KernelRecord] = []
     per: dict[str, int] = {}
@@ -227,7 +232,7 @@ def select(kernels: Sequence[KernelRecord], times: Mapping[str, Optional[float]]
         rest = [(kid in defer, rank, kid, k) for rank, (_, kid, k) in enumerate(pool) if kid not in ids]
         rest.sort(key=lambda x: (x[0], x[1]))
         chosen += [k for *_, k in rest[:limit - len(chosen)]]
-        chosen.sort(key=lambda k: (-(k.weight * tval[k.kernel_id]), k.kernel_id))
+        chosen.sort(key=lambda k: (k.kernel_id not in ahead, -(k.weight * tval[k.kernel_id]), k.kernel_id))
     ids = {k.kernel_id for k in chosen}
     for rank, (_, kid, k) in enumerate(pool):
         if kid in ids:

@@ -153,19 +153,25 @@ def refs_for_problems(directory: str | os.PathLike, scale: float | str = 1.0,
 
 
 def refs_for_leir(paths: Sequence[str | os.PathLike], size: str = "tiny",
-                  dtype: str = "float32") -> list[WorkloadRef]:
+                  dtype: str = "float32", required: bool = True) -> list[WorkloadRef]:
     """One reference per user LEIR file: each path is a ``.leir`` file (a LEIR template, see
     ``steptp.zoo.leir``, or plain LEIR) or a folder of them. Every file is read, rendered at
     ``size``, parsed and checked here -- only parsed, never executed -- so that a bad file fails
     with ``steptp.zoo.leir.LeirTemplateError`` (file, line, column) before any work starts. The
     workload is named after the file (its stem); two different files with one name are an
-    error. ``dtype`` does not apply: a LEIR file declares its own dtypes."""
+    error. ``dtype`` does not apply: a LEIR file declares its own dtypes. ``required=False``: a
+    template without a ``size`` preset is left out instead of an error (every template has
+    ``tiny`` and ``default``; a profile's extra sizes need not be in every file)."""
     from steptp.zoo import leir
 
     out: list[WorkloadRef] = []
     seen: dict[str, str] = {}
     for p in paths:
-        for t in leir.load_path(p, check_sizes=(size,)):
+        for t in leir.load_path(p, check_sizes=(size,) if required else ()):
+            if not required:
+                if size not in t.sizes:
+                    continue
+                t.program(size)
             src = str(Path(t.source).resolve())
             if t.name in seen:
                 if seen[t.name] != src:
