@@ -286,19 +286,24 @@ def test_strategy_coverage_says_why_a_strategy_has_no_example():
     def st(strategy, role, i=0):
         return _step(strategy=strategy, trajectory_id=f"{strategy}{i}").model_copy(update={"role": role})
 
-    def rej(strategy, code):
-        return RejectRecord(trajectory_id=strategy, step_index=0, kernel_id="k", strategy=strategy,
+    def rej(strategy, code, i=0):
+        return RejectRecord(trajectory_id=f"{strategy}{i}", step_index=0, kernel_id="k", strategy=strategy,
                             reason=f"{code}: detail")
 
     sft = [st("loop_split", "improving"), st("loop_split", "improving", 1), st("vectorize", "preparatory")]
     all_steps = sft + [st("loop_reorder", "neutral"), st("loop_reorder", "regressing", 1),
-                       st("parallel", "improving"), st("unroll", "improving")]
-    rejects = [rej("parallel", "family_cap"), rej("parallel", "balance"), rej("unroll", "duplicate")]
+                       st("parallel", "improving"), st("unroll", "improving"),
+                       st("fuse", "improving"), st("fuse", "neutral", 1), st("fuse", "regressing", 2)]
+    rejects = [rej("parallel", "family_cap"), rej("parallel", "balance"), rej("unroll", "duplicate"),
+               rej("fuse", "alternative"), rej("fuse", "neutral", 1), rej("fuse", "regressing", 2)]
     cov = strategy_coverage(sft, all_steps, rejects,
-                            ["loop_split", "vectorize", "loop_reorder", "parallel", "unroll", "cache_read"])
-    assert cov["sft"] == {"loop_split": 2, "vectorize": 1} and cov["in_sft"] == 2 and cov["catalog"] == 6
+                            ["loop_split", "vectorize", "loop_reorder", "parallel", "unroll", "cache_read",
+                             "fuse"])
+    assert cov["sft"] == {"loop_split": 2, "vectorize": 1} and cov["in_sft"] == 2 and cov["catalog"] == 7
     m = cov["missing"]
-    assert sorted(m) == ["cache_read", "loop_reorder", "parallel", "unroll"]
+    assert sorted(m) == ["cache_read", "fuse", "loop_reorder", "parallel", "unroll"]
+    # why its faster step was not kept; its slower steps' rejects say nothing about that
+    assert m["fuse"] == "1 faster steps, none kept (alternative 1)"
     assert m["cache_read"].startswith("never evaluated")
     assert m["loop_reorder"].startswith("never measured faster (2 steps")
     assert m["parallel"] == "capped (balance 1, family_cap 1)"
@@ -309,7 +314,7 @@ def test_strategy_coverage_says_why_a_strategy_has_no_example():
         "applied": True, "searched_kernels": 40, "max_family_share": 0.25, "max_kernel_share": 0.05,
         "family_cap": 9, "kernel_cap": 2, "shape_groups": 30,
         "families": {"matmul": 9, "conv": 5, "other:aa": 2, "other:bb": 1}}))
-    assert "2 of the catalog's 6 strategies have SFT examples" in text
+    assert "2 of the catalog's 7 strategies have SFT examples" in text
     assert "| `parallel` | capped (balance 1, family_cap 1) |" in text
     assert ("SFT examples per family: matmul 9, conv 5; 2 kernel groups of unknown family, each its "
             "own family (3 examples, at most 2 in one)") in text
