@@ -142,11 +142,15 @@ class _Searched(NamedTuple):
     """What the card's counts read of a searched step (``coverage`` takes it for a record)."""
     strategy: str
     role: str
+    trajectory_id: str
+    step_index: int
 
 
 class _Rejected(NamedTuple):
     strategy: str
     reason: str
+    trajectory_id: str
+    step_index: int
 
 
 #: pairs written per batch: the steps of one batch become records, its rows one frame
@@ -238,7 +242,7 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
     sft_keys = src.sft_keys()
     parents = parent_links_of_table(light)
     parent_key = {keys[i]: keys[p] for i, p in parents.items()}
-    searched = [_Searched(*r) for r in light.select("strategy", "role").iter_rows()]
+    searched = [_Searched(*r) for r in light.select("strategy", "role", "trajectory_id", "step_index").iter_rows()]
     step_split = [splits.get(k, "train") for k in light["kernel_id"].to_list()]
     remeasured_steps = light["paired_before"].is_not_null().sum()
     role_timing = _role_timing(light)
@@ -350,7 +354,8 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
     traj_speedups = trajs_df["speedup"].to_list()
     remeasured = [x for x in trajs_df["remeasured_speedup"].to_list() if x is not None]
     kernel_ids = kernels_df["kernel_id"].to_list()
-    rejects = [_Rejected(*r) for r in rejects_df.select("strategy", "reason").iter_rows()]
+    rejects = [_Rejected(*r) for r in rejects_df.select("strategy", "reason", "trajectory_id",
+                                                        "step_index").iter_rows()]
     plots = _plots(out / "plots", before, after, speedups, traj_speedups, tokens)
     n_pairs = sum(pairs_per_split.values())
     stats = {
