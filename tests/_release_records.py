@@ -150,3 +150,12 @@ def dataset(names: tuple[str, ...] = ("matmul_bias_gelu", "layer_norm", "softmax
         ss += st
         ts.append(tr)
     return ks, ss, ts
+
+
+def softmax_leir(rows: int, cols: int) -> str:
+    """The bundled row softmax (``examples/softmax``) at another size: programs of one shape
+    group (the shard's and curation's ``shape_group``) for the tests that need several."""
+    from steptp import examples
+
+    text = examples.text("softmax").split("\n", 1)[1]      # without its comment line
+    return text.replace("128", "{c}").replace("8", "{r}").format(r=rows, c=cols)

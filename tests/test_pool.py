@@ -280,30 +280,18 @@ def test_steptp_pool_prints_sources_families_states_and_the_decontamination(tmp_
     assert r.exit_code == 2 and f"{bad}: extract.problem_dirs: 'no/such' does not exist" in r.stderr
 
 
-_SOFTMAX = """kernel softmax(A: f32[{r},{c}]) -> D: f32[{r},{c}]
-  T0: f32[{r}]
-  T1: f32[{r}]
-  for i in {r}:
-    for j in {c}:
-      T0[i] max= A[i,j]
-    for j in {c}:
-      T1[i] += exp(A[i,j] - T0[i])
-    for j in {c}:
-      D[i,j] = exp(A[i,j] - T0[i]) / T1[i]
-"""
-
-
 def test_steptp_pool_shows_what_the_next_nights_shard_makes_wait(tmp_path):
     """With an accumulating profile and a release: a pending kernel whose shape group the
     release searched is deferred (the softmax at another size), a new program is not."""
     import polars as pl
 
+    from _release_records import softmax_leir
     from steptp.cli import app
 
     leir = tmp_path / "leir"
     leir.mkdir()
-    (leir / "sm_small.leir").write_text(_SOFTMAX.format(r=8, c=64))
-    (leir / "sm_large.leir").write_text(_SOFTMAX.format(r=32, c=256))
+    (leir / "sm_small.leir").write_text(softmax_leir(8, 64))
+    (leir / "sm_large.leir").write_text(softmax_leir(32, 256))
     (leir / "rowsum.leir").write_text("kernel rowsum(A: f32[16,64]) -> D: f32[16]\n  for i in 16:\n"
                                       "    for j in 64:\n      D[i] += exp(A[i,j])\n")
     f = tmp_path / "p.yaml"

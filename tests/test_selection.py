@@ -152,17 +152,6 @@ def _leir_kernel(kid, name, text, weight=1):
     return _k(kid, name, [], weight).model_copy(update={"leir": format_program(parse(text))})
 
 
-_SOFTMAX = """kernel softmax(A: f32[{r},{c}]) -> D: f32[{r},{c}]
-  T0: f32[{r}]
-  T1: f32[{r}]
-  for i in {r}:
-    for j in {c}:
-      T0[i] max= A[i,j]
-    for j in {c}:
-      T1[i] += exp(A[i,j] - T0[i])
-    for j in {c}:
-      D[i,j] = exp(A[i,j] - T0[i]) / T1[i]
-"""
 _GELU = """kernel gelu{n}(A: f32[{r},{c}]) -> D: f32[{r},{c}]
   for i in {r}:
     for j in {c}:
@@ -179,9 +168,10 @@ def test_the_shard_defers_searched_shape_groups_and_families_that_yield_little()
     """An accumulating night's shard (``shard_deferrals`` + ``select``): a softmax at a third
     size waits behind a new program, and so does a fourth GELU once three searched GELUs gave
     no prompt with a faster answer; a deferred kernel still fills a shard that has room."""
+    from _release_records import softmax_leir
     from steptp.search.selection import shard_deferrals, shape_group
 
-    sm = [_leir_kernel(f"sm{r}", "softmax", _SOFTMAX.format(r=r, c=4 * r)) for r in (8, 16, 32)]
+    sm = [_leir_kernel(f"sm{r}", "softmax", softmax_leir(r, 4 * r)) for r in (8, 16, 32)]
     ge = [_leir_kernel(f"ge{n}", f"gelu{n}", _GELU.format(n=n, r=8, c=64, k=0.5 + n / 10)) for n in range(4)]
     rs = _leir_kernel("rs", "rowsum_exp", _ROWSUM.format(r=16, c=64))
     ks = sm + ge + [rs]
@@ -216,9 +206,10 @@ def test_the_shard_defers_searched_shape_groups_and_families_that_yield_little()
 
 
 def test_one_kernel_per_shape_group_tonight_before_the_second():
+    from _release_records import softmax_leir
     from steptp.search.selection import shard_deferrals
 
-    sm = [_leir_kernel(f"sm{r}", "softmax", _SOFTMAX.format(r=r, c=4 * r)) for r in (8, 16)]
+    sm = [_leir_kernel(f"sm{r}", "softmax", softmax_leir(r, 4 * r)) for r in (8, 16)]
     rs = _leir_kernel("rs", "rowsum_exp", _ROWSUM.format(r=16, c=64))
     defer, groups, _ = shard_deferrals(sm + [rs], {}, {})
     assert defer == {}
