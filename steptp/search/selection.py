@@ -22,7 +22,7 @@
   ``user``): at or above the floor they are taken before any zoo kernel, by the same score
   among themselves: you listed them to have them searched;
 * **deferred** (``defer``: kernel_id -> why; an accumulating nightly's shard, see
-  ``steptp.pipeline.shard_deferrals``): such kernels are taken only when the others run out:
+  ``shard_deferrals`` below): such kernels are taken only when the others run out:
   a kernel whose shape group (``shape_group``: the same program at other sizes) an earlier
   night or a better-ranked kernel of tonight already searched (curation caps a group's SFT
   examples together), and the kernels of a family whose searched kernels gave few prompts
