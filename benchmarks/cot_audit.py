@@ -372,6 +372,53 @@ def audit_step(st: Step, cot: dict, tally, wrong_examples, unverified):
                             seen.add((t, a))
                             count += 1
                 record(k, len(seen) == count, f"{count - len(seen)} repeated element touches")
+            elif k == "line_return":
+                # the innermost loop outside the innermost along which the access moves by less
+                # than a line (by address differences), and the distinct lines every access of
+                # the statement touches while the loops inside it run (others at 0)
+                mm = st.main()
+                side_after = c.get("side") == "after"
+                sm = st.matching_after(mm) if side_after else m
+                prog = st.after if side_after else st.before
+                accs_b = accesses(mm[1], mm[3])
+                accs_s = accesses(sm[1], sm[3]) if sm else []
+                names = [text(t, i) for t, i, _ in accs_b]
+                if c["access"] not in names or len(accs_s) != len(accs_b) or not sm[2]:
+                    record(k, False, f"{c['access']} not found")
+                    continue
+                t, i, _ = accs_s[names.index(c["access"])]
+                isz = ITEM[prog.tensors[t].dtype]
+                line = (hw or {}).get("line_bytes", 64)
+                loops = sm[2]
+                inner_st = stride(prog, t, i, loops[-1][0].var, loops)
+                got_loop, got = None, None
+                if inner_st is not None and abs(inner_st) * isz >= line:
+                    for d in range(len(loops) - 2, -1, -1):
+                        if loops[d][0].extent < 2:
+                            continue
+                        sd = stride(prog, t, i, loops[d][0].var, loops)
+                        if sd is None:
+                            break
+                        if sd != 0 and abs(sd) * isz < line:
+                            got_loop = loops[d][0].var
+                            seen = set()
+                            for env in points([lp for lp, _ in loops[d + 1:]]):
+                                try:
+                                    if sm[3] and not all(ev(g, env) for g in sm[3]):
+                                        continue
+                                except Unknown:
+                                    pass
+                                for tt, ii, _ in accs_s:
+                                    a = addr(prog, tt, ii, env)
+                                    if a is not None:
+                                        seen.add((tt, a * ITEM[prog.tensors[tt].dtype] // line))
+                            got = len(seen) * line
+                            break
+                record(k, got_loop == c.get("loop") and got == int(c["value"])
+                       and (c.get("level") is None or level(got, hw) == c["level"]),
+                       f"{c['access']} ({'after' if side_after else 'before'}): next element of "
+                       f"its line at `{got_loop}` after {got} bytes, claimed `{c.get('loop')}` "
+                       f"{c['value']}")
             elif k == "reuse" and c.get("side") == "after":
                 mm = st.main()
                 ma = st.matching_after(mm)
@@ -647,9 +694,10 @@ def derivable(st: Step, cot: dict, body: str, record) -> None:
             yield v
     for c in cot["candidates"]:
         vals |= set(walk_json(c.get("site") or {})) | set(walk_json(c.get("params") or {}))
-    # figures the claims state and the audit verified above (reuse distances, staged slices)
+    # figures the claims state and the audit verified above (reuse distances, staged slices,
+    # the lines between two elements of one line)
     vals |= {c["value"] for c in cot.get("claims", []) if c.get("value") is not None
-             and c["kind"] in ("reuse", "fits_in_cache", "staged_in_cache")}
+             and c["kind"] in ("reuse", "fits_in_cache", "staged_in_cache", "line_return")}
     quotes = [st.row["before_leir"], st.row["after_leir"]]
 
     def unmatched(vals):

@@ -17,8 +17,11 @@ The rules, in the order they are listed (each about the site's main statement, t
 assignment at or below the site):
 
 * ``locality`` — an access moves by more than one element along the innermost loop (stride in
-  elements, and in bytes against the cache line); or a read comes back across an outer loop
-  with more than L1 of other data in between (the reuse distance);
+  elements, and in bytes against the cache line; when it takes a new line every iteration, also
+  the outer loop that reads the next element of the same line and the bytes of lines touched
+  before it does); or a read comes back across an outer loop with more than L1 of other data
+  in between (the reuse distance). A step answers a strided walk when it ends it, or (a tiling)
+  when the line's next element is then read before more than L1 of lines pass;
 * ``parallelism`` — no loop of the nest is parallel, and the outermost loop of more than one
   iteration is serial, carries no dependence and has at least as many iterations as cores;
 * ``vectorization`` — the innermost loop is serial (or unrolled), not a reduction or scan axis,
@@ -141,9 +144,13 @@ def site_findings(f) -> list[Finding]:
     for a in sf.accesses:
         if inner is not None and a.stride is not None and abs(a.stride) > 1:
             sb = a.stride_bytes or 0
-            out.append(Finding("locality", inner.var, a.tensor,
-                               {"access": a.text, "stride": abs(a.stride), "stride_bytes": abs(sb),
-                                "new_line": abs(sb) >= hw.line_bytes}))
+            det = {"access": a.text, "stride": abs(a.stride), "stride_bytes": abs(sb),
+                   "new_line": abs(sb) >= hw.line_bytes}
+            if a.line_loop is not None and a.line_apart is not None:
+                # the rest of each line is read only when the loop outside comes round again
+                det.update(line_loop=a.line_loop, line_apart=a.line_apart,
+                           line_level=hw.level(a.line_apart))
+            out.append(Finding("locality", inner.var, a.tensor, det))
             break
     else:
         # locality: a read that comes back with more than L1 of other data in between
@@ -214,6 +221,30 @@ def _removes_stride(f, x: Finding) -> bool:
     return after < before
 
 
+#: what answers a strided walk that stays strided: blocks small enough that a line fetched for
+#: one element is still in L1 when the loop outside reads its next element (a transpose's tiles)
+KEEPS_LINES = frozenset({"loop_tiling"})
+
+
+def keeps_lines(f, x: Finding) -> bool:
+    """The step leaves the strided walk ``x`` in place, but the next element of each line it
+    fetches is read after no more than L1 of lines, where before more than L1 passed in
+    between (each line came back from a farther level for one element)."""
+    if f.strategy not in KEEPS_LINES or "stride" not in x.detail or not x.detail.get("new_line"):
+        return False
+    a = next((a for a in f.at_site.accesses if a.text == x.detail["access"]), None)
+    hw = f.hardware
+    return (a is not None and hw is not None and a.line_apart is not None
+            and a.line_apart > hw.l1_bytes and a.line_apart_after is not None
+            and a.line_apart_after <= hw.l1_bytes)
+
+
+def ends_strided_walk(f, x: Finding) -> bool:
+    """The step answers the strided walk ``x``: it ends it, or keeps its lines in L1 until
+    their next element is read (:func:`keeps_lines`)."""
+    return _removes_stride(f, x) or keeps_lines(f, x)
+
+
 def _brings_reuse_closer(f) -> bool:
     """Some read of the statement comes back after fewer bytes of other data than before."""
     return any(not a.write and a.reuse_bytes and a.reuse_bytes_after is not None
@@ -222,11 +253,11 @@ def _brings_reuse_closer(f) -> bool:
 
 def answered(f) -> Optional[Finding]:
     """The first finding at the site the step's strategy answers and, for a strided walk, that
-    the step really ends (None: it answers none)."""
+    the step really ends or keeps in L1 (:func:`ends_strided_walk`; None: it answers none)."""
     for x in site_findings(f):
         if not answers(f.strategy, x.kind):
             continue
-        if x.kind == "locality" and "stride" in x.detail and not _removes_stride(f, x):
+        if x.kind == "locality" and "stride" in x.detail and not ends_strided_walk(f, x):
             continue
         if x.kind in ("memory", "locality") and "stride" not in x.detail \
                 and f.strategy in ("loop_tiling", "loop_reorder") and not _brings_reuse_closer(f):
@@ -267,5 +298,5 @@ def preparation(f) -> Optional[Preparation]:
     return Preparation(fu.strategy, loops, why, ext, found[0])
 
 
-__all__ = ["ANSWERS", "ORDER", "Finding", "Preparation", "answers", "site_findings", "answered",
-           "preparation"]
+__all__ = ["ANSWERS", "ORDER", "KEEPS_LINES", "Finding", "Preparation", "answers", "site_findings",
+           "answered", "ends_strided_walk", "keeps_lines", "preparation"]

@@ -153,6 +153,27 @@ def check_claim(c: Claim, f: Facts) -> list[str]:
             if c.level is not None and hw is not None and hw.level(a.reuse_bytes) != c.level:
                 fail(f"{a.reuse_bytes} bytes between reuses of `{a.text}` are held in "
                      f"{hw.level(a.reuse_bytes)}, not {c.level}")
+    elif k == "line_return":
+        hit = [a for a in sf.accesses if a.text == c.access] or [a for a in sf.accesses
+                                                               if a.text_after == c.access]
+        if not hit:
+            fail(f"`{c.access}` is not an access of {where}")
+            return bad
+        a = hit[0]
+        loop, apart = ((a.line_loop, a.line_apart) if c.side == "before"
+                       else (a.line_loop_after, a.line_apart_after))
+        if loop is None or apart is None:
+            fail(f"`{a.text}` does not take a new line every innermost iteration with a loop that "
+                 f"reads the rest of the line later ({c.side} the step)")
+        else:
+            if c.loop is not None and c.loop != loop:
+                fail(f"the next element of each line of `{a.text}` is read at the next iteration "
+                     f"of `{loop}`, not `{c.loop}` ({c.side} the step)")
+            if c.value is not None and int(c.value) != apart:
+                fail(f"{apart} bytes of lines pass between two elements of a line of `{a.text}` "
+                     f"({c.side} the step), not {c.value:g}")
+            if c.level is not None and hw is not None and hw.level(apart) != c.level:
+                fail(f"{apart} bytes are held in {hw.level(apart)}, not {c.level}")
     elif k == "fits_in_cache":
         ws = [w for w in sf.working_sets if w.loop == c.loop]
         if not ws:

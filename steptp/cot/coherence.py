@@ -9,7 +9,8 @@ order as a model learns them, lead to the decision (each problem line starts wit
 * ``site`` — the bottleneck is about the statement and loops the step acts on (a statement the
   bottleneck quotes is one at the step's site; its loop is a loop of the site's nest), and the
   step answers that kind of limit (:data:`steptp.cot.argument.ANSWERS`) — for a strided walk,
-  it ends it — or the step is preparatory and the move it enables answers it;
+  it ends it or keeps its lines in L1 until their next element is read — or the step is
+  preparatory and the move it enables answers it;
 * ``ranking`` — no rejected alternative is presented as better than the chosen step ("ranks it
   ahead", "faster by itself than the chosen step", a lower predicted time) unless its reason
   says why it is not taken now;
@@ -37,7 +38,7 @@ from typing import Iterable
 
 from ..format.cot_schema import Cot
 from ..records import StepRecord
-from .argument import _removes_stride, answers, site_findings
+from .argument import answers, ends_strided_walk, site_findings
 from .facts import Facts
 
 CATEGORIES: dict[str, str] = {
@@ -104,7 +105,7 @@ def _site(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
                    f"{'enabled move' if e.direction == 'preparatory' else 'step'} acts on")
     elif b.kind == "locality" and e.direction != "preparatory":
         strided = [x for x in site_findings(f) if x.kind == "locality" and "stride" in x.detail]
-        if strided and not _removes_stride(f, strided[0]):
+        if strided and not ends_strided_walk(f, strided[0]):
             out.append(f"coherence site: the bottleneck is the strided walk of "
                        f"`{strided[0].detail['access']}`, and the step leaves a strided walk in place")
     return out

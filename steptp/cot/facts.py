@@ -227,7 +227,9 @@ class Facts:
                 "innermost_before": sf.main.innermost, "innermost_after": sf.innermost_after,
                 "accesses": [{"access": a.text, "write": a.write, "stride_before": a.stride,
                               "stride_after": a.stride_after, "reuse_loop": a.reuse_loop,
-                              "reuse_bytes": a.reuse_bytes} for a in sf.accesses],
+                              "reuse_bytes": a.reuse_bytes, "line_loop": a.line_loop,
+                              "line_apart": a.line_apart, "line_loop_after": a.line_loop_after,
+                              "line_apart_after": a.line_apart_after} for a in sf.accesses],
                 "working_sets": [{"loop": w.loop, "bytes": w.bytes, "level": w.level}
                                  for w in sf.working_sets],
             }
@@ -552,6 +554,88 @@ def element_counts(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
     return total, (touched if exact else None), exact
 
 
+def distinct_lines(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, ...]]],
+                   loops: list[tuple[str, int]], line_bytes: int,
+                   guards: tuple[A.Expr, ...] = ()) -> Optional[int]:
+    """Cache lines of ``line_bytes`` that ``accesses`` touch while ``loops`` run (every other
+    loop at 0; each tensor starting on a line boundary, as TVM allocates), or None when the
+    space is too large to count or a subscript is a gather."""
+    import numpy as np
+
+    n = math.prod(e for _, e in loops) if loops else 1
+    if n > MAX_POINTS:
+        return None
+    shape = [e for _, e in loops]
+    env: dict[str, Any] = {}
+    for d, (v, e) in enumerate(loops):
+        sh = [1] * len(loops)
+        sh[d] = e
+        env[v] = np.arange(e, dtype=np.int64).reshape(sh)
+    mask = None
+    if guards:
+        from ..leir.analysis import _eval_np
+
+        try:
+            full = {**env}
+            for v in _free(guards):
+                full.setdefault(v, np.zeros((), dtype=np.int64))
+            mask = np.ones(shape, dtype=bool)
+            with np.errstate(all="ignore"):
+                for g in guards:
+                    mask &= np.broadcast_to(np.asarray(_eval_np(g, full), dtype=bool), mask.shape)
+        except (ValueError, KeyError, TypeError, ZeroDivisionError):
+            return None
+    lines: dict[str, Any] = {}
+    for name, index in accesses:
+        t = program.tensors.get(name)
+        if t is None:
+            continue
+        full = {**env}
+        for sub in index:
+            for v in A.free_vars(sub):
+                full.setdefault(v, np.zeros((), dtype=np.int64))
+        fl = _flat_index(t, index, full)
+        if fl is None:
+            return None
+        fl = np.broadcast_to(fl, shape) if shape else fl.reshape(())
+        fl = fl[mask] if mask is not None else fl.reshape(-1)
+        fl = fl[fl >= 0] * ITEMSIZE[t.dtype] // line_bytes
+        lines[name] = fl if name not in lines else np.concatenate([lines[name], fl])
+    return sum(int(np.unique(v).size) for v in lines.values())
+
+
+def line_return(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, ...]]],
+                access: tuple[str, tuple[A.Expr, ...]], nest: list[tuple[str, int]],
+                line_bytes: int, guards: tuple[A.Expr, ...] = ()
+                ) -> tuple[Optional[str], Optional[int]]:
+    """For ``access`` taking a new line every iteration of the innermost loop of ``nest``: the
+    innermost outer loop along which it moves by less than a line (its next iteration reads
+    the next element of the same line) and the bytes of the lines all ``accesses`` touch
+    during one iteration of that loop (what passes through the cache before the line is
+    needed again). (None, None) when the walk does not take a new line each iteration, no
+    loop brings it back, or the lines are too many to count."""
+    name, index = access
+    t = program.tensors.get(name)
+    if t is None or len(nest) < 2:
+        return None, None
+    isz = ITEMSIZE[t.dtype]
+    inner = _stride(t, index, nest[-1][0], tuple(nest))
+    if inner is None or abs(inner) * isz < line_bytes:
+        return None, None
+    for d in range(len(nest) - 2, -1, -1):
+        v, e = nest[d]
+        if e < 2:
+            continue
+        st = _stride(t, index, v, tuple(nest))
+        if st is None:
+            return None, None
+        if st == 0 or abs(st) * isz >= line_bytes:
+            continue
+        n = distinct_lines(program, accesses, nest[d + 1:], line_bytes, guards)
+        return (v, n * line_bytes) if n is not None else (None, None)
+    return None, None
+
+
 def _free(exprs) -> list[str]:
     out: dict[str, None] = {}
     for e in exprs:
@@ -576,6 +660,13 @@ class SiteAccess:
     reuse_bytes: Optional[int]        # distinct bytes the statement touches between two reuses
     stride_bytes: Optional[int] = None
     reuse_bytes_after: Optional[int] = None   # the same distance after the step (None: no reuse)
+    # a walk that takes a new cache line every innermost iteration: the loop whose next
+    # iteration reads the next element of the same line, and the bytes of lines the statement
+    # touches in between (before and after the step; None: no such loop, or too large to count)
+    line_loop: Optional[str] = None
+    line_apart: Optional[int] = None
+    line_loop_after: Optional[str] = None
+    line_apart_after: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -759,8 +850,20 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
                 reuse_bytes = wsets[d + 1].bytes if d + 1 < len(wsets) else 0
                 break
         sb = stride * ITEMSIZE[t.dtype] if (stride is not None and t is not None) else None
+        ll, lb = line_return(bp, all_idx, (a.tensor, a.index), nest, hw.line_bytes, si.guards)
+        lla, lba = None, None
+        if ll is not None and main_after is not None:
+            same = [x for x in after_accs if x.tensor == a.tensor and x.write == a.write]
+            mine = [x for x in raw if x.tensor == a.tensor and x.write == a.write]
+            if len(same) == len(mine):
+                m = same[mine.index(a)]
+                ap_ = parse(after_text)
+                asi_ = Analysis(ap_).statement(main_after.path)
+                lla, lba = line_return(ap_, [(x.tensor, x.index) for x in after_accs],
+                                       (m.tensor, m.index), [(lp.var, lp.extent) for lp in asi_.loops],
+                                       hw.line_bytes, asi_.guards)
         accs.append(SiteAccess(a.tensor, a.write, text_, stride, sa, ta, reuse_loop, reuse_bytes, sb,
-                               reuse_after.get(k)))
+                               reuse_after.get(k), ll, lb, lla, lba))
     loop = node.var if isinstance(node, A.Loop) else None
     accessed, once = 0, False
     if nest:
@@ -1023,6 +1126,8 @@ def _numbers(f: "Facts") -> dict[str, float]:
             put(f"site{where}.stride_after.{a.text}", a.stride_after)
             put(f"site{where}.reuse_bytes.{a.text}", a.reuse_bytes)
             put(f"site{where}.reuse_bytes_after.{a.text}", a.reuse_bytes_after)
+            put(f"site{where}.line_apart.{a.text}", a.line_apart)
+            put(f"site{where}.line_apart_after.{a.text}", a.line_apart_after)
         where = ".".join(map(str, sf.main.path))
         for w in sf.working_sets:
             put(f"site{where}.ws.{w.loop}.bytes", w.bytes)

@@ -27,7 +27,7 @@ from ..format.cot_schema import (Bottleneck, Candidate, Check, Claim, Cot, Decis
 from ..records import StepRecord
 from .facts import Facts, SiteAccess, facts as compute_facts
 
-WRITER_VERSION = "template-5"
+WRITER_VERSION = "template-6"
 MAX_ALTERNATIVES = 2
 
 
@@ -304,10 +304,25 @@ class TemplateWriter:
             a = next(a for a in f.at_site.accesses if a.text == det["access"])
             claims.append(Claim(kind="stride", access=a.text, value=a.stride, path=path))
             claims.append(Claim(kind="innermost_loop", loop=x.loop, path=path))
+            back = ""
+            if det.get("line_loop") and det["line_apart"] > hw.l1_bytes:
+                # the line's other elements are not lost for good: they are read when the loop
+                # outside comes round, if the line is still cached by then
+                lp, gap = det["line_loop"], det["line_apart"]
+                claims.append(Claim(kind="line_return", access=a.text, loop=lp, value=gap,
+                                    level=hw.level(gap), path=path))
+                back = pick(f" The next element of each such line is read only at the next "
+                            f"iteration of `{lp}`, after {fmt_bytes(gap)} of lines, more than L1 "
+                            f"holds ({fmt_bytes(hw.l1_bytes)}): by then the line has to come back "
+                            f"from {_held(hw, gap)}.",
+                            f" Its neighbour in the same line is needed one iteration of `{lp}` "
+                            f"later, after {fmt_bytes(gap)} of lines pass through the cache, "
+                            f"beyond L1 ({fmt_bytes(hw.l1_bytes)}): each line is fetched from "
+                            f"{_held(hw, gap)} again for a single element.")
             return pick(f"`{a.text}` moves with stride {det['stride']} ({det['stride_bytes']} bytes) "
-                        f"along the innermost loop `{x.loop}` of `{m.text}`:{line}.",
+                        f"along the innermost loop `{x.loop}` of `{m.text}`:{line}.{back}",
                         f"Poor locality in `{m.text}`: the innermost loop `{x.loop}` walks "
-                        f"`{a.text}` with stride {det['stride']};{line}.")
+                        f"`{a.text}` with stride {det['stride']};{line}.{back}")
         if x.kind == "locality":
             rb = det["reuse_bytes"]
             claims.append(Claim(kind="reuse", access=det["access"], loop=x.loop, value=rb,
@@ -523,6 +538,19 @@ class TemplateWriter:
                             f"tiling by {fs} makes `{new}` the innermost loop, and the strides "
                             f"become {strides}.")
             moves_inner = new is not None and new != m.innermost and bool(unit_now)
+            kept = self._kept_lines(f)
+            if kept is not None:
+                claims.append(Claim(kind="line_return", side="after", access=kept.text,
+                                    loop=kept.line_loop_after, value=kept.line_apart_after,
+                                    level=hw.level(kept.line_apart_after)))
+                return pick(f"tiles of {fs} leave `{kept.text}` strided, but the next element of "
+                            f"each line it fetches is read at the next iteration of "
+                            f"`{kept.line_loop_after}`, after {fmt_bytes(kept.line_apart_after)} of "
+                            f"lines, which L1 holds.",
+                            f"tiling by {fs}: within a tile, the lines of `{kept.text}` fetched by "
+                            f"`{new}` are read again by the next iteration of "
+                            f"`{kept.line_loop_after}` only {fmt_bytes(kept.line_apart_after)} "
+                            f"later, still in L1.")
             reused = [a for a in sf.accesses if a.reuse_loop is not None and a.reuse_bytes and not a.write]
             if reused:
                 a = max(reused, key=lambda x: x.reuse_bytes)
@@ -761,6 +789,17 @@ class TemplateWriter:
                     "refused: a dependence of this nest forbids it.")
 
     # ------------------------------------------------------------------ effect, check
+    @staticmethod
+    def _kept_lines(f: Facts) -> Optional[SiteAccess]:
+        """The strided access whose lines the step keeps in L1 until their next element is
+        read (:func:`steptp.cot.argument.keeps_lines`), when that is the limit it answers."""
+        from .argument import answered, keeps_lines
+
+        x = answered(f)
+        if x is None or x.kind != "locality" or not keeps_lines(f, x):
+            return None
+        return next((a for a in f.at_site.accesses if a.text == x.detail["access"]), None)
+
     def _effect(self, f: Facts, pick: _Pick, claims: list[Claim]) -> ExpectedEffect:
         """What the step can gain, by a rule over prompt quantities (an upper bound, not a
         model's time): cores, lanes, elements per cache line, reuse distance, bytes no longer
@@ -848,6 +887,15 @@ class TemplateWriter:
                             f"serves {per} consecutive iterations instead of {was}.",
                             f"unit stride for `{a.text}`: {per} elements of each {hw.line_bytes}-"
                             f"byte line used in turn, against {was} before.")
+            elif self._kept_lines(f) is a and a is not None:
+                gap, gap2 = a.line_apart, a.line_apart_after
+                text = pick(f"each {hw.line_bytes}-byte line of `{a.text}` then serves up to {per} "
+                            f"elements while it is in L1 ({fmt_bytes(gap2)} of lines between two of "
+                            f"them, against {fmt_bytes(gap)} before), not one element per fetch "
+                            f"from {_held(hw, gap)}.",
+                            f"the lines of `{a.text}` stay in L1 until their next element is read "
+                            f"({fmt_bytes(gap2)} apart instead of {fmt_bytes(gap)}): up to {per} "
+                            f"elements per line fetched instead of 1.")
             else:
                 text = pick(f"`{a.text}` is walked in an order that uses more of each "
                             f"{hw.line_bytes}-byte line before it is evicted.",

@@ -35,7 +35,7 @@ BottleneckKind = Literal["compute", "memory", "locality", "parallelism", "vector
 Direction = Literal["faster", "slower", "neutral", "preparatory"]
 ClaimKind = Literal["loop_nest", "innermost_loop", "stride", "reduction_writes", "reorder_innermost",
                     "reuse", "no_reuse", "fits_in_cache", "staged_in_cache", "loop_extent",
-                    "parallel_safe", "predicted_time", "ranks_below"]
+                    "parallel_safe", "predicted_time", "ranks_below", "line_return"]
 Level = Literal["L1", "L2", "L3", "DRAM"]
 
 
@@ -82,7 +82,10 @@ class Claim(_Part):
                             "value=bytes of one run of it, level), staged_in_cache (tensor, loop, "
                             "value=bytes per iteration, level; after the step), loop_extent (loop, "
                             "value, short), parallel_safe (loop), predicted_time (value seconds), "
-                            "ranks_below (strategy, other)")
+                            "ranks_below (strategy, other), line_return (access that takes a new "
+                            "cache line every innermost iteration, loop whose next iteration reads "
+                            "the next element of that line, value=bytes of lines touched in "
+                            "between, level)")
     side: Literal["before", "after"] = "before"
     path: Optional[list[int]] = Field(default=None, description="the statement's path before the "
                                       "step, when the claim is not about the site's main statement")
