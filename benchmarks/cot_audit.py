@@ -225,6 +225,14 @@ def count_ops(e):
     return 0
 
 
+def subexpressions(e):
+    """Every node of a value expression, not descending into load subscripts."""
+    yield e
+    for c in ((e.operand,) if isinstance(e, A.Unary) else (e.lhs, e.rhs) if isinstance(e, A.Binary)
+              else tuple(e.args) if isinstance(e, A.Call) else ()):
+        yield from subexpressions(c)
+
+
 # ============================================================================ one step
 class Step:
     def __init__(self, row: dict, hw: dict):
@@ -664,6 +672,12 @@ def derivable(st: Step, cot: dict, body: str, record) -> None:
             ext = [lp.extent for lp, _ in loops]
             vals |= set(ext) | {math.prod(ext[k:]) for k in range(len(ext) + 1)} | {len(ext)}
             ops = count_ops(s.value) + (1 if s.op != "=" else 0)
+            # a subexpression computed more than once: its count, its operations, what sharing saves
+            subs = Counter(format_expr(e) for e in subexpressions(s.value) if count_ops(e) > 0)
+            for e in subexpressions(s.value):
+                n_ = subs.get(format_expr(e), 0)
+                if n_ >= 2:
+                    vals |= {n_, count_ops(e), (n_ - 1) * count_ops(e)}
             n = math.prod(ext) if ext else 1
             total_ops += ops * n
             vals |= {ops * n}

@@ -33,7 +33,9 @@ assignment at or below the site):
   nest and read by another (produced long before it is used);
 * ``memory`` — one run of the whole nest touches more than L2 holds (per core);
 * ``loop_overhead`` — the innermost loop is serial and short (at most ``SHORT_LOOP``);
-* ``compute`` — none of the above: the arithmetic itself.
+* ``compute`` — none of the above: the arithmetic itself; and, beside any other finding, a
+  computed subexpression that occurs more than once in the statement (evaluated that many times
+  per iteration), which only sharing it answers (``SHARES_SUBEXPRESSIONS``).
 
 Cache levels: L1 and L2 are per core; a last-level figure is used only when it is plausible for
 the core count (:meth:`steptp.cot.facts.Hardware.l3_plausible`), else data beyond L2 is "beyond
@@ -202,6 +204,10 @@ def site_findings(f) -> list[Finding]:
     if not out:
         out.append(Finding("compute", None, None,
                            {"intensity": f.before.arithmetic_intensity}))
+    # compute: the same subexpression evaluated several times in each iteration
+    if sf.repeated is not None:
+        text, ops, times, _ = sf.repeated
+        out.append(Finding("compute", None, None, {"repeated": text, "ops": ops, "times": times}))
     return out
 
 
@@ -220,6 +226,9 @@ def _removes_stride(f, x: Finding) -> bool:
     after = sum(1 for b in accs if b.stride_after is not None and abs(b.stride_after) > 1)
     return after < before
 
+
+#: what answers a subexpression evaluated several times per iteration (and only that does)
+SHARES_SUBEXPRESSIONS = frozenset({"common_subexpression_elimination"})
 
 #: what answers a strided walk that stays strided: blocks small enough that a line fetched for
 #: one element is still in L1 when the loop outside reads its next element (a transpose's tiles)
@@ -245,6 +254,12 @@ def ends_strided_walk(f, x: Finding) -> bool:
     return _removes_stride(f, x) or keeps_lines(f, x)
 
 
+def _fewer_evaluations(f) -> bool:
+    """The statement evaluates its repeated subexpression fewer times after the step."""
+    rep = f.at_site.repeated
+    return rep is not None and rep[3] is not None and rep[3] < rep[2]
+
+
 def _brings_reuse_closer(f) -> bool:
     """Some read of the statement comes back after fewer bytes of other data than before."""
     return any(not a.write and a.reuse_bytes and a.reuse_bytes_after is not None
@@ -256,6 +271,10 @@ def answered(f) -> Optional[Finding]:
     the step really ends or keeps in L1 (:func:`ends_strided_walk`; None: it answers none)."""
     for x in site_findings(f):
         if not answers(f.strategy, x.kind):
+            continue
+        if x.kind == "compute" and ("repeated" in x.detail) != (f.strategy in SHARES_SUBEXPRESSIONS):
+            continue   # sharing answers a repeated subexpression, and answers nothing else
+        if x.kind == "compute" and "repeated" in x.detail and not _fewer_evaluations(f):
             continue
         if x.kind == "locality" and "stride" in x.detail and not ends_strided_walk(f, x):
             continue
@@ -298,5 +317,5 @@ def preparation(f) -> Optional[Preparation]:
     return Preparation(fu.strategy, loops, why, ext, found[0])
 
 
-__all__ = ["ANSWERS", "ORDER", "KEEPS_LINES", "Finding", "Preparation", "answers", "site_findings",
+__all__ = ["ANSWERS", "ORDER", "KEEPS_LINES", "SHARES_SUBEXPRESSIONS", "Finding", "Preparation", "answers", "site_findings",
            "answered", "ends_strided_walk", "keeps_lines", "preparation"]

@@ -694,12 +694,52 @@ class SiteFacts:
     innermost_origin: Optional[str] = None   # the before-loop the after-innermost loop walks
     accessed_bytes: int = 0                 # bytes the distinct accesses move over the whole nest
     touched_once: bool = False              # no element is touched by two (access, iteration)s
+    # the main statement's most repeated computed subexpression: (text, operations in one
+    # evaluation, occurrences before, occurrences in the matching statement after; None: none)
+    repeated: Optional[tuple[str, int, int, Optional[int]]] = None
 
     @property
     def innermost_after(self) -> Optional[str]:
         """The innermost loop of the main statement after the step, in the *before*-program's
         names (a split's new ``j_i`` walks the before-program's ``j``)."""
         return self.innermost_origin
+
+
+def _computed(e: A.Expr):
+    """The value nodes of ``e`` that may compute something (operators and calls, not loads or
+    constants), pre-order, not descending into load subscripts."""
+    if isinstance(e, (A.Unary, A.Binary, A.Call)):
+        yield e
+    for c in ((e.operand,) if isinstance(e, A.Unary) else (e.lhs, e.rhs) if isinstance(e, A.Binary)
+              else tuple(e.args) if isinstance(e, A.Call) else ()):
+        yield from _computed(c)
+
+
+def repeated_subexpression(value: A.Expr, after: Optional[A.Expr] = None
+                           ) -> Optional[tuple[str, int, int, Optional[int]]]:
+    """The computed subexpression of ``value`` (one with at least one operation, as the
+    statement's flops count them) that occurs most often, at least twice (ties: the larger, then
+    the last in text order), as (text, operations per evaluation, occurrences, its occurrences
+    in ``after``), or None."""
+    from ..leir.printer import format_expr
+
+    from ..leir.analysis import _count_ops
+
+    counts: dict[str, int] = {}
+    size: dict[str, int] = {}
+    for n in _computed(value):
+        ops = _count_ops(n)
+        if ops == 0:
+            continue      # a cast: nothing to save
+        t = format_expr(n)
+        counts[t] = counts.get(t, 0) + 1
+        size[t] = ops
+    rep = [t for t, c in counts.items() if c >= 2 and t != format_expr(value)]
+    if not rep:
+        return None
+    t = max(rep, key=lambda x: (counts[x], size[x], x))
+    n_after = None if after is None else sum(1 for n in _computed(after) if format_expr(n) == t)
+    return t, size[t], counts[t], n_after
 
 
 def _moves(prog: A.Program, tensor: str, index: tuple[A.Expr, ...], var: str,
@@ -870,8 +910,13 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
         b0, touched, ex = element_counts(bp, all_idx, nest, si.guards)
         accessed = touched or 0
         once = bool(ex and touched is not None and b0 == touched)
+    rep = None
+    st_b = A.node_at(bp, main.path)
+    if isinstance(st_b, A.Assign):
+        st_a = A.node_at(parse(after_text), main_after.path) if main_after is not None else None
+        rep = repeated_subexpression(st_b.value, st_a.value if isinstance(st_a, A.Assign) else None)
     return SiteFacts(path, loop, tuple(under), main, main_after, tuple(accs), tuple(wsets), origin,
-                     accessed, once)
+                     accessed, once, rep)
 
 
 def staging(after_text: str, tensor: Optional[str] = None) -> Optional[tuple[str, str, int, int]]:
@@ -1131,6 +1176,12 @@ def _numbers(f: "Facts") -> dict[str, float]:
         where = ".".join(map(str, sf.main.path))
         for w in sf.working_sets:
             put(f"site{where}.ws.{w.loop}.bytes", w.bytes)
+        if sf.repeated is not None:
+            _, ops, times, after = sf.repeated
+            put(f"site{where}.repeated.ops", ops)
+            put(f"site{where}.repeated.times", times)
+            put(f"site{where}.repeated.saved_ops", (times - 1) * ops)
+            put(f"site{where}.repeated.times_after", after)
         put("site.iterations", sf.main.iterations)
         put(f"site{where}.accessed_bytes", sf.accessed_bytes)
         if sf.main_after is not None:

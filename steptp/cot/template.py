@@ -148,12 +148,17 @@ def _tile_row(f: Facts, lp) -> bool:
 
 def _alt_answers(a, x) -> bool:
     """Would the legal move ``a`` answer the finding ``x``, as far as its site and parameters
-    show: its strategy answers the kind, a tensor it names is the finding's, and a reorder said
-    to end a strided walk or a chain along the innermost loop does not keep that loop innermost."""
-    from .argument import answers
+    show: its strategy answers the kind, a tensor it names is the finding's, a subexpression
+    shared is the one found repeated, and a reorder said to end a strided walk or a chain along
+    the innermost loop does not keep that loop innermost."""
+    from .argument import SHARES_SUBEXPRESSIONS, answers
 
     if not answers(a.strategy, x.kind):
         return False
+    if x.kind == "compute" and ("repeated" in x.detail) != (a.strategy in SHARES_SUBEXPRESSIONS):
+        return False      # only sharing answers a repeated subexpression, and nothing else
+    if "repeated" in x.detail and (a.params or {}).get("expr") not in (None, x.detail["repeated"]):
+        return False      # it shares another subexpression than the one found repeated
     t = (a.site or {}).get("tensor") or (a.params or {}).get("tensor")
     if t and x.tensor and t != x.tensor:
         return False
@@ -400,6 +405,14 @@ class TemplateWriter:
                         f"iteration.",
                         f"Loop control: `{x.loop}` runs only {det['extent']} iterations per entry "
                         f"in `{m.text}`.")
+        if x.kind == "compute" and "repeated" in det:
+            n, ops = det["times"], det["ops"]
+            what = "1 operation" if ops == 1 else f"{ops} operations"
+            return pick(f"`{det['repeated']}` occurs {n} times in `{m.text}`: every iteration "
+                        f"evaluates it {n} times ({what} each) from the same operands, for the "
+                        f"same value.",
+                        f"Repeated work: `{m.text}` computes `{det['repeated']}` {n} times per "
+                        f"iteration ({what} each), though every occurrence has the same value.")
         return pick(f"Nothing at this site is strided, serial where it could be parallel, or out of "
                     f"cache; at {f.before.arithmetic_intensity:.2f} FLOP/B the arithmetic itself "
                     f"dominates.",
@@ -942,6 +955,13 @@ class TemplateWriter:
                         f"{_held(hw, det['bytes'])} each time it is needed.",
                         f"more of the nest's {fmt_bytes(det['bytes'])} are used from a "
                         f"nearer cache.")
+        elif x.kind == "compute" and "repeated" in det:
+            saved = (det["times"] - 1) * det["ops"]
+            text = pick(f"`{det['repeated']}` is evaluated once per iteration instead of "
+                        f"{det['times']} times: {saved} operation{'s' if saved != 1 else ''} fewer "
+                        f"in each iteration; the value waits in a local scalar.",
+                        f"{saved} operation{'s' if saved != 1 else ''} saved per iteration: one "
+                        f"evaluation of `{det['repeated']}` serves all {det['times']} uses.")
         elif x.kind == "loop_overhead":
             text = pick(f"the increment and branch of `{x.loop}` ({det['extent']} "
                         f"iterations) disappear.",
