@@ -4,6 +4,7 @@ searched and how, how CoT is written per trajectory."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from .measure.significance import SignificanceRule
@@ -209,6 +210,59 @@ def choose_kernels(kernels: Sequence[KernelRecord], search: Search, extract_sett
             log(f"search: {k.name} ({k.kernel_id}): {k.search_status.split('; ', 1)[1]} "
                 f"(search.min_time_us); a user's kernel has no larger size to extract")
     return final.chosen, final.kernels
+
+
+@dataclass(frozen=True)
+class SearchDeadline:
+    """When a night stops starting kernel searches: ``at`` (wall clock, seconds), less what one
+    search may take (``expected_s``) so that the last one started also ends by then."""
+
+    at: float
+    expected_s: float
+
+    def may_start(self, now: float | None = None) -> bool:
+        import time
+
+        return (time.time() if now is None else now) + self.expected_s <= self.at
+
+
+def start_in_time(items: Sequence[Any], submit: Callable[[Any], Any], width: int,
+                  deadline: SearchDeadline | None = None,
+                  clock: Callable[[], float] | None = None) -> list[Any]:
+    """Submit ``items`` in order with at most ``width`` running (waiting on the oldest: the
+    searches take about as long), each only while ``deadline`` lets it start; the futures of
+    those started (a prefix of ``items``). ``submit(item)`` returns a future with ``wait()``."""
+    import time
+
+    clock = clock or time.time
+    futs: list[Any] = []
+    running: list[Any] = []
+    for item in items:
+        if len(running) >= max(1, width):
+            running.pop(0).wait()
+        if deadline is not None and not deadline.may_start(clock()):
+            break
+        futs.append(submit(item))
+        running.append(futs[-1])
+    return futs
+
+
+def search_deadline(started: float | None, nightly: Nightly, search: Search) -> SearchDeadline | None:
+    """The night's search deadline (``nightly.search_deadline_minutes`` after ``started``, the
+    build's start), or None without one. One kernel's search is expected to take its wall
+    budget (``search.seconds``) plus its role re-timing (``search.remeasure_seconds``)."""
+    m = nightly.search_deadline_minutes
+    if m is None or started is None:
+        return None
+    return SearchDeadline(started + 60.0 * m, float(search.seconds) + float(search.remeasure_seconds))
+
+
+def left_for_next_night(k: KernelRecord) -> KernelRecord:
+    """``k`` chosen for tonight but not started before the deadline: not searched, and so first
+    in line again (by the same priority) next night."""
+    rest = k.search_status.split(":", 1)[1] if ":" in k.search_status else ""
+    return k.model_copy(update={"search_status": f"not_selected:{rest}; the night's search "
+                                                 f"deadline came first (nightly.search_deadline_minutes)"})
 
 
 def _shard(kernels: list[KernelRecord], searched: Mapping[str, bool], times, est, floors,

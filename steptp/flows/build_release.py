@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,7 @@ def _build(p: P.Settings, b: P.Build, out_p: Path, force: bool, version_control:
            git: bool) -> dict[str, Any]:
     from steptp.export import hardware_description
 
+    started = time.time()     # the night's search deadline counts from here (extraction included)
     work, staging = work_dir(out_p, b.id), staging_dir(out_p, b.id)
     fp = P.fingerprint(p)
     _log(f"build {b.id}" + (f" (nightly {b.night})" if b.nightly else ""))
@@ -108,7 +110,7 @@ def _build(p: P.Settings, b: P.Build, out_p: Path, force: bool, version_control:
     jobs = p.search.jobs
     searched = search_flow.with_options(task_runner=task_runner(p.runner, jobs))(
         p, kernels, str(work), {"night": b.night, "night_start": b.night_start,
-                                "clock_offset_s": b.clock_offset_s,
+                                "clock_offset_s": b.clock_offset_s, "started": started,
                                 "carried": carried["carry"] if carried else None})
     steps = cot_flow.with_options(task_runner=task_runner(p.runner, jobs))(p, searched["steps"], str(work))
     kernels_path, trajs, pinned = searched.get("kernels", kernels), searched["trajectories"], None

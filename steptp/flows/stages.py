@@ -240,12 +240,24 @@ def search_flow(s: P.Settings, kernels_path: str, work: str,
              "not_before": b.get("night_start")}
     opts = {"cache_expiration": _dt.timedelta(seconds=max_age)} if max_age else {}
     tasks = [search_one.with_options(task_run_name=f"search-{k.name}", **opts) for k in chosen]
+    deadline = pipeline.search_deadline(b.get("started"), s.nightly, s.search) \
+        if searched is not None else None
+    width = s.search.jobs if s.runner.kind == "local" else max(1, s.runner.workers)
     # submitted to the flow's task runner (``task_runner``): ``search.jobs`` threads here, or
-    # Dask workers; results in kernel order whatever order they finish in
+    # Dask workers, at most ``width`` at once so that the deadline is asked before each start;
+    # results in kernel order whatever order they finish in
     with reuse_workers():  # searches in this process start their measurement workers once
-        futs = [t.submit(k, s.search, s.significance, s.devices, night=night, fresh=fresh)
-                for t, k in zip(tasks, chosen)]
+        futs = pipeline.start_in_time(
+            list(zip(tasks, chosen)), lambda tk: tk[0].submit(tk[1], s.search, s.significance,
+                                                             s.devices, night=night, fresh=fresh),
+            width, deadline)
         results = [f.result() for f in futs]
+    if len(futs) < len(chosen):
+        left = {k.kernel_id for k in chosen[len(futs):]}
+        _log(f"search: the night's search deadline ({s.nightly.search_deadline_minutes:g} min after "
+             f"the build began) left {len(left)} of {len(chosen)} kernels for the next night")
+        every = [pipeline.left_for_next_night(k) if k.kernel_id in left else k for k in every]
+        chosen = chosen[:len(futs)]
     _log(f"search: {len(chosen)} kernels on "
          f"{s.search.jobs if s.runner.kind == 'local' else 'dask'} workers")
     # provenance: the night that searched them (the code version is stamped by the search)
