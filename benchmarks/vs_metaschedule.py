@@ -188,6 +188,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=300.0,
                     help="our search's wall budget per kernel and budget")
     ap.add_argument("--policy", default="beam")
+    ap.add_argument("--beam", default="", metavar="K=V,...",
+                    help="beam options for a variant (steptp.search.policies.Beam: width, "
+                         "per_level, per_node, finish, finish_share, root), e.g. root=4,finish_share=4")
     ap.add_argument("--lookahead", type=int, default=0,
                     help="beam only: re-rank each state's K best actions by the cost model's "
                          "score after a finishing move (Beam(lookahead=K))")
@@ -213,12 +216,18 @@ def main() -> None:
     from steptp.search import default_evaluator
 
     policy = args.policy
-    if args.lookahead:
+    if args.lookahead or args.beam:
         from steptp.search.policies import Beam
 
         if policy != "beam":
-            raise SystemExit("--lookahead is a beam option (use --policy beam)")
-        policy = Beam(lookahead=args.lookahead)
+            raise SystemExit("--lookahead and --beam are beam options (use --policy beam)")
+        try:
+            opts = {k.strip(): int(v) for k, v in (kv.split("=", 1) for kv in args.beam.split(",")
+                                                   if kv.strip())}
+            policy = Beam(lookahead=args.lookahead, **opts)
+        except (ValueError, TypeError) as e:
+            raise SystemExit(f"--beam {args.beam!r}: {e} (K=V with integer values: width, "
+                             f"per_level, per_node, finish, finish_share, root)") from None
     ev = default_evaluator(kind=args.evaluator)
     what = args.kernels or args.workloads or f"list {args.list}"
     ours = ("" if args.ms_only else f"ours at {','.join(map(str, budgets))} measurements "
@@ -328,7 +337,8 @@ def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
             # every measured step, to see what the search tried and how fast it was
             "steps": [{"strategy": st.strategy, "params": st.params, "outcome": st.outcome,
                        "after_s": st.after.median_s if st.after else None,
-                       "cumulative_speedup": st.cumulative_speedup,
+                       "cumulative_speedup": st.cumulative_speedup, "step_index": st.step_index,
+                       "before_hash": st.before_hash, "after_hash": st.after_hash,
                        "after_leir": st.after_leir} for st in res.steps]}
     row = {"workload": name, "family": item.family, "kernel_id": item.kernel_id,
            "budgets": list(budgets), "ms_trials": ms_trials,

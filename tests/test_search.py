@@ -772,3 +772,23 @@ def test_rows_keep_the_names_their_site_and_reasoning_use(evaluator):
     loop = sp.site.loops[0]
     assert grand.step.before_leir == row.after_leir
     assert f"for {loop}_o in " in grand.step.after_leir and f"{loop}_i" in grand.step.after_leir
+
+
+def test_beam_root_option_measures_fewer_of_the_unscheduled_kernels_actions(evaluator):
+    """``Beam(root=k)``: the first level measures only the root's k best-ranked actions (the
+    budget then goes deeper); without it the root gets the level's ``per_level``."""
+    from steptp.search.policies import Beam
+
+    mm = "kernel f32 matmul(A[64,64], B[64,64]) -> C[64,64]\n C[i,j] += A[i,k] * B[k,j]\n"
+
+    def root_rows(policy):
+        s = Search(parse(mm), "mm64", "beam", Budget(10, 120), 0, _TileTimes(evaluator),
+                   strategies=LOOPS, ranker=Ranker(learned=False))
+        policy.run(s)
+        rows = [r for r in s.steps if r.after is not None]
+        return sum(r.step_index == 0 for r in rows), max(r.step_index for r in rows)
+
+    at_root, deepest = root_rows(Beam(finish=0, root=2))
+    assert at_root == 2 and deepest >= 3                  # the budget went deeper
+    at_root8, deepest8 = root_rows(Beam(finish=0))
+    assert at_root8 >= 5 and deepest8 < deepest          # per_level (8) of the root's actions

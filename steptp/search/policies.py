@@ -237,8 +237,11 @@ class Beam(Policy):
 
     def __init__(self, width: int = 4, depth: int = 16, per_level: Optional[int] = None,
                  per_node: Optional[int] = None, lookahead: int = 0, lookahead_depth: int = 2,
-                 lookahead_limit: int = 48, finish: int = len(FINISH)):
-        self.finish = finish   # measurements kept for the best state's finishing moves
+                 lookahead_limit: int = 48, finish: int = len(FINISH), finish_share: int = 8,
+                 root: Optional[int] = None):
+        self.finish = finish   # measurements kept for the best state's finishing moves ...
+        self.finish_share = finish_share   # ... at most one in this many of the budget
+        self.root = root       # actions measured from the unscheduled kernel (None: per_level)
         self.width = width
         self.depth = depth
         self.per_level = per_level or 2 * width
@@ -419,7 +422,7 @@ class Beam(Policy):
         # the last ``finish`` measurements are the best state's finishing moves; a small budget
         # keeps fewer (one in 8 at most: with 4 measurements, a reserve of 3 left the search
         # one, and a small release found no step beyond the noise)
-        s.reserve = min(self.finish, s.budget.measurements // 8)
+        s.reserve = min(self.finish, s.budget.measurements // max(1, self.finish_share))
         try:
             self._search(s)
             self._widen(s)
@@ -447,9 +450,11 @@ class Beam(Policy):
             # Absolute model scores would let a poor state's optimistic children outrank the
             # obvious next move (e.g. parallelizing) of the best measured state.
             pool: list[tuple[float, int, int, Node]] = []
+            level = self.per_level if (_level > 0 or self.root is None) else self.root
             for fi, n in enumerate(frontier):
                 # a narrow frontier (the root) spends the whole level on its own actions
-                cands = s.untried(n)[:max(self.per_node, self.per_level // len(frontier))]
+                cands = s.untried(n)[:max(self.per_node if _level > 0 or self.root is None
+                                          else 1, level // len(frontier))]
                 if not cands:
                     continue
                 scores = s.ranker.scores([n.program] + [c.program for c in cands])
@@ -463,7 +468,7 @@ class Beam(Policy):
             # no more than the budget has left before the reserve: what the level plans is
             # verified ahead, and a plan cut short by the reserve was verified for nothing
             left = s.budget.measurements - s.reserve - s.measurements
-            chosen = pool[:max(1, min(self.per_level, left))]
+            chosen = pool[:max(1, min(level, left))]
             # evaluate in frontier order, each node's actions in rank order
             by_node: dict[int, int] = {}
             for _, fi, _, _ in chosen:
