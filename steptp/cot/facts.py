@@ -461,6 +461,54 @@ def _flat_index(t: A.Tensor, index: tuple[A.Expr, ...], env: dict[str, Any], mas
     return np.where(inside, flat, -1) if mask else flat
 
 
+def _grid(loops: list[tuple[str, int]]) -> dict[str, Any]:
+    """Each loop variable as an integer array along its own axis (the loops' iteration space)."""
+    import numpy as np
+
+    env: dict[str, Any] = {}
+    for d, (v, e) in enumerate(loops):
+        sh = [1] * len(loops)
+        sh[d] = e
+        env[v] = np.arange(e, dtype=np.int64).reshape(sh)
+    return env
+
+
+def _guard_mask(env: dict[str, Any], shape: list[int], guards: tuple[A.Expr, ...]):
+    """The points of ``env`` where every loop-only guard holds (None: a guard is not one)."""
+    import numpy as np
+
+    from ..leir.analysis import _eval_np
+
+    try:
+        full = {**env}
+        for v in _free(guards):
+            full.setdefault(v, np.zeros((), dtype=np.int64))
+        m = np.ones(shape, dtype=bool)
+        with np.errstate(all="ignore"):
+            for g in guards:
+                m &= np.broadcast_to(np.asarray(_eval_np(g, full), dtype=bool), m.shape)
+        return m
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _touched(t: A.Tensor, index: tuple[A.Expr, ...], env: dict[str, Any], shape: list[int], mask):
+    """Row-major element numbers ``t[index]`` touches at the points of ``env`` (those of ``mask``
+    when given; out-of-range subscripts touch nothing), or None for a gather."""
+    import numpy as np
+
+    full = {**env}
+    for sub in index:
+        for v in A.free_vars(sub):
+            full.setdefault(v, np.zeros((), dtype=np.int64))
+    fl = _flat_index(t, index, full)
+    if fl is None:
+        return None
+    fl = np.broadcast_to(fl, shape) if shape else fl.reshape(())
+    fl = fl[mask] if mask is not None else fl.reshape(-1)
+    return fl[fl >= 0]
+
+
 def distinct_bytes(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, ...]]],
                    loops: list[tuple[str, int]], guards: tuple[A.Expr, ...] = ()) -> tuple[int, bool]:
     """Bytes of the distinct elements ``accesses`` touch (see :func:`element_counts`)."""
@@ -479,29 +527,10 @@ def element_counts(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
     from above and the touched bytes are None)."""
     import numpy as np
 
-    from ..leir.analysis import _eval_np
-
     n = math.prod(e for _, e in loops) if loops else 1
     shape = [e for _, e in loops]
-    env: dict[str, Any] = {}
-    if n <= MAX_POINTS:
-        for d, (v, e) in enumerate(loops):
-            sh = [1] * len(loops)
-            sh[d] = e
-            env[v] = np.arange(e, dtype=np.int64).reshape(sh)
-    mask = None
-    if n <= MAX_POINTS and guards:
-        try:
-            full = {**env}
-            for v in _free(guards):
-                full.setdefault(v, np.zeros((), dtype=np.int64))
-            m = np.ones(shape, dtype=bool)
-            with np.errstate(all="ignore"):
-                for g in guards:
-                    m &= np.broadcast_to(np.asarray(_eval_np(g, full), dtype=bool), m.shape)
-            mask = m
-        except (ValueError, KeyError, TypeError, ZeroDivisionError):
-            mask = None
+    env = _grid(loops) if n <= MAX_POINTS else {}
+    mask = _guard_mask(env, shape, guards) if n <= MAX_POINTS and guards else None
     total, touched, exact = 0, 0, n <= MAX_POINTS
     by_tensor: dict[str, list] = {}
     texts: set = set()
@@ -519,17 +548,11 @@ def element_counts(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
         if n <= MAX_POINTS:
             flats = []
             for index in indices:
-                full = {**env}
-                for sub in index:
-                    for v in A.free_vars(sub):
-                        full.setdefault(v, np.zeros((), dtype=np.int64))
-                fl = _flat_index(t, index, full)
+                fl = _touched(t, index, env, shape, mask)
                 if fl is None:
                     flats = None
                     break
-                fl = np.broadcast_to(fl, shape) if shape else fl.reshape(())
-                fl = fl[mask] if mask is not None else fl.reshape(-1)
-                flats.append(fl[fl >= 0])
+                flats.append(fl)
         if flats is not None:
             # element numbers lie in [0, t.size): a bitmap counts the distinct ones in linear
             # time (np.unique sorts: it took 96 of 110 s of one trajectory's reasoning)
@@ -566,40 +589,19 @@ def distinct_lines(program: A.Program, accesses: list[tuple[str, tuple[A.Expr, .
     if n > MAX_POINTS:
         return None
     shape = [e for _, e in loops]
-    env: dict[str, Any] = {}
-    for d, (v, e) in enumerate(loops):
-        sh = [1] * len(loops)
-        sh[d] = e
-        env[v] = np.arange(e, dtype=np.int64).reshape(sh)
-    mask = None
-    if guards:
-        from ..leir.analysis import _eval_np
-
-        try:
-            full = {**env}
-            for v in _free(guards):
-                full.setdefault(v, np.zeros((), dtype=np.int64))
-            mask = np.ones(shape, dtype=bool)
-            with np.errstate(all="ignore"):
-                for g in guards:
-                    mask &= np.broadcast_to(np.asarray(_eval_np(g, full), dtype=bool), mask.shape)
-        except (ValueError, KeyError, TypeError, ZeroDivisionError):
-            return None
+    env = _grid(loops)
+    mask = _guard_mask(env, shape, guards) if guards else None
+    if guards and mask is None:
+        return None
     lines: dict[str, Any] = {}
     for name, index in accesses:
         t = program.tensors.get(name)
         if t is None:
             continue
-        full = {**env}
-        for sub in index:
-            for v in A.free_vars(sub):
-                full.setdefault(v, np.zeros((), dtype=np.int64))
-        fl = _flat_index(t, index, full)
+        fl = _touched(t, index, env, shape, mask)
         if fl is None:
             return None
-        fl = np.broadcast_to(fl, shape) if shape else fl.reshape(())
-        fl = fl[mask] if mask is not None else fl.reshape(-1)
-        fl = fl[fl >= 0] * ITEMSIZE[t.dtype] // line_bytes
+        fl = fl * ITEMSIZE[t.dtype] // line_bytes
         lines[name] = fl if name not in lines else np.concatenate([lines[name], fl])
     return sum(int(np.unique(v).size) for v in lines.values())
 
