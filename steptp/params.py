@@ -265,6 +265,7 @@ class Nightly(Section):
     yield_min_kernels: int = Field(5, ge=1, description="accumulate: ... judged once this many of its kernels were searched")
     max_age_days: Optional[float] = Field(30.0, gt=0, description="accumulate: a kernel's records older than this are stale: searched again when the shard has room (null: never by age)")
     search_deadline_minutes: Optional[float] = Field(None, gt=0, description="accumulate: no kernel search starts later than this many minutes after the build began, nor one that would not end by then (search.seconds + search.remeasure_seconds), so the night ends in time for CoT, curation and publishing; the kernels it leaves keep their place for the next night (null: the whole shard)")
+    refresh_reasoning: bool = Field(True, description="accumulate: carried steps whose reasoning an older version of the template writer wrote get it written again (whole trajectories; about 3 min per 650 steps, once after an update; reasoning a model wrote is kept)")
     retime_fraction: float = Field(0.1, ge=0, le=1, description="accumulate: share of the carried steps labelled improving or preparatory re-timed each night (a sample seeded by the date); a label that no longer holds is dropped")
 
     @field_validator("version")

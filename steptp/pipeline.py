@@ -438,6 +438,30 @@ def cot_one(steps: list[StepRecord], cot: Cot, hardware: str = "host"
     return [by_key.get(step_key(s), s) for s in steps], summary
 
 
+def refresh_reasoning(steps: list[StepRecord], cot: Cot, hardware: str = "host"
+                      ) -> tuple[list[StepRecord], int]:
+    """Carried ``steps`` with the reasoning an older template version wrote written again by
+    today's template (whole trajectories, so that the tree's alternatives agree; a trajectory
+    with any reasoning a model wrote is left as it is); and how many steps were re-written."""
+    from .cot.run import older_template
+    from .records import step_key
+
+    groups = by_trajectory(steps)
+    out: dict[str, StepRecord] = {}
+    n = 0
+    tmpl = cot.model_copy(update={"writer": "template"})
+    for _, group in groups:
+        written = [x for x in group if x.cot]
+        if not any(older_template(x) for x in written) or \
+                not all((x.cot_source or "").startswith("template") for x in written):
+            continue
+        done, _ = cot_one(group, tmpl, hardware)
+        for x in done:
+            out[step_key(x)] = x
+        n += len(written)
+    return [out.get(step_key(x), x) for x in steps], n
+
+
 __all__ = ["by_trajectory", "choose_kernels", "contamination_index", "cot_one", "extract",
-           "extract_refs", "make_writer", "sources_digest",
+           "extract_refs", "make_writer", "refresh_reasoning", "sources_digest",
            "measurement_cache", "search_one", "select_kernels", "time_unscheduled"]

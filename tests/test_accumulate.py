@@ -411,3 +411,36 @@ def test_an_accumulated_release_yields_over_all_the_searching_that_made_it(tmp_p
     assert "over 2 accumulated nights" in yield_lines(y)[0]
     assert stage_stats.cumulative(tonight, None) == tonight and stage_stats.cumulative(None, before) is None
     assert _search_cost(tmp_path) is None                         # no stats.json there
+
+
+def test_carried_reasoning_an_older_template_wrote_is_written_again():
+    """``pipeline.refresh_reasoning``: a carried trajectory whose reasoning another version of
+    the template wrote gets today's (with its version recorded); today's is left alone, and so
+    is a trajectory with reasoning a model wrote."""
+    from cot_steps import step as cot_step
+
+    from steptp import params as P
+    from steptp.cot import write_cot
+    from steptp.cot.facts import Hardware
+    from steptp.cot.run import older_template
+    from steptp.cot.template import WRITER_VERSION
+    from steptp.pipeline import refresh_reasoning
+
+    made = [cot_step("rowsum", "loop_parallelization", {"path": [0], "loops": ["i"]}, {},
+                     speedup=1.8, trajectory=t) for t in ("t-old", "t-now", "t-llm")]
+    # carried steps were timed on this machine (the same fingerprint): the reasoning describes it
+    done, summary = write_cot(made, hardware=Hardware.current())
+    assert summary["ok"] == 3 and all(x.cot["writer"] == WRITER_VERSION for x in done)
+    assert not any(older_template(x) for x in done)
+    old_text = "an older template's words"
+    carried = [done[0].model_copy(update={"cot": {**{k: v for k, v in done[0].cot.items()
+                                                     if k != "writer"}}, "cot_text": old_text}),
+               done[1],
+               done[2].model_copy(update={"cot": {k: v for k, v in done[2].cot.items() if k != "writer"},
+                                          "cot_source": "anthropic", "cot_text": old_text})]
+    assert [older_template(x) for x in carried] == [True, False, False]
+    out, n = refresh_reasoning(carried, P.Cot())
+    assert n == 1
+    assert out[0].cot["writer"] == WRITER_VERSION and out[0].cot_text != old_text
+    assert out[0].cot_text == done[0].cot_text          # the template is deterministic
+    assert out[1] is carried[1] and out[2] is carried[2]

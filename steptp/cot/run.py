@@ -44,8 +44,22 @@ def with_cot(step: StepRecord, cot: Cot, source: str, f: Optional[Facts] = None)
         # an argument the step cannot support (it answers nothing found at its site): the
         # reasoning stays true, curation keeps the step out of the SFT set
         side["coherence"] = coherence_problems(cot, step, f, ARGUMENT)
+    if source.startswith("template"):
+        from .template import WRITER_VERSION
+
+        # a release that carries the step can tell reasoning an older template wrote
+        side["writer"] = WRITER_VERSION
     return step.model_copy(update={"cot": cot_record(cot, **side),
                                    "cot_text": render(cot, _answer(step)), "cot_source": source})
+
+
+def older_template(step: StepRecord) -> bool:
+    """Was the step's reasoning written by another version of the template writer (or before
+    versions were recorded)? Reasoning a model wrote is never taken for it."""
+    from .template import WRITER_VERSION
+
+    return (step.cot_source or "").startswith("template") and bool(step.cot) \
+        and step.cot.get("writer") != WRITER_VERSION
 
 
 def skeleton(text: str) -> str:

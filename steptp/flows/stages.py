@@ -341,8 +341,14 @@ def accumulate_flow(s: P.Settings, carried: dict[str, str], kernels_path: str, s
     timings = retime_carried(A.retime_programs(cs, keys), s.search.threads,
                              max(1, s.search.remeasure_rounds), s.devices, carry.night) if keys else {}
     cs, rows = A.apply_retiming(cs, timings, s.significance)
+    rewritten = 0
+    if s.nightly.refresh_reasoning:
+        # an update's better arguments reach the carried steps too, not only tonight's
+        cs, rewritten = pipeline.refresh_reasoning(cs, s.cot)
+        _log(f"accumulate: reasoning of {rewritten} carried steps written again by today's template")
     kernels = A.carried_status(kernels, cs, ct, carry)
     rep = A.report(carry, info, rows, kernels)
+    rep["reasoning_rewritten"] = rewritten
     _log(f"accumulate: {rep['carried_kernels']} kernels and {rep['carried_steps']} steps carried, "
          f"{rep['retimed']} labels re-timed, {rep['dropped']} dropped")
     w = Path(work)

@@ -143,12 +143,13 @@ class Cot(_Part):
 
 # Fields of the stored record that are not reasoning: what was measured, the hardware the facts
 # were computed for, and the argument's coherence problems. Never rendered into the <think> text.
-SIDE_FIELDS = ("measured", "hardware", "coherence")
+SIDE_FIELDS = ("measured", "hardware", "coherence", "writer")
 
 
 def cot_record(cot: Cot, **side: Any) -> dict[str, Any]:
     """The dict stored in ``StepRecord.cot``: the fields plus ``schema_version``, and beside
-    them (``measured=...``, ``hardware=...``) what the reasoning must not use."""
+    them (``measured=...``, ``hardware=...``, ``writer=...``: the template version that wrote
+    it) what the reasoning must not use."""
     out = {"schema_version": SCHEMA_VERSION, **cot.model_dump(mode="json")}
     for k, v in side.items():
         if k not in SIDE_FIELDS:
