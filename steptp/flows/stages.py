@@ -38,6 +38,7 @@ workloads over its own worker processes (``extract.jobs``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -309,7 +310,15 @@ def carry_flow(s: P.Settings, out: str, rid: str, fingerprint: str, night: str, 
     _log(f"accumulate: carrying from {carry.previous or 'nothing (a new line for this hardware)'}: "
          f"{len(carry.kernels())} kernels, {len(carry.steps)} steps, {len(carry.stale)} kernels stale, "
          f"{carry.other_hardware} records of another fingerprint left out")
-    return A.write_carry(carry, work)
+    rewritten = 0
+    if s.nightly.refresh_reasoning and carry.steps:
+        # an update's better arguments reach the carried steps too, not only tonight's; done
+        # before the search, so that the night's search deadline counts its time
+        steps, rewritten = pipeline.refresh_reasoning(carry.steps, s.cot)
+        carry = dataclasses.replace(carry, steps=steps)
+        _log(f"accumulate: the reasoning of {rewritten} carried steps written again by today's "
+             f"template")
+    return {**A.write_carry(carry, work), "reasoning_rewritten": str(rewritten)}
 
 
 @task(cache_policy=cache_policy("search", hardware=True), persist_result=True, retries=1,
@@ -341,14 +350,9 @@ def accumulate_flow(s: P.Settings, carried: dict[str, str], kernels_path: str, s
     timings = retime_carried(A.retime_programs(cs, keys), s.search.threads,
                              max(1, s.search.remeasure_rounds), s.devices, carry.night) if keys else {}
     cs, rows = A.apply_retiming(cs, timings, s.significance)
-    rewritten = 0
-    if s.nightly.refresh_reasoning:
-        # an update's better arguments reach the carried steps too, not only tonight's
-        cs, rewritten = pipeline.refresh_reasoning(cs, s.cot)
-        _log(f"accumulate: reasoning of {rewritten} carried steps written again by today's template")
     kernels = A.carried_status(kernels, cs, ct, carry)
     rep = A.report(carry, info, rows, kernels)
-    rep["reasoning_rewritten"] = rewritten
+    rep["reasoning_rewritten"] = int(carried.get("reasoning_rewritten") or 0)
     _log(f"accumulate: {rep['carried_kernels']} kernels and {rep['carried_steps']} steps carried, "
          f"{rep['retimed']} labels re-timed, {rep['dropped']} dropped")
     w = Path(work)
