@@ -707,40 +707,31 @@ class SiteFacts:
         return self.innermost_origin
 
 
-def _computed(e: A.Expr):
-    """The value nodes of ``e`` that may compute something (operators and calls, not loads or
-    constants), pre-order, not descending into load subscripts."""
-    if isinstance(e, (A.Unary, A.Binary, A.Call)):
-        yield e
-    for c in ((e.operand,) if isinstance(e, A.Unary) else (e.lhs, e.rhs) if isinstance(e, A.Binary)
-              else tuple(e.args) if isinstance(e, A.Call) else ()):
-        yield from _computed(c)
-
-
 def repeated_subexpression(value: A.Expr, after: Optional[A.Expr] = None
                            ) -> Optional[tuple[str, int, int, Optional[int]]]:
     """The computed subexpression of ``value`` (one with at least one operation, as the
     statement's flops count them) that occurs most often, at least twice (ties: the larger, then
     the last in text order), as (text, operations per evaluation, occurrences, its occurrences
     in ``after``), or None."""
-    from ..leir.printer import format_expr
-
     from ..leir.analysis import _count_ops
+    from ..leir.printer import format_expr
+    from ..strategies.graph import value_nodes
 
+    whole = format_expr(value)
     counts: dict[str, int] = {}
     size: dict[str, int] = {}
-    for n in _computed(value):
+    for n in value_nodes(value):
         ops = _count_ops(n)
         if ops == 0:
-            continue      # a cast: nothing to save
+            continue      # a load, a constant or a cast: nothing to save
         t = format_expr(n)
         counts[t] = counts.get(t, 0) + 1
         size[t] = ops
-    rep = [t for t, c in counts.items() if c >= 2 and t != format_expr(value)]
+    rep = [t for t, c in counts.items() if c >= 2 and t != whole]
     if not rep:
         return None
     t = max(rep, key=lambda x: (counts[x], size[x], x))
-    n_after = None if after is None else sum(1 for n in _computed(after) if format_expr(n) == t)
+    n_after = None if after is None else sum(1 for n in value_nodes(after) if format_expr(n) == t)
     return t, size[t], counts[t], n_after
 
 
@@ -814,6 +805,7 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
             seen.add(key)
             raw.append(a)
     after_accs: list = []
+    ap = aan = asi = None
     if main_after is not None:
         ap = parse(after_text)
         aan = Analysis(ap)
@@ -849,9 +841,10 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
             origin = main_after.innermost   # the innermost loop touches no subscript: same name
     # reuse after the step: the same analysis on the matching statement of the after-program
     reuse_after: dict[int, Optional[int]] = {}
+    nest_a: list[tuple[str, int]] = []
+    idx_a: list[tuple[str, tuple[A.Expr, ...]]] = []
     if main_after is not None:
-        ap = parse(after_text)
-        asi = Analysis(ap).statement(main_after.path)
+        asi = aan.statement(main_after.path)
         nest_a = [(lp.var, lp.extent) for lp in asi.loops]
         idx_a = [(x.tensor, x.index) for x in after_accs]
         ws_a: dict[int, int] = {}
@@ -875,14 +868,14 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
         text_ = _access_text(a.tensor, a.index)
         t = bp.tensors.get(a.tensor)
         stride = _stride(t, a.index, main.innermost, tuple(nest))
-        sa, ta = None, None
+        sa, ta, m = None, None, None
         if main_after is not None:
             same = [x for x in after_accs if x.tensor == a.tensor and x.write == a.write]
             mine = [x for x in raw if x.tensor == a.tensor and x.write == a.write]
             if len(same) == len(mine):
                 m = same[mine.index(a)]
                 ta = _access_text(m.tensor, m.index)
-                sa = _stride(parse(after_text).tensors.get(m.tensor), m.index, main_after.innermost,
+                sa = _stride(ap.tensors.get(m.tensor), m.index, main_after.innermost,
                              tuple(main_after.nest))
         reuse_loop, reuse_bytes = None, None
         for d in range(len(nest) - 1, -1, -1):
@@ -893,17 +886,8 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
                 break
         sb = stride * ITEMSIZE[t.dtype] if (stride is not None and t is not None) else None
         ll, lb = line_return(bp, all_idx, (a.tensor, a.index), nest, hw.line_bytes, si.guards)
-        lla, lba = None, None
-        if ll is not None and main_after is not None:
-            same = [x for x in after_accs if x.tensor == a.tensor and x.write == a.write]
-            mine = [x for x in raw if x.tensor == a.tensor and x.write == a.write]
-            if len(same) == len(mine):
-                m = same[mine.index(a)]
-                ap_ = parse(after_text)
-                asi_ = Analysis(ap_).statement(main_after.path)
-                lla, lba = line_return(ap_, [(x.tensor, x.index) for x in after_accs],
-                                       (m.tensor, m.index), [(lp.var, lp.extent) for lp in asi_.loops],
-                                       hw.line_bytes, asi_.guards)
+        lla, lba = (line_return(ap, idx_a, (m.tensor, m.index), nest_a, hw.line_bytes, asi.guards)
+                    if ll is not None and m is not None else (None, None))
         accs.append(SiteAccess(a.tensor, a.write, text_, stride, sa, ta, reuse_loop, reuse_bytes, sb,
                                reuse_after.get(k), ll, lb, lla, lba))
     loop = node.var if isinstance(node, A.Loop) else None
@@ -915,7 +899,7 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
     rep = None
     st_b = A.node_at(bp, main.path)
     if isinstance(st_b, A.Assign):
-        st_a = A.node_at(parse(after_text), main_after.path) if main_after is not None else None
+        st_a = A.node_at(ap, main_after.path) if ap is not None else None
         rep = repeated_subexpression(st_b.value, st_a.value if isinstance(st_a, A.Assign) else None)
     return SiteFacts(path, loop, tuple(under), main, main_after, tuple(accs), tuple(wsets), origin,
                      accessed, once, rep)
