@@ -818,7 +818,7 @@ class TemplateWriter:
         model's time): cores, lanes, elements per cache line, reuse distance, bytes no longer
         written and read back. A preparatory step names the move it makes possible and why that
         move needs it."""
-        from .argument import answered, preparation
+        from .argument import answered, keeps_lines, preparation
 
         hw = f.hardware
         x = answered(f)
@@ -900,7 +900,7 @@ class TemplateWriter:
                             f"serves {per} consecutive iterations instead of {was}.",
                             f"unit stride for `{a.text}`: {per} elements of each {hw.line_bytes}-"
                             f"byte line used in turn, against {was} before.")
-            elif self._kept_lines(f) is a and a is not None:
+            elif keeps_lines(f, x):
                 gap, gap2 = a.line_apart, a.line_apart_after
                 text = pick(f"each {hw.line_bytes}-byte line of `{a.text}` then serves up to {per} "
                             f"elements while it is in L1 ({fmt_bytes(gap2)} of lines between two of "

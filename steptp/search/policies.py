@@ -450,11 +450,12 @@ class Beam(Policy):
             # Absolute model scores would let a poor state's optimistic children outrank the
             # obvious next move (e.g. parallelizing) of the best measured state.
             pool: list[tuple[float, int, int, Node]] = []
-            level = self.per_level if (_level > 0 or self.root is None) else self.root
+            at_root = _level == 0 and self.root is not None
+            level = self.root if at_root else self.per_level
+            per_node = 1 if at_root else self.per_node
             for fi, n in enumerate(frontier):
                 # a narrow frontier (the root) spends the whole level on its own actions
-                cands = s.untried(n)[:max(self.per_node if _level > 0 or self.root is None
-                                          else 1, level // len(frontier))]
+                cands = s.untried(n)[:max(per_node, level // len(frontier))]
                 if not cands:
                     continue
                 scores = s.ranker.scores([n.program] + [c.program for c in cands])
