@@ -153,6 +153,15 @@ def resolve_budgets(budgets: tuple[int, ...] | None, budget: int | None,
     return ours, trials
 
 
+def tree_prompts(steps: list[dict]) -> tuple[int, int]:
+    """(prompts with a child measured faster than them, prompts): the distinct before-programs
+    of the measured steps of one search, as a release would see its tree."""
+    timed = [s for s in steps if s.get("after_s") is not None]
+    prompts = {s.get("before_hash") for s in timed}
+    return sum(1 for p in prompts if any(s.get("before_hash") == p and s["outcome"] == "improved"
+                                         for s in timed)), len(prompts)
+
+
 def summary_lines(rows: list[dict], budgets: tuple[int, ...], ms_trials: int) -> list[str]:
     """Per budget: the geomean of ours / MetaSchedule, the worst kernel, how many are above
     ``OUTLIER_RATIO``, and the geomean over the fused-epilogue and normalization kernels."""
@@ -164,6 +173,12 @@ def summary_lines(rows: list[dict], budgets: tuple[int, ...], ms_trials: int) ->
                    f"{geomean(x for x, _, _ in ratios):.2f} ({len(ratios)} kernels); worst "
                    f"{worst[0]:.2f} ({worst[1]}); "
                    f"{sum(x > OUTLIER_RATIO for x, _, _ in ratios)} above {OUTLIER_RATIO}")
+        trees = [tree_prompts(r["by_budget"][str(b)]["steps"]) for r in rows
+                 if r["by_budget"][str(b)].get("steps")]
+        if trees:
+            out.append(f"#   search trees at {b}: {sum(a for a, _ in trees) / len(trees):.2f} prompts "
+                       f"with a faster child per kernel, of {sum(p for _, p in trees) / len(trees):.2f} "
+                       f"prompts (the dataset's SFT candidates)")
         epi = [x for x, _, f in ratios if f in EPILOGUE_FAMILIES]
         norm = [x for x, _, f in ratios if f in NORM_FAMILIES]
         if epi or norm:

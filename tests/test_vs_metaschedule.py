@@ -107,3 +107,19 @@ def test_two_budgets_one_interleaved_retiming(tmp_path, monkeypatch, capsys):
     assert "# ours@2 / MetaSchedule@3: geomean" in text
     assert "fused-epilogue + norm kernels: geomean" in text
     assert "reused from" in text and text.rstrip().endswith("gemm_bias_silu")
+
+
+def test_the_summary_counts_each_search_trees_prompts_with_a_faster_child():
+    def st(before, outcome, after_s=1e-3):
+        return {"before_hash": before, "outcome": outcome, "after_s": after_s}
+
+    # root r: two children, one faster; a: one slower child; a failed row counts for nothing
+    steps = [st("r", "improved"), st("r", "not_improved"), st("a", "not_improved"),
+             st("b", "improved", None)]
+    assert VS.tree_prompts(steps) == (1, 2)
+    row = _row("gemm_bias_silu", "gemm_epilogue", 1.0, 1.0)
+    row["by_budget"]["16"]["steps"] = steps
+    row["by_budget"]["64"]["steps"] = steps + [st("a", "improved")]
+    lines = VS.summary_lines([row], (16, 64), 64)
+    assert "search trees at 16: 1.00 prompts with a faster child per kernel, of 2.00" in lines[1]
+    assert "search trees at 64: 2.00 prompts with a faster child per kernel, of 2.00" in lines[4]
