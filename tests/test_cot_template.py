@@ -405,3 +405,33 @@ def test_a_cache_tiles_staged_block_says_it_lives_in_l1_not_in_registers():
     assert all("16 KiB" in r and "L1" in r and "can live in registers" not in r
                for r in said["block"])
     assert all("can live in registers" in r and "KiB buffer" not in r for r in said["tile"])
+
+
+ROWMAX = """kernel f32 row_max(A[256,1024]) -> B[256]
+ for i in 256, k in 1024:
+  B[i] max= A[i,k]
+"""
+
+
+def test_a_max_reduction_is_a_chain_of_max_operations_not_of_adds():
+    """``make run``'s release called a `max=` reduction "a serial chain of dependent adds": the
+    dependence finding names the reduction's own operator, and rfactor's effect speaks of
+    partial results (a max has no sums)."""
+    import steptp.strategies as S
+    from steptp.cot.samples import make_step
+    from steptp.leir import parse
+
+    prog = parse(ROWMAX)
+    (c, *_) = [c for c in S.candidates(prog, "reduction_factorization")]
+    step = make_step("row_max", c.strategy, c.site.to_json(), dict(c.params), speedup=1.4,
+                     program=prog)
+    texts = []
+    for seed in range(4):     # both wordings of each sentence
+        cot = TemplateWriter(seed=seed).write(step)
+        validate(cot, step)
+        assert cot.bottleneck.kind == "dependence"
+        texts.append(json.dumps(cot.model_dump()))
+    joined = " ".join(texts)
+    assert "max operations" in joined or "waits for the previous one" in joined
+    assert "dependent adds" not in joined and "partial sums" not in joined
+    assert any("serial chain of dependent max operations" in t for t in texts), texts[0][:400]

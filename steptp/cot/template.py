@@ -27,7 +27,7 @@ from ..format.cot_schema import (Bottleneck, Candidate, Check, Claim, Cot, Decis
 from ..records import StepRecord
 from .facts import Facts, SiteAccess, facts as compute_facts
 
-WRITER_VERSION = "template-6"
+WRITER_VERSION = "template-7"
 MAX_ALTERNATIVES = 2
 
 
@@ -42,6 +42,14 @@ def fmt_bytes(b: int) -> str:
 
 def _per_core(level: str) -> str:
     return " per core" if level in ("L1", "L2") else ""
+
+
+#: what one update of a reduction does, by its operator (a `max=` chain is not one of adds)
+_UPDATES = {"+=": "adds", "*=": "multiplies", "max=": "max operations", "min=": "min operations"}
+
+
+def _updates(op: str) -> str:
+    return _UPDATES.get(op, "updates")
 
 
 def _held(hw, nbytes: int) -> str:
@@ -377,7 +385,7 @@ class TemplateWriter:
             claims.append(Claim(kind="innermost_loop", loop=x.loop, path=path))
             return pick(f"The innermost loop `{x.loop}` is the reduction axis of `{m.text}`: its "
                         f"{det['extent']} iterations accumulate into one element of `{x.tensor}`, "
-                        f"a serial chain of dependent adds.",
+                        f"a serial chain of dependent {_updates(m.op)}.",
                         f"`{m.text}` accumulates into `{x.tensor}` along the innermost loop "
                         f"`{x.loop}` ({det['extent']} iterations): each update waits for the "
                         f"previous one.")
@@ -619,7 +627,7 @@ class TemplateWriter:
             claims.append(Claim(kind="reduction_writes", tensor=m.tensor, axes=list(m.reduction_axes)))
             return pick(f"partial results over `{v}` split the single chain into `{m.tensor}` into "
                         f"{prm.get('factor', 'several')} independent ones.",
-                        f"rfactor: independent partial sums instead of one serial chain into "
+                        f"rfactor: independent partial results instead of one serial chain into "
                         f"`{m.tensor}`.")
         t = f.site.get("tensor") or prm.get("tensor")
         at = _ticks(loops) or "the site"
