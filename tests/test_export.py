@@ -105,6 +105,12 @@ def test_release_folder(release):
             n += 1
     assert n == len(res.steps) == stats["counts"]["steps"]
     card = (stage / "README.md").read_text()
+    # the pool and the searched kernels are told apart (a nightly's pool is all its extraction)
+    searched = steps["kernel_id"].n_unique()
+    assert stats["counts"]["searched_kernels"] == searched
+    assert sum(stats["counts"]["searched_kernels_per_split"].values()) == searched
+    assert f"| searched kernels (with steps) | {searched} |" in card
+    assert f"| kernels in the pool (extracted, checked) | {stats['counts']['kernels']} |" in card
     for needle in ("## Strategies", "plots/speedups.png", "plots/tokens.png", "Test CPU", "load_dataset",
                    "pl.read_parquet", "| train |", "distinct sentence templates", "## Step roles",
                    "preference pairs", "| SFT examples |",

@@ -244,6 +244,7 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
     parent_key = {keys[i]: keys[p] for i, p in parents.items()}
     searched = [_Searched(*r) for r in light.select("strategy", "role", "trajectory_id", "step_index").iter_rows()]
     step_split = [splits.get(k, "train") for k in light["kernel_id"].to_list()]
+    searched_ids = sorted(set(light["kernel_id"].to_list()))
     remeasured_steps = light["paired_before"].is_not_null().sum()
     role_timing = _role_timing(light)
     states = light.select("kernel_id", "step_index", "exactness", "target", "before_leir")
@@ -369,7 +370,11 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
                    "pairs": n_pairs,
                    "pairs_per_split": pairs_per_split,
                    "kernels_per_split": {sp: sum(1 for k in kernel_ids if splits.get(k) == sp)
-                                         for sp in SPLITS}},
+                                         for sp in SPLITS},
+                   # the pool is every extracted kernel; these are the ones a search has steps of
+                   "searched_kernels": len(searched_ids),
+                   "searched_kernels_per_split": {sp: sum(1 for k in searched_ids if splits.get(k) == sp)
+                                                  for sp in SPLITS}},
         "strategies": dict(sorted(after.items(), key=lambda kv: (-kv[1], kv[0]))),
         "roles": role_stats,
         "significance": {k: (report.get("config") or {}).get(k) for k in ("min_gain", "spread_factor", "max_spread")},
@@ -497,14 +502,19 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "canonically renamed text (`steptp parse --rename` prints it for any program).", "",
         "## Contents", "",
         "| | count |", "| --- | ---: |",
-        f"| kernels | {c['kernels']} |", f"| workloads | {c['workloads']} |",
+        f"| kernels in the pool (extracted, checked) | {c['kernels']} |",
+        f"| searched kernels (with steps) | {c.get('searched_kernels', c['trajectories'])} |",
+        f"| workloads | {c['workloads']} |",
         f"| trajectories | {c['trajectories']} |", f"| SFT examples (`chat/*.jsonl`) | {c['steps']} |",
         f"| preference pairs (`chat/pairs-*.jsonl`) | {c.get('pairs', 0)} |",
         f"| searched steps, every role (`data/steps.parquet`) | {c.get('searched_steps', c['steps'])} |",
         f"| steps not used for SFT (`data/rejects.parquet`) | {c['rejects']} |", "",
-        "| split | kernels | SFT examples | pairs |", "| --- | ---: | ---: | ---: |",
-        *[f"| {sp} | {c['kernels_per_split'].get(sp, 0)} | {c['examples_per_split'].get(sp, 0)} | "
-          f"{(c.get('pairs_per_split') or {}).get(sp, 0)} |" for sp in SPLITS],
+        "| split | pool kernels | searched kernels | SFT examples | pairs |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        *[f"| {sp} | {c['kernels_per_split'].get(sp, 0)} | "
+          f"{(c.get('searched_kernels_per_split') or {}).get(sp, 0)} | "
+          f"{c['examples_per_split'].get(sp, 0)} | {(c.get('pairs_per_split') or {}).get(sp, 0)} |"
+          for sp in SPLITS],
         "",
         *_roles_section(stats),
         "Splits are by workload: kernels that occur in a common workload (an architecture, an operator "
