@@ -102,7 +102,7 @@ class Search(Section):
     #: the fields that change one kernel's search result (its cache key); the others choose the
     #: kernels or how many run at once
     KERNEL_FIELDS: ClassVar[tuple[str, ...]] = (
-        "policy", "measurements", "seconds", "seed", "threads", "max_actions",
+        "policy", "measurements", "seconds", "seed", "threads", "max_actions", "explore",
         "remeasure_rounds", "remeasure_pairs", "remeasure_seconds")
 
     policy: Literal["beam", "mcts", "greedy", "random"] = Field("beam", description="search policy")
@@ -111,6 +111,7 @@ class Search(Section):
     seed: int = Field(0, description="seed of the search (left out: the top-level seed)")
     threads: Optional[int] = Field(None, ge=1, description="TVM threads when timing (null: the cores)")
     max_actions: Optional[int] = Field(None, ge=1, description="candidate actions per state at most (null: all)")
+    explore: int = Field(0, ge=0, le=8, description="beam: the first N levels give their last slot to the best-ranked action of a strategy family (else a strategy) the search has not tried (0: none; within the budget)")
     remeasure_rounds: int = Field(3, ge=0, description="interleaved re-timing rounds (A, B, A, B) of the steps whose role is near the significance margin (0: none)")
     remeasure_pairs: int = Field(6, ge=1, description="... at most this many steps per kernel")
     remeasure_seconds: float = Field(30.0, gt=0, description="... within about this many seconds per kernel")
@@ -123,6 +124,13 @@ class Search(Section):
     measure_candidates: Optional[int] = Field(None, ge=1, description="kernels timed unscheduled before the pick (null: 3 x max_kernels, or 30)")
     jobs: int = Field(1, ge=1, description="concurrent kernel searches (timings stay serialized per device)")
     verify_jobs: int = Field(1, ge=1, description="compile/verify workers per search")
+
+    @model_validator(mode="after")
+    def _explore_is_a_beam_option(self):
+        if self.explore and self.policy != "beam":
+            raise ValueError(f"search.explore ({self.explore}) is an option of the beam policy; "
+                             f"search.policy is {self.policy!r} (set explore: 0 or policy: beam)")
+        return self
 
     @property
     def floor_s(self) -> float:

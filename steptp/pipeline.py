@@ -323,7 +323,7 @@ def search_one(kernel: KernelRecord, search: Search, rule: SignificanceRule | No
     how the measurement cache ages timings (``measurement_cache``)."""
     from .search.roles import confirm_roles, confirm_trajectory
     from .measure.significance import interleaved, remembered, uncached_timer
-    from .search import Budget, default_evaluator, search_kernel, settler
+    from .search import Budget, default_evaluator, make_policy, search_kernel, settler
 
     rule = rule or SignificanceRule()
     remeasure_rounds = search.remeasure_rounds
@@ -344,7 +344,9 @@ def search_one(kernel: KernelRecord, search: Search, rule: SignificanceRule | No
             # the final program is chosen among the fastest states re-timed side by side
             settle = settler(ev, remeasure_rounds, again)
     try:
-        res = search_kernel(kernel.leir, kernel.kernel_id, search.policy,
+        # a beam with options is passed built; its trajectory ids stay the policy's name's
+        policy = make_policy("beam", explore=search.explore) if search.explore else search.policy
+        res = search_kernel(kernel.leir, kernel.kernel_id, policy,
                             Budget(search.measurements, search.seconds), search.seed, ev,
                             max_actions=search.max_actions, on_progress=on_progress,
                             return_result=True, settle=settle)

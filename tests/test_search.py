@@ -792,3 +792,68 @@ def test_beam_root_option_measures_fewer_of_the_unscheduled_kernels_actions(eval
     assert at_root == 2 and deepest >= 3                  # the budget went deeper
     at_root8, deepest8 = root_rows(Beam(finish=0))
     assert at_root8 >= 5 and deepest8 < deepest          # per_level (8) of the root's actions
+
+
+def test_beam_explore_measures_a_family_the_cost_model_ranks_last(evaluator):
+    """``Beam(explore=e)``: the first e levels give their last slot to the best-ranked action
+    of a strategy family (else a strategy) no step has tried yet. A fused matmul + bias offers
+    graph moves (inlining, fusion) and memory moves (staging) beside the loop moves; the
+    model ranks loop moves first, so without exploration no graph step is measured."""
+    from steptp.search.policies import Beam
+    from steptp.strategies import get
+
+    fused = ("kernel f32 mm_bias(A[64,64], B[64,64], C[64]) -> D[64,64]\n"
+             " E[64,64]\n"
+             " E[i,j] += A[i,k] * B[k,j]\n"
+             " D[i,j] = E[i,j] + C[j]\n")
+    allowed = LOOPS + ["compute_inline", "operator_fusion", "loop_fusion", "cache_read_write",
+                       "reverse_compute_at"]
+
+    def run(policy):
+        s = Search(parse(fused), "mmb", "beam", Budget(12, 120), 0, _TileTimes(evaluator),
+                   strategies=allowed, ranker=Ranker(learned=False))
+        policy.run(s)
+        return s.steps
+
+    plain = run(Beam(finish=0))
+    explored = run(Beam(finish=0, explore=2))
+    fams = lambda rows: [get(r.strategy).family for r in rows]          # noqa: E731
+    assert len(explored) == len(plain)                                  # the same budget
+    assert "graph" not in fams(plain)                                   # ranked below the loop moves
+    graph = [r for r in explored if get(r.strategy).family == "graph"]
+    assert len(graph) == 1 and graph[0].step_index == 0                 # the root level's last slot
+    assert len({r.strategy for r in explored}) == len({r.strategy for r in plain}) + 1
+    # deterministic: the same steps again
+    again = run(Beam(finish=0, explore=2))
+    assert [(r.strategy, r.after_hash) for r in again] == [(r.strategy, r.after_hash) for r in explored]
+
+
+def test_search_explore_is_a_beam_setting_the_pipeline_passes_on():
+    """``search.explore`` in params reaches the beam of each kernel's search (a real search of
+    a tiny fused kernel: its root level's last slot measures a family the loop moves are
+    not), and any other policy refuses it with the setting named."""
+    import pydantic
+
+    from steptp import params as P
+    from steptp.pipeline import search_one
+    from steptp.records import KernelRecord
+    from steptp.strategies import get
+
+    with pytest.raises(pydantic.ValidationError, match="search.explore .* beam policy"):
+        P.Settings.model_validate({"search": {"policy": "mcts", "explore": 1}})
+    fused = ("kernel f32 mm_bias(A[16,16], B[16,16], C[16]) -> D[16,16]\n"
+             " E[16,16]\n"
+             " E[i,j] += A[i,k] * B[k,j]\n"
+             " D[i,j] = E[i,j] + C[j]\n")
+    k = KernelRecord(kernel_id="mmb16", name="mm_bias", leir=fused, leir_hash="mmb16", tir_hash="",
+                     signature=[], occurrences=[], weight=1, flops=1, bytes_moved=1, tvmscript="",
+                     target="cpu", raise_ok=True)
+
+    def families(explore):
+        s = P.Settings.model_validate({"search": {"explore": explore, "measurements": 6,
+                                                  "seconds": 60, "remeasure_rounds": 0}}).search
+        steps, trajs = search_one(k, s, log=lambda m: None)
+        assert trajs and trajs[0].trajectory_id == steps[0].trajectory_id
+        return {get(st.strategy).family for st in steps}
+
+    assert "graph" in families(1) and "graph" not in families(0)

@@ -20,7 +20,11 @@ measured times.
   a rerun decides the same). An enabling move (``ENABLING``: ``loop_collapse``) whose best
   register tile, vectorized, the cost model scores ``PROMOTE_MARGIN`` better than the state's
   own best is measured first, followed by that tile and its vectorization (each a recorded
-  step): alone it measures slower than its parent and would never stay in the beam.
+  step): alone it measures slower than its parent and would never stay in the beam. With
+  ``explore`` e, the first e levels of at least two slots give their last slot to the
+  best-ranked action of a strategy family the search has not tried yet (else of a strategy it
+  has not tried): the model ranks loop moves first nearly everywhere, and a dataset of steps
+  needs the inlinings, fusions, stagings and rewrites of the arithmetic measured too.
 * :class:`MCTS` — UCT (the bonus shared with ``steptp eval``'s tree: ``.uct``) over measured
   states with progressive widening (a node with ``n`` visits
   has at most ``ceil(widen * n ** alpha)`` children, opened in rank order). Reward: log speedup
@@ -37,11 +41,12 @@ import itertools
 import math
 import random
 import zlib
-from typing import Optional
+from typing import Any, Optional
 
 from ..leir import ast as A
 from .run import Node, Search, has_loop_kind
 from ..analysis.cost_model import score
+from ..strategies import get as get_strategy
 from .space import finished_tilings, stages_tile_accumulators, unrolls_tile_rows, unrolls_window
 from .uct import exploration, log_speedup
 
@@ -105,6 +110,24 @@ def _all_nodes(s: Search) -> list[Node]:
         out.append(n)
         stack.extend(n.children)
     return out
+
+
+def _unexplored(s: Search, frontier: list[Node], planned) -> Optional[tuple[Node, Any]]:
+    """Beam exploration: the best-ranked untried action, over the frontier in beam order, of a
+    strategy family no step of this search has tried and the level does not plan (else of such
+    a strategy); None when every one has been. The cost model ranks the loop moves first on
+    nearly every state, so without a slot of its own an inlining, a fusion, a staging or a
+    rewrite of the arithmetic is never measured, and a dataset never learns when it pays."""
+    tried = [get_strategy(st.strategy) for st in s.steps] + [get_strategy(c.strategy) for c in planned]
+    families = {t.family for t in tried}
+    names = {t.name for t in tried}
+    for test in (lambda c: get_strategy(c.strategy).family not in families,
+                 lambda c: c.strategy not in names):
+        for n in frontier:
+            for c in s.untried(n):
+                if test(c):
+                    return n, c
+    return None
 
 
 def _best_open(s: Search, exclude: Optional[Node] = None) -> Optional[Node]:
@@ -238,7 +261,8 @@ class Beam(Policy):
     def __init__(self, width: int = 4, depth: int = 16, per_level: Optional[int] = None,
                  per_node: Optional[int] = None, lookahead: int = 0, lookahead_depth: int = 2,
                  lookahead_limit: int = 48, finish: int = len(FINISH), finish_share: int = 8,
-                 root: Optional[int] = None):
+                 root: Optional[int] = None, explore: int = 0):
+        self.explore = explore   # levels whose last slot goes to a family (strategy) not measured
         self.finish = finish   # measurements kept for the best state's finishing moves ...
         self.finish_share = finish_share   # ... at most one in this many of the budget
         self.root = root       # actions measured from the unscheduled kernel (None: per_level)
@@ -437,6 +461,7 @@ class Beam(Policy):
         self._enablers: set[str] = set()
         self._tiles_finished: set[str] = set()
         frontier: list[Node] = [s.root]
+        explored = 0
         for _level in range(self.depth):
             if s.done:
                 return
@@ -450,6 +475,7 @@ class Beam(Policy):
             # Absolute model scores would let a poor state's optimistic children outrank the
             # obvious next move (e.g. parallelizing) of the best measured state.
             pool: list[tuple[float, int, int, Node]] = []
+            level_cands: dict[tuple[int, int], Any] = {}
             at_root = _level == 0 and self.root is not None
             level = self.root if at_root else self.per_level
             per_node = 1 if at_root else self.per_node
@@ -463,6 +489,7 @@ class Beam(Policy):
                 look = n.lookahead or {}
                 for ci, (c, sc) in enumerate(zip(cands, scores[1:])):
                     pool.append((base + min(sc, look.get(c.text, sc)), fi, ci, n))
+                    level_cands[(fi, ci)] = c
             if not pool:
                 break
             pool.sort(key=lambda t: (t[0], t[1], t[2]))
@@ -470,11 +497,27 @@ class Beam(Policy):
             # verified ahead, and a plan cut short by the reserve was verified for nothing
             left = s.budget.measurements - s.reserve - s.measurements
             chosen = pool[:max(1, min(level, left))]
+            explore = None
+            if explored < self.explore and len(chosen) >= 2:
+                planned = {fi_ci: c for fi_ci, c in level_cands.items()
+                           if fi_ci in {(t[1], t[2]) for t in chosen[:-1]}}
+                explore = _unexplored(s, frontier, planned.values())
+                if explore is not None:
+                    chosen = chosen[:-1]
+                    explored += 1
             # evaluate in frontier order, each node's actions in rank order
             by_node: dict[int, int] = {}
             for _, fi, _, _ in chosen:
                 by_node[fi] = by_node.get(fi, 0) + 1
             new: list[Node] = []
+            if explore is not None and not s.done:
+                # the level's last slot, measured first (a tile's follow-through may spend the
+                # rest of the level): out of rank order, an ordinary recorded step
+                n, c = explore
+                s.plan_one(n, c)
+                ch = s.evaluate(n, c)
+                if ch is not None:
+                    new.append(ch)
             s.plan([(frontier[fi], k) for fi, k in sorted(by_node.items())])
             for fi, k in sorted(by_node.items()):
                 n = frontier[fi]
