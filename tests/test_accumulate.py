@@ -161,6 +161,8 @@ def test_a_label_that_no_longer_holds_is_dropped_and_counted():
     assert rep["retimed"] == 3 and rep["dropped"] == 2 and rep["carried_from"] == "n-1"
     card = A.card_section(rep)
     assert "| labels that no longer hold (dropped from SFT) | 2 |" in card and "| neutral |" in card
+    rep["reasoning_rewritten"] = 285      # the carry flow's refresh count, as the card tells it
+    assert "written again (`nightly.refresh_reasoning`) | 285 |" in A.card_section(rep)
 
 
 # ---------------------------------------------------------------------------- splits

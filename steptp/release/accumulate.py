@@ -392,7 +392,9 @@ def card_section(rep: Mapping[str, Any]) -> str:
              f"| kernels carried from no longer in the pool (left out) | {rep['left_pool']} |",
              f"| records of another fingerprint (left out) | {rep['other_hardware_records']} |",
              f"| carried labels re-timed tonight | {rep['retimed']} |",
-             f"| labels that no longer hold (dropped from SFT) | {rep['dropped']} |", ""]
+             f"| labels that no longer hold (dropped from SFT) | {rep['dropped']} |",
+             f"| carried steps whose reasoning an older template wrote, written again "
+             f"(`nightly.refresh_reasoning`) | {rep.get('reasoning_rewritten', 0)} |", ""]
     dropped = [r for r in rep["retimed_steps"] if not r["holds"]]
     if dropped:
         fmt = lambda x: "—" if x is None else f"{x:.3g}x"  # noqa: E731
