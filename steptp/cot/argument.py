@@ -288,11 +288,50 @@ def answered(f) -> Optional[Finding]:
     return None
 
 
+#: the loop kinds one loop cannot hold at once: a parallel loop is not also the vector lanes
+SHARE_ONE_LOOP = ("parallelism", "vectorization")
+ENABLED_BY_KIND = {"parallelism": "loop_parallelization", "vectorization": "loop_vectorization"}
+
+
+def _both_limits(f) -> Optional[Preparation]:
+    """A split of the one loop that both the cores and the vector lanes would take (the site
+    finds its parallelism and its vectorization limits on that same loop): parallel and
+    vectorized cannot be the same loop, and the split gives the outer loop to the cores and the
+    inner one to the lanes. The move it prepares is the finishing move after it when that acts
+    on one of the two new loops, else the parallelization of the outer one."""
+    if f.strategy != "loop_split" or f.after is None:
+        return None
+    v = (f.site.get("loops") or [None])[0]
+    on_v = {x.kind: x for x in site_findings(f) if x.loop == v and x.kind in SHARE_ONE_LOOP}
+    if len(on_v) < 2:
+        return None
+    new = sorted((lp for lp in f.after.loops if lp.var not in f.before.loop_vars),
+                 key=lambda lp: len(lp.path))
+    if len(new) != 2:
+        return None
+    outer, inner = new
+    fu = f.follow_up
+    picked = None
+    if fu is not None and tuple(fu.site.get("loops") or ()) in ((outer.var,), (inner.var,)):
+        kind = next((k for k, st in ENABLED_BY_KIND.items() if st == fu.strategy), None)
+        if kind is not None:
+            picked = (fu.strategy, (fu.site["loops"][0],), kind)
+    if picked is None:
+        picked = ("loop_parallelization", (outer.var,), "parallelism")
+    strategy, loops, kind = picked
+    lp = outer if loops[0] == outer.var else inner
+    return Preparation(strategy, loops, "both_limits", lp.extent, on_v[kind])
+
+
 def preparation(f) -> Optional[Preparation]:
     """The move the step makes possible, when the step answers nothing at its site itself: the
     best finishing move after it (``f.follow_up``) that answers a finding at the site, had no
     legal application on the site statement's nest before the step, and either had no legal
-    site at all before it or acts on a loop the step creates."""
+    site at all before it or acts on a loop the step creates; or, for a split of the one loop
+    the cores and the lanes both need, the move on one of its halves (:func:`_both_limits`)."""
+    both = _both_limits(f)
+    if both is not None:
+        return both
     fu = f.follow_up
     if fu is None:
         return None
@@ -317,5 +356,5 @@ def preparation(f) -> Optional[Preparation]:
     return Preparation(fu.strategy, loops, why, ext, found[0])
 
 
-__all__ = ["ANSWERS", "ORDER", "KEEPS_LINES", "SHARES_SUBEXPRESSIONS", "Finding", "Preparation", "answers", "site_findings",
+__all__ = ["ANSWERS", "ORDER", "KEEPS_LINES", "SHARE_ONE_LOOP", "SHARES_SUBEXPRESSIONS", "Finding", "Preparation", "answers", "site_findings",
            "answered", "ends_strided_walk", "keeps_lines", "preparation"]

@@ -27,7 +27,7 @@ from ..format.cot_schema import (Bottleneck, Candidate, Check, Claim, Cot, Decis
 from ..records import StepRecord
 from .facts import Facts, SiteAccess, facts as compute_facts
 
-WRITER_VERSION = "template-7"
+WRITER_VERSION = "template-8"
 MAX_ALTERNATIVES = 2
 
 
@@ -842,6 +842,9 @@ class TemplateWriter:
             if prep.why == "no_site":
                 need = pick(f"`{prep.strategy}` has no legal site in the program before this step",
                             f"before this step the registry finds no legal `{prep.strategy}`")
+            elif prep.why == "both_limits":
+                return ExpectedEffect(direction="preparatory", enables=prep.strategy,
+                                      text=self._both_limits_text(f, prep, pick))
             else:
                 need = pick(f"`{prep.strategy}` acts on `{prep.loops[0]}` ({prep.extent} iterations), "
                             f"a loop this step creates",
@@ -978,6 +981,29 @@ class TemplateWriter:
             text = pick("fewer operations per element for the same result.",
                         "less arithmetic per iteration.")
         return ExpectedEffect(direction="faster", text=text)
+
+    @staticmethod
+    def _both_limits_text(f: Facts, prep, pick: _Pick) -> str:
+        """A split of the one loop both the cores and the lanes need (``argument._both_limits``):
+        a loop cannot be parallel and vectorized at once; its halves can."""
+        hw = f.hardware
+        v = f.site["loops"][0]
+        new = sorted((lp for lp in f.after.loops if lp.var not in f.before.loop_vars),
+                     key=lambda lp: len(lp.path))
+        outer, inner = new
+        lp = f.before.loop(v)
+        dt = f.before.tensors[f.at_site.main.tensor].dtype \
+            if f.at_site.main.tensor in f.before.tensors else "float32"
+        lanes = hw.lanes(dt)
+        return pick(f"no gain by itself: `{v}` ({lp.extent} iterations) is the loop both the "
+                    f"{hw.cores} cores and the {lanes} vector lanes need, and one loop cannot be "
+                    f"parallel and vectorized at once; split, `{outer.var}` ({outer.extent}) can "
+                    f"go to the cores and `{inner.var}` ({inner.extent}) to the lanes, so "
+                    f"`{prep.strategy}` on `{prep.loops[0]}` needs this step first.",
+                    f"it prepares `{prep.strategy}` on `{prep.loops[0]}`, a loop this step "
+                    f"creates: `{v}` ({lp.extent}) cannot be both the parallel loop for "
+                    f"{hw.cores} cores and the vector loop for {lanes} lanes; its halves "
+                    f"`{outer.var}` ({outer.extent}) and `{inner.var}` ({inner.extent}) can.")
 
     def _check(self, f: Facts, pick: _Pick) -> Check:
         outs = list(f.outputs)
