@@ -230,7 +230,7 @@ class Curate(Section):
     seed: int = Field(0, description="seed of balancing, pairs and splits (left out: the top-level seed)")
     max_pairs_per_state: int = Field(4, ge=0, description="preference pairs per prompt at most")
     max_per_kernel_strategy: int = Field(2, ge=0, description="SFT answers of one strategy per kernel at most (0: no cap)")
-    balance_factor: float = Field(3.0, gt=0, description="no strategy above this x the median strategy count ...")
+    max_strategy_share: float = Field(0.3, gt=0, le=1, description="no strategy above this share of the SFT examples ...")
     balance_min_steps: int = Field(30, ge=0, description="... when there are at least this many steps ...")
     balance_min_strategies: int = Field(3, ge=1, description="... and this many strategies")
     max_family_share: float = Field(0.25, gt=0, le=1, description="no operator family above this share of the SFT examples ...")

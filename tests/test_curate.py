@@ -147,15 +147,20 @@ def test_balance_caps_the_big_strategy(progs):
     steps = [_step(a, b, f"x{n}", 0, strategy="big") for n in range(40)]
     for s in ("p", "q", "r"):
         steps += [_step(a, b, f"{s}{n}", 0, strategy=s) for n in range(5)]
-    kept, rej, info = _balance(steps, CurateConfig(balance_factor=3.0, balance_min_steps=30))
-    assert info["applied"] and info["cap"] == 15 and info["median"] == 5
+    cfg = CurateConfig(max_strategy_share=0.4, balance_min_steps=30)
+    kept, rej, info = _balance(steps, cfg)
+    # the largest c with c <= 0.4 * (c + 15): 10
+    assert info["applied"] and info["cap"] == 10 and info["max_strategy_share"] == 0.4
     counts = {s: sum(1 for x in kept if x.strategy == s) for s in ("big", "p", "q", "r")}
-    assert counts == {"big": 15, "p": 5, "q": 5, "r": 5}
-    assert len(rej) == 25 and all(r.reason.startswith("balance: big above the cap of 15") for r in rej)
+    assert counts == {"big": 10, "p": 5, "q": 5, "r": 5}
+    assert len(rej) == 30 and all(r.reason.startswith("balance: big above the cap of 10") for r in rej)
+    # a new strategy of two examples never lowers the others' cap (a median-based cap fell)
+    more, _, info_more = _balance(steps + [_step(a, b, f"s{n}", 0, strategy="s") for n in range(2)], cfg)
+    assert info_more["cap"] >= info["cap"] and sum(x.strategy == "s" for x in more) == 2
     # deterministic given the seed, different with another seed
-    again, _, _ = _balance(steps, CurateConfig(balance_factor=3.0, balance_min_steps=30))
+    again, _, _ = _balance(steps, cfg)
     assert [s.trajectory_id for s in again] == [s.trajectory_id for s in kept]
-    other, _, _ = _balance(steps, CurateConfig(balance_factor=3.0, balance_min_steps=30, seed=1))
+    other, _, _ = _balance(steps, CurateConfig(max_strategy_share=0.4, balance_min_steps=30, seed=1))
     assert [s.trajectory_id for s in other] != [s.trajectory_id for s in kept]
     # not enough data: no balancing
     small, rej2, info2 = _balance(steps[:20], CurateConfig(balance_min_steps=30))

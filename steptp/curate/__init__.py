@@ -30,7 +30,7 @@ rejected by the first rule it fails):
     one whose best program the significance rule cannot tell apart from the fastest has a
     strategy fewer eligible steps have: one answer per distinct prompt; the others go to the
     pairs;
-12. ``balance`` — its strategy is above the cap (``balance_factor`` × the median strategy count,
+12. ``balance`` — its strategy is above the cap (no strategy above ``max_strategy_share`` of the SFT examples,
     applied when there are at least ``balance_min_steps`` steps and ``balance_min_strategies``
     strategies) among the SFT-eligible steps; within a strategy the larger measured gains stay
     (ties: a seeded hash), so it is deterministic.

@@ -322,21 +322,27 @@ def _beyond_cap(steps: list[StepRecord], group, cap: int, tag: str, seed: int) -
 
 
 def _balance(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[StepRecord], list[RejectRecord], dict]:
-    """Cap each strategy among ``steps`` (the SFT-eligible ones); within a strategy the steps with
-    the larger measured gain stay (ties: a seeded hash)."""
+    """Cap each strategy among ``steps`` (the SFT-eligible ones) so that none holds more than
+    ``cfg.max_strategy_share`` of them once capped (``share_cap``); within a strategy the steps
+    with the larger measured gain stay (ties: a seeded hash). A share, not a multiple of the
+    median strategy: with the median, a new strategy of two examples lowered the cap of the
+    others (night 20261209 re-curated: 2 split answers cost 9 parallelizations)."""
     counts = strategy_counts(steps)
     info: dict[str, Any] = {"applied": False, "cap": None}
     if len(steps) < cfg.balance_min_steps or len(counts) < cfg.balance_min_strategies:
         info["why_not"] = (f"{len(steps)} steps, {len(counts)} strategies (needs "
                            f">= {cfg.balance_min_steps} steps and >= {cfg.balance_min_strategies} strategies)")
         return steps, [], info
-    med = statistics.median(counts.values())
-    cap = max(1, int(math.floor(cfg.balance_factor * med)))
-    info.update(applied=True, cap=cap, median=med)
+    cap = share_cap(counts, cfg.max_strategy_share)
+    if cap is None:
+        info["why_not"] = (f"{len(counts)} strategies: a {cfg.max_strategy_share:.0%} share needs at "
+                           f"least {math.ceil(1 / cfg.max_strategy_share - 1e-9)}")
+        return steps, [], info
+    info.update(applied=True, cap=cap, max_strategy_share=cfg.max_strategy_share)
     drop = _beyond_cap(steps, lambda s: s.strategy, cap, "balance", cfg.seed)
     kept = [s for s in steps if step_key(s) not in drop]
     rej = [_reject(s, "balance", f"{s.strategy} above the cap of {cap} steps "
-                                 f"({cfg.balance_factor:g} x median {med:g}; smaller gains go first)")
+                                 f"({cfg.max_strategy_share:.0%} of the SFT examples; smaller gains go first)")
            for s in steps if step_key(s) in drop]
     return kept, rej, info
 

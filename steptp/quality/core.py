@@ -63,10 +63,12 @@ def _cap(steps: pl.DataFrame, cfg: Curate) -> int | None:
     n = len(steps)
     if n < cfg.balance_min_steps or len(counts) < cfg.balance_min_strategies:
         return None
-    # the cap curation used was computed before balancing; the released counts are at most that
-    # cap, and their median is at most the original median, so this bound is conservative only
-    # when the report is missing
-    return max(1, math.floor(cfg.balance_factor * statistics.median(counts.values())))
+    # the cap curation used was computed before balancing; recomputed on the released counts
+    # (already capped) it is at most that cap, so this bound is conservative only when the
+    # report is missing
+    from ..curate.core import share_cap
+
+    return share_cap(counts, cfg.max_strategy_share)
 
 
 def derived_tables(release: str | Path, params: Settings | Mapping[str, Any] | None = None
