@@ -288,9 +288,19 @@ def answered(f) -> Optional[Finding]:
     return None
 
 
-#: the loop kinds one loop cannot hold at once: a parallel loop is not also the vector lanes
-SHARE_ONE_LOOP = ("parallelism", "vectorization")
+#: the loop kinds one loop cannot hold at once (a parallel loop is not also the vector lanes),
+#: and the move that gives a loop to each
 ENABLED_BY_KIND = {"parallelism": "loop_parallelization", "vectorization": "loop_vectorization"}
+SHARE_ONE_LOOP = tuple(ENABLED_BY_KIND)
+
+
+def split_halves(f):
+    """The two loops a split creates (outer, inner: ``LoopFact`` of the after-program), or None."""
+    if f.after is None:
+        return None
+    new = sorted((lp for lp in f.after.loops if lp.var not in f.before.loop_vars),
+                 key=lambda lp: len(lp.path))
+    return tuple(new) if len(new) == 2 else None
 
 
 def _both_limits(f) -> Optional[Preparation]:
@@ -299,28 +309,20 @@ def _both_limits(f) -> Optional[Preparation]:
     vectorized cannot be the same loop, and the split gives the outer loop to the cores and the
     inner one to the lanes. The move it prepares is the finishing move after it when that acts
     on one of the two new loops, else the parallelization of the outer one."""
-    if f.strategy != "loop_split" or f.after is None:
+    if f.strategy != "loop_split":
         return None
     v = (f.site.get("loops") or [None])[0]
     on_v = {x.kind: x for x in site_findings(f) if x.loop == v and x.kind in SHARE_ONE_LOOP}
-    if len(on_v) < 2:
+    halves = split_halves(f)
+    if len(on_v) < 2 or halves is None:
         return None
-    new = sorted((lp for lp in f.after.loops if lp.var not in f.before.loop_vars),
-                 key=lambda lp: len(lp.path))
-    if len(new) != 2:
-        return None
-    outer, inner = new
     fu = f.follow_up
-    picked = None
-    if fu is not None and tuple(fu.site.get("loops") or ()) in ((outer.var,), (inner.var,)):
-        kind = next((k for k, st in ENABLED_BY_KIND.items() if st == fu.strategy), None)
-        if kind is not None:
-            picked = (fu.strategy, (fu.site["loops"][0],), kind)
-    if picked is None:
-        picked = ("loop_parallelization", (outer.var,), "parallelism")
-    strategy, loops, kind = picked
-    lp = outer if loops[0] == outer.var else inner
-    return Preparation(strategy, loops, "both_limits", lp.extent, on_v[kind])
+    kind = next((k for k, st in ENABLED_BY_KIND.items() if fu is not None and st == fu.strategy), None)
+    on = tuple(fu.site.get("loops") or ()) if kind else ()
+    lp = next((h for h in halves if (h.var,) == on), None)
+    if lp is None:       # the finishing move is not on a half: the outer one goes to the cores
+        kind, lp = "parallelism", halves[0]
+    return Preparation(ENABLED_BY_KIND[kind], (lp.var,), "both_limits", lp.extent, on_v[kind])
 
 
 def preparation(f) -> Optional[Preparation]:
@@ -357,4 +359,4 @@ def preparation(f) -> Optional[Preparation]:
 
 
 __all__ = ["ANSWERS", "ORDER", "KEEPS_LINES", "SHARE_ONE_LOOP", "SHARES_SUBEXPRESSIONS", "Finding", "Preparation", "answers", "site_findings",
-           "answered", "ends_strided_walk", "keeps_lines", "preparation"]
+           "answered", "ends_strided_walk", "keeps_lines", "preparation", "split_halves"]

@@ -986,15 +986,14 @@ class TemplateWriter:
     def _both_limits_text(f: Facts, prep, pick: _Pick) -> str:
         """A split of the one loop both the cores and the lanes need (``argument._both_limits``):
         a loop cannot be parallel and vectorized at once; its halves can."""
+        from .argument import site_findings, split_halves
+
         hw = f.hardware
         v = f.site["loops"][0]
-        new = sorted((lp for lp in f.after.loops if lp.var not in f.before.loop_vars),
-                     key=lambda lp: len(lp.path))
-        outer, inner = new
+        outer, inner = split_halves(f)
         lp = f.before.loop(v)
-        dt = f.before.tensors[f.at_site.main.tensor].dtype \
-            if f.at_site.main.tensor in f.before.tensors else "float32"
-        lanes = hw.lanes(dt)
+        lanes = next(x.detail["lanes"] for x in site_findings(f)
+                     if x.kind == "vectorization" and x.loop == v)
         return pick(f"no gain by itself: `{v}` ({lp.extent} iterations) is the loop both the "
                     f"{hw.cores} cores and the {lanes} vector lanes need, and one loop cannot be "
                     f"parallel and vectorized at once; split, `{outer.var}` ({outer.extent}) can "

@@ -6,7 +6,6 @@ import functools
 import hashlib
 import json
 import math
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -336,7 +335,7 @@ def _balance(steps: list[StepRecord], cfg: CurateConfig) -> tuple[list[StepRecor
     cap = share_cap(counts, cfg.max_strategy_share)
     if cap is None:
         info["why_not"] = (f"{len(counts)} strategies: a {cfg.max_strategy_share:.0%} share needs at "
-                           f"least {math.ceil(1 / cfg.max_strategy_share - 1e-9)}")
+                           f"least {groups_needed(cfg.max_strategy_share)}")
         return steps, [], info
     info.update(applied=True, cap=cap, max_strategy_share=cfg.max_strategy_share)
     drop = _beyond_cap(steps, lambda s: s.strategy, cap, "balance", cfg.seed)
@@ -373,6 +372,11 @@ def diversity_keys(kernel: KernelRecord | None, kernel_id: str = "") -> tuple[st
     group = shape_group(kernel.leir) if kernel.leir else kernel.kernel_id
     fam = kernel_family(kernel)
     return (f"other:{group}" if fam == "other" else fam), group
+
+
+def groups_needed(share: float) -> int:
+    """The fewest groups of which none can hold more than ``share`` of the total."""
+    return math.ceil(1 / share - 1e-9)
 
 
 def share_cap(counts: Mapping[Any, int], share: float) -> int | None:
@@ -434,7 +438,7 @@ def _diversity(steps: list[StepRecord], kernels: Mapping[str, KernelRecord], sea
             c = share_cap(counts, share)
             if c is None:
                 infeasible[code] = (f"{len(counts)} groups hold SFT examples; a {share:.0%} cap "
-                                    f"needs at least {math.ceil(1 / share - 1e-9)}")
+                                    f"needs at least {groups_needed(share)}")
                 continue
             cut[code] = c
             if max(counts.values()) <= c:

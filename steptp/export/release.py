@@ -244,7 +244,7 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
     parent_key = {keys[i]: keys[p] for i, p in parents.items()}
     searched = [_Searched(*r) for r in light.select("strategy", "role", "trajectory_id", "step_index").iter_rows()]
     step_split = [splits.get(k, "train") for k in light["kernel_id"].to_list()]
-    searched_ids = sorted(set(light["kernel_id"].to_list()))
+    searched_ids = set(light["kernel_id"].to_list())
     remeasured_steps = light["paired_before"].is_not_null().sum()
     role_timing = _role_timing(light)
     states = light.select("kernel_id", "step_index", "exactness", "target", "before_leir")
@@ -359,6 +359,11 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
                                                         "step_index").iter_rows()]
     plots = _plots(out / "plots", before, after, speedups, traj_speedups, tokens)
     n_pairs = sum(pairs_per_split.values())
+
+    def per_split(ids) -> dict[str, int]:
+        n = Counter(splits.get(k) for k in ids)
+        return {sp: n[sp] for sp in SPLITS}
+
     stats = {
         "name": name, "version": version, "hardware": hw,
         "counts": {"kernels": len(kernel_ids), "steps": len(steps), "trajectories": trajs_df.height,
@@ -369,12 +374,10 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
                    "searched_steps": len(searched),
                    "pairs": n_pairs,
                    "pairs_per_split": pairs_per_split,
-                   "kernels_per_split": {sp: sum(1 for k in kernel_ids if splits.get(k) == sp)
-                                         for sp in SPLITS},
+                   "kernels_per_split": per_split(kernel_ids),
                    # the pool is every extracted kernel; these are the ones a search has steps of
                    "searched_kernels": len(searched_ids),
-                   "searched_kernels_per_split": {sp: sum(1 for k in searched_ids if splits.get(k) == sp)
-                                                  for sp in SPLITS}},
+                   "searched_kernels_per_split": per_split(searched_ids)},
         "strategies": dict(sorted(after.items(), key=lambda kv: (-kv[1], kv[0]))),
         "roles": role_stats,
         "significance": {k: (report.get("config") or {}).get(k) for k in ("min_gain", "spread_factor", "max_spread")},

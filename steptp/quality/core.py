@@ -7,7 +7,6 @@ import json
 import math
 import os
 import re
-import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path

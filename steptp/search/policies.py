@@ -499,9 +499,8 @@ class Beam(Policy):
             chosen = pool[:max(1, min(level, left))]
             explore = None
             if explored < self.explore and len(chosen) >= 2:
-                planned = {fi_ci: c for fi_ci, c in level_cands.items()
-                           if fi_ci in {(t[1], t[2]) for t in chosen[:-1]}}
-                explore = _unexplored(s, frontier, planned.values())
+                planned = [level_cands[fi, ci] for _, fi, ci, _ in chosen[:-1]]
+                explore = _unexplored(s, frontier, planned)
                 if explore is not None:
                     chosen = chosen[:-1]
                     explored += 1
