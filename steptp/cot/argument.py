@@ -201,7 +201,13 @@ def site_findings(f) -> list[Finding]:
     # loop overhead
     if inner is not None and inner.kind == "serial" and inner.extent <= SHORT:
         out.append(Finding("loop_overhead", inner.var, None, {"extent": inner.extent}))
-    if not out:
+    plain = not out
+    # compute: costly operations (math-library calls, divisions) in every iteration
+    if sf.work is not None:
+        w = sf.work
+        out.append(Finding("compute", None, None, {"work": dict(w.costly), "costly": w.n_costly,
+                                                    "ops": w.ops}))
+    if plain:
         out.append(Finding("compute", None, None,
                            {"intensity": f.before.arithmetic_intensity}))
     # compute: the same subexpression evaluated several times in each iteration
@@ -276,6 +282,8 @@ def answered(f) -> Optional[Finding]:
             continue   # sharing answers a repeated subexpression, and answers nothing else
         if x.kind == "compute" and "repeated" in x.detail and not _fewer_evaluations(f):
             continue
+        if x.kind == "compute" and "work" in x.detail and not f.at_site.work.less:
+            continue   # the rewrite leaves as many costly operations (and no fewer in all)
         if x.kind == "locality" and "stride" in x.detail and not ends_strided_walk(f, x):
             continue
         if x.kind in ("memory", "locality") and "stride" not in x.detail \

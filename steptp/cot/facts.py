@@ -699,12 +699,85 @@ class SiteFacts:
     # the main statement's most repeated computed subexpression: (text, operations in one
     # evaluation, occurrences before, occurrences in the matching statement after; None: none)
     repeated: Optional[tuple[str, int, int, Optional[int]]] = None
+    # the main statement's costly operations per iteration, before and in the matching statement
+    # after the step (None: no costly operation, or no matching statement)
+    work: Optional["Work"] = None
 
     @property
     def innermost_after(self) -> Optional[str]:
         """The innermost loop of the main statement after the step, in the *before*-program's
         names (a split's new ``j_i`` walks the before-program's ``j``)."""
         return self.innermost_origin
+
+
+#: operations that cost far more than an add or a multiply on a CPU core (a math-library call or
+#: a divider that is not pipelined like the multiplier), by how the text names them
+COSTLY_CALLS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos",
+                          "log2", "exp2", "log1p", "pow"})
+
+
+@dataclass(frozen=True)
+class Work:
+    """The costly operations of a statement per iteration (``costly``: (name, count) pairs,
+    names like ``log`` or ``division``, sorted) and all its operations, before the step and in
+    the matching statement after it (None after: no matching statement)."""
+
+    costly: tuple[tuple[str, int], ...]
+    ops: int
+    costly_after: Optional[tuple[tuple[str, int], ...]] = None
+    ops_after: Optional[int] = None
+
+    @property
+    def n_costly(self) -> int:
+        return sum(c for _, c in self.costly)
+
+    @property
+    def n_costly_after(self) -> Optional[int]:
+        return None if self.costly_after is None else sum(c for _, c in self.costly_after)
+
+    @property
+    def less(self) -> bool:
+        """Fewer costly operations per iteration after the step, or as many and fewer in all."""
+        if self.costly_after is None or self.ops_after is None:
+            return False
+        return (self.n_costly_after, self.ops_after) < (self.n_costly, self.ops)
+
+
+def costly_ops(value: A.Expr) -> tuple[tuple[str, int], ...]:
+    """The costly operations of a value expression (:data:`COSTLY_CALLS`, ``**`` and float
+    division), as sorted (name, count) pairs."""
+    counts: dict[str, int] = {}
+
+    def walk(e: A.Expr) -> None:
+        if isinstance(e, A.Call):
+            if e.func in COSTLY_CALLS:
+                counts[e.func] = counts.get(e.func, 0) + 1
+            for a in e.args:
+                walk(a)
+        elif isinstance(e, A.Binary):
+            if e.op in ("/", "**"):
+                name = "division" if e.op == "/" else "pow"
+                counts[name] = counts.get(name, 0) + 1
+            walk(e.lhs)
+            walk(e.rhs)
+        elif isinstance(e, A.Unary):
+            walk(e.operand)
+
+    walk(value)
+    return tuple(sorted(counts.items()))
+
+
+def statement_work(before: A.Expr, after: Optional[A.Expr]) -> Optional[Work]:
+    """The :class:`Work` of a statement whose value is ``before`` (``after``: the matching
+    statement's value after the step), or None when it has no costly operation."""
+    from ..leir.analysis import _count_ops
+
+    c = costly_ops(before)
+    if not c:
+        return None
+    if after is None:
+        return Work(c, _count_ops(before))
+    return Work(c, _count_ops(before), costly_ops(after), _count_ops(after))
 
 
 def repeated_subexpression(value: A.Expr, after: Optional[A.Expr] = None
@@ -896,13 +969,15 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
         b0, touched, ex = element_counts(bp, all_idx, nest, si.guards)
         accessed = touched or 0
         once = bool(ex and touched is not None and b0 == touched)
-    rep = None
+    rep = work = None
     st_b = A.node_at(bp, main.path)
     if isinstance(st_b, A.Assign):
         st_a = A.node_at(ap, main_after.path) if ap is not None else None
-        rep = repeated_subexpression(st_b.value, st_a.value if isinstance(st_a, A.Assign) else None)
+        val_a = st_a.value if isinstance(st_a, A.Assign) else None
+        rep = repeated_subexpression(st_b.value, val_a)
+        work = statement_work(st_b.value, val_a)
     return SiteFacts(path, loop, tuple(under), main, main_after, tuple(accs), tuple(wsets), origin,
-                     accessed, once, rep)
+                     accessed, once, rep, work)
 
 
 def staging(after_text: str, tensor: Optional[str] = None) -> Optional[tuple[str, str, int, int]]:
@@ -1168,6 +1243,20 @@ def _numbers(f: "Facts") -> dict[str, float]:
             put(f"site{where}.repeated.times", times)
             put(f"site{where}.repeated.saved_ops", (times - 1) * ops)
             put(f"site{where}.repeated.times_after", after)
+        if sf.work is not None:
+            w = sf.work
+            put(f"site{where}.work.costly", w.n_costly)
+            put(f"site{where}.work.ops", w.ops)
+            for name, c in w.costly:
+                put(f"site{where}.work.{name}", c)
+                put(f"site{where}.work.{name}.total", c * sf.main.iterations)
+            if w.costly_after is not None:
+                put(f"site{where}.work.costly_after", w.n_costly_after)
+                put(f"site{where}.work.ops_after", w.ops_after)
+                put(f"site{where}.work.saved", w.n_costly - w.n_costly_after)
+                put(f"site{where}.work.saved_ops", w.ops - w.ops_after)
+                for name, c in w.costly_after:
+                    put(f"site{where}.work_after.{name}", c)
         put("site.iterations", sf.main.iterations)
         put(f"site{where}.accessed_bytes", sf.accessed_bytes)
         if sf.main_after is not None:

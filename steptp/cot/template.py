@@ -27,7 +27,7 @@ from ..format.cot_schema import (Bottleneck, Candidate, Check, Claim, Cot, Decis
 from ..records import StepRecord
 from .facts import Facts, SiteAccess, facts as compute_facts
 
-WRITER_VERSION = "template-8"
+WRITER_VERSION = "template-9"
 MAX_ALTERNATIVES = 2
 
 
@@ -61,6 +61,14 @@ def _held(hw, nbytes: int) -> str:
 
 def _shape(shape: tuple[int, ...]) -> str:
     return "×".join(str(d) for d in shape) if shape else "a scalar"
+
+
+def _costly_list(costly) -> str:
+    """``2 `log` calls and 1 division`` from (name, count) pairs (or a dict)."""
+    items = sorted(dict(costly).items())
+    parts = [(f"{c} division{'s' if c != 1 else ''}" if n == "division" else
+              f"{c} `{n}` call{'s' if c != 1 else ''}") for n, c in items if c]
+    return " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
 
 
 def _ticks(names) -> str:
@@ -167,6 +175,8 @@ def _alt_answers(a, x) -> bool:
         return False      # only sharing answers a repeated subexpression, and nothing else
     if "repeated" in x.detail and (a.params or {}).get("expr") not in (None, x.detail["repeated"]):
         return False      # it shares another subexpression than the one found repeated
+    if "work" in x.detail:
+        return False      # whether a rewrite saves costly operations shows only in its result
     t = (a.site or {}).get("tensor") or (a.params or {}).get("tensor")
     if t and x.tensor and t != x.tensor:
         return False
@@ -421,6 +431,14 @@ class TemplateWriter:
                         f"same value.",
                         f"Repeated work: `{m.text}` computes `{det['repeated']}` {n} times per "
                         f"iteration ({what} each), though every occurrence has the same value.")
+        if x.kind == "compute" and "work" in det:
+            per = _costly_list(det["work"])
+            n = f.at_site.main.iterations
+            return pick(f"Costly arithmetic: every iteration of `{m.text}` evaluates {per} "
+                        f"({det['ops']} operations in all), each far slower than an add or a "
+                        f"multiply; {n} iterations run them.",
+                        f"`{m.text}` spends its time in {per} per iteration, each of which "
+                        f"costs many adds or multiplies, over {n} iterations.")
         return pick(f"Nothing at this site is strided, serial where it could be parallel, or out of "
                     f"cache; at {f.before.arithmetic_intensity:.2f} FLOP/B the arithmetic itself "
                     f"dominates.",
@@ -688,6 +706,15 @@ class TemplateWriter:
                             f"one parallel region over `{par[0].var}` instead of two.")
             return pick("merges the producer nest and its consumer into one nest.",
                         "one nest instead of two over the common iteration space.")
+        from .argument import SHARES_SUBEXPRESSIONS, answers
+        sf = f.at_site
+        if answers(s, "compute") and s not in SHARES_SUBEXPRESSIONS and sf is not None \
+                and sf.main_after is not None and sf.main_after.text != sf.main.text:
+            # an algebraic rewrite is best said by the statement it gives
+            return pick(f"rewrites `{sf.main.text}` as `{sf.main_after.text}`; the loops stay "
+                        f"as they are.",
+                        f"the statement becomes `{sf.main_after.text}`, the same value with "
+                        f"other arithmetic.")
         desc = self._description(f, s)
         if desc:
             return pick(f"{desc}.", f"`{s}`: {desc}.")
@@ -703,7 +730,7 @@ class TemplateWriter:
             return ""
         d = d.replace("`", "")
         d = re.split(r"[:;(]", d, maxsplit=1)[0].strip().rstrip(".,")   # its first clause
-        if not d or len(d) > 160 or any(c in d for c in "[]=") or named_identifiers(d) \
+        if not d or len(d.split()) < 3 or len(d) > 160 or any(c in d for c in "[]=") or named_identifiers(d) \
                 or cited_numbers(d):
             return ""
         return d[0].lower() + d[1:]
@@ -973,6 +1000,21 @@ class TemplateWriter:
                         f"in each iteration; the value waits in a local scalar.",
                         f"{saved} operation{'s' if saved != 1 else ''} saved per iteration: one "
                         f"evaluation of `{det['repeated']}` serves all {det['times']} uses.")
+        elif x.kind == "compute" and "work" in det:
+            w = f.at_site.work
+            before, after = _costly_list(w.costly), _costly_list(w.costly_after or ())
+            if w.n_costly_after < w.n_costly:
+                text = pick(f"each iteration then evaluates {after or 'no costly operation'} "
+                            f"instead of {before}: {w.n_costly - w.n_costly_after} costly "
+                            f"operation{'s' if w.n_costly - w.n_costly_after != 1 else ''} fewer "
+                            f"per iteration for the same result.",
+                            f"{before} per iteration become {after or 'none'}; the rest of the "
+                            f"statement stays simple arithmetic.")
+            else:
+                text = pick(f"the same {before} per iteration, with {w.ops_after} operations in "
+                            f"all instead of {w.ops}.",
+                            f"{w.ops - w.ops_after} operation{'s' if w.ops - w.ops_after != 1 else ''} "
+                            f"fewer per iteration around the same {before}.")
         elif x.kind == "loop_overhead":
             text = pick(f"the increment and branch of `{x.loop}` ({det['extent']} "
                         f"iterations) disappear.",
