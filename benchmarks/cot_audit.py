@@ -225,6 +225,23 @@ def count_ops(e):
     return 0
 
 
+def costly_counts(e) -> Counter:
+    """Costly operations by name, counted again here: math-library calls, float divisions and
+    powers whose exponent is not a whole number of at most 4."""
+    out: Counter = Counter()
+    for n in subexpressions(e):
+        if isinstance(n, A.Call) and n.func in {"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
+                                                "erf", "sin", "cos", "log2", "exp2", "log1p"}:
+            out[n.func] += 1
+        elif isinstance(n, A.Call) and n.func == "pow" or isinstance(n, A.Binary) and n.op == "**":
+            ex = n.args[1] if isinstance(n, A.Call) else n.rhs
+            if not (isinstance(ex, A.Const) and float(ex.value).is_integer() and abs(ex.value) <= 4):
+                out["pow"] += 1
+        elif isinstance(n, A.Binary) and n.op == "/":
+            out["division"] += 1
+    return out
+
+
 def subexpressions(e):
     """Every node of a value expression, not descending into load subscripts."""
     yield e
@@ -658,7 +675,8 @@ def derivable(st: Step, cot: dict, body: str, record) -> None:
     hw = st.hw
     vals: set = {hw[k] for k in ("l1_bytes", "l2_bytes", "l3_bytes", "vector_bits", "cores",
                                  "line_bytes")}
-    for prog, stmts in ((st.before, st.b_stmts), (st.after, st.a_stmts)):
+    per_stmt: dict[int, list[tuple[int, int]]] = {0: [], 1: []}   # (ops, costly) per statement
+    for side, (prog, stmts) in enumerate(((st.before, st.b_stmts), (st.after, st.a_stmts))):
         if prog is None:
             continue
         read, written = set(), set()
@@ -681,6 +699,11 @@ def derivable(st: Step, cot: dict, body: str, record) -> None:
             n = math.prod(ext) if ext else 1
             total_ops += ops * n
             vals |= {ops * n}
+            # costly operations: per name, in all, and over the whole iteration space
+            cc = costly_counts(s.value)
+            vals |= set(cc.values()) | {sum(cc.values()), count_ops(s.value)} \
+                | {c * n for c in cc.values()}
+            per_stmt[side].append((count_ops(s.value), sum(cc.values())))
             for t, i, w in accesses(s, g):
                 (written if w else read).add(t)
                 if loops:
@@ -697,6 +720,10 @@ def derivable(st: Step, cot: dict, body: str, record) -> None:
         vals |= {total_ops, moved, total_ops / moved if moved else 0}
         vals |= {float(x) for x in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?:e[-+]?\d+)?",
                                                st.row["before_leir" if prog is st.before else "after_leir"])}
+    # what a rewrite saves: a statement's operations and costly operations before less after
+    for (ob, cb), (oa, ca) in itertools.product(per_stmt[0], per_stmt[1]):
+        vals |= {ob - oa, cb - ca}
+
     def walk_json(v):
         if isinstance(v, dict):
             for x in v.values():

@@ -84,3 +84,22 @@ def test_sharing_a_subexpression_does_not_answer_costly_operations():
               speedup=1.17, before=GP, trajectory="t-gp-cse")
     x = answered(facts(st, GENERIC))
     assert x.kind == "compute" and "repeated" in x.detail
+
+
+def test_moving_a_costly_operation_into_another_statement_saves_none():
+    # the statement loses a `log`, but a new one computes it in the same iteration
+    st = step("nll", "expression_splitting", NLL_SITE, {"expr": "log(D[i])"}, speedup=1.1,
+              before=NLL, trajectory="t-nll-split")
+    f = facts(st, GENERIC)
+    w = f.at_site.work
+    assert (w.n_costly, w.n_costly_after) == (2, 1)
+    assert w.total_after[0] == w.total[0] == 2 * 65536 and not w.less
+    assert answered(f) is None
+
+
+def test_a_small_whole_power_is_a_multiply_not_a_costly_operation():
+    v = parse("""kernel k(A: f32[8]) -> B: f32[8]
+  for i in 8:
+    B[i] = A[i] ** 2 + A[i] ** 0.5
+""")
+    assert costly_ops(node_at(v, (0, 0)).value) == (("pow", 1),)

@@ -499,29 +499,6 @@ def test_a_bound_breaks_the_component_a_hub_kernel_makes_and_keeps_every_kernel_
     assert workload_groups(ks + [hub], max_size=None) == whole
 
 
-def test_a_prediction_is_held_against_the_timing_that_decided_the_role(progs):
-    """The reasoning record compares its stated direction with the search's first timing; the
-    step's role comes from the interleaved re-timing when it has one. Night 20261210 held 47
-    improving steps out of SFT as 'prediction_disagrees' because their first timing said
-    neutral or slower while the re-timing that made them improving said faster."""
-    a, b, c = progs
-    cot = lambda predicted, agrees: {   # noqa: E731
-        "measured": {"predicted_direction": predicted, "direction": "slower",
-                     "prediction_agrees": agrees}}
-    fast = dict(paired_before=_t(1e-5), paired_after=_t(1e-5 / 1.5))
-    steps = [
-        # first timed at 0.8x, re-timed interleaved at 1.5x: improving, and "faster" holds
-        _step(a, b, "t0", 0, speedup=0.8).model_copy(update={**fast, "cot": cot("faster", False)}),
-        # the same measurements, but the reasoning expected no change: it does not hold
-        _step(a, c, "t1", 0, speedup=0.8, strategy="loop_split").model_copy(
-            update={**fast, "cot": cot("neutral", False)}),
-    ]
-    res = curate([_kernel("k0", ["bert"])], steps, [], CFG)
-    assert [(s.trajectory_id, s.role) for s in res.steps] == [("t0", "improving")]
-    rej = {r.trajectory_id: r.reason for r in res.rejects}
-    assert rej["t1"].startswith("prediction_disagrees") and "interleaved re-timing (1.5x)" in rej["t1"]
-
-
 def test_the_smallest_split_gets_its_share_of_a_pool_of_large_workload_groups():
     """A pool whose workloads connect into components of dozens of kernels (architectures
     sharing kernels), as the standard profile's: the bound keeps each group to a quarter of the

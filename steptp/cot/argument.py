@@ -33,9 +33,12 @@ assignment at or below the site):
   nest and read by another (produced long before it is used);
 * ``memory`` — one run of the whole nest touches more than L2 holds (per core);
 * ``loop_overhead`` — the innermost loop is serial and short (at most ``SHORT_LOOP``);
-* ``compute`` — none of the above: the arithmetic itself; and, beside any other finding, a
-  computed subexpression that occurs more than once in the statement (evaluated that many times
-  per iteration), which only sharing it answers (``SHARES_SUBEXPRESSIONS``).
+* ``compute`` — beside any other finding: costly operations in every iteration (math-library
+  calls, divisions; ``steptp.cot.facts.costly_ops``), which a rewrite answers only when the
+  statement and the whole program then evaluate fewer of them (or as many and fewer operations
+  in all); a computed subexpression that occurs more than once in the statement (evaluated that
+  many times per iteration), which only sharing it answers (``SHARES_SUBEXPRESSIONS``); and,
+  when nothing else is found and no operation is costly, the arithmetic itself.
 
 Cache levels: L1 and L2 are per core; a last-level figure is used only when it is plausible for
 the core count (:meth:`steptp.cot.facts.Hardware.l3_plausible`), else data beyond L2 is "beyond
@@ -207,7 +210,9 @@ def site_findings(f) -> list[Finding]:
         w = sf.work
         out.append(Finding("compute", None, None, {"work": dict(w.costly), "costly": w.n_costly,
                                                     "ops": w.ops}))
-    if plain:
+    if plain and sf.work is None:
+        # nothing else limits the site: its arithmetic does (with costly operations, only a
+        # rewrite that evaluates fewer of them answers that)
         out.append(Finding("compute", None, None,
                            {"intensity": f.before.arithmetic_intensity}))
     # compute: the same subexpression evaluated several times in each iteration
@@ -345,7 +350,12 @@ def preparation(f) -> Optional[Preparation]:
     fu = f.follow_up
     if fu is None:
         return None
-    found = [x for x in site_findings(f) if answers(fu.strategy, x.kind)]
+    # what the move answers, as far as it shows before the move is made: a subexpression is
+    # shared only by sharing, and whether a rewrite saves costly operations shows only in its
+    # own result
+    found = [x for x in site_findings(f) if answers(fu.strategy, x.kind)
+             and not (x.kind == "compute" and ("work" in x.detail or ("repeated" in x.detail)
+                                               != (fu.strategy in SHARES_SUBEXPRESSIONS)))]
     if not found:
         return None
     loops = tuple(fu.site.get("loops") or ())

@@ -700,7 +700,7 @@ class SiteFacts:
     # evaluation, occurrences before, occurrences in the matching statement after; None: none)
     repeated: Optional[tuple[str, int, int, Optional[int]]] = None
     # the main statement's costly operations per iteration, before and in the matching statement
-    # after the step (None: no costly operation, or no matching statement)
+    # after the step, and the whole programs' (None: the statement has no costly operation)
     work: Optional["Work"] = None
 
     @property
@@ -720,12 +720,16 @@ COSTLY_CALLS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf
 class Work:
     """The costly operations of a statement per iteration (``costly``: (name, count) pairs,
     names like ``log`` or ``division``, sorted) and all its operations, before the step and in
-    the matching statement after it (None after: no matching statement)."""
+    the matching statement after it (None after: no matching statement); and the costly
+    operations and all operations the whole program evaluates, before and after (``total*``),
+    so that a rewrite that only moves a costly operation into another statement saves none."""
 
     costly: tuple[tuple[str, int], ...]
     ops: int
     costly_after: Optional[tuple[tuple[str, int], ...]] = None
     ops_after: Optional[int] = None
+    total: tuple[int, int] = (0, 0)                    # (costly, all) evaluations, the program
+    total_after: Optional[tuple[int, int]] = None
 
     @property
     def n_costly(self) -> int:
@@ -737,25 +741,32 @@ class Work:
 
     @property
     def less(self) -> bool:
-        """Fewer costly operations per iteration after the step, or as many and fewer in all."""
-        if self.costly_after is None or self.ops_after is None:
+        """Fewer costly operations per iteration after the step (or as many and fewer in all),
+        in the statement and in the whole program."""
+        if self.costly_after is None or self.ops_after is None or self.total_after is None:
             return False
-        return (self.n_costly_after, self.ops_after) < (self.n_costly, self.ops)
+        return (self.n_costly_after, self.ops_after) < (self.n_costly, self.ops) \
+            and self.total_after < self.total
 
 
 def costly_ops(value: A.Expr) -> tuple[tuple[str, int], ...]:
-    """The costly operations of a value expression (:data:`COSTLY_CALLS`, ``**`` and float
-    division), as sorted (name, count) pairs."""
+    """The costly operations of a value expression (:data:`COSTLY_CALLS`, float division, and a
+    power whose exponent is not a small whole number: ``x ** 2`` is a multiply), as sorted
+    (name, count) pairs."""
     counts: dict[str, int] = {}
+
+    def small_whole(e: A.Expr) -> bool:
+        return isinstance(e, A.Const) and e.kind in ("int", "float") and \
+            float(e.value).is_integer() and abs(e.value) <= 4
 
     def walk(e: A.Expr) -> None:
         if isinstance(e, A.Call):
-            if e.func in COSTLY_CALLS:
+            if e.func in COSTLY_CALLS and not (e.func == "pow" and small_whole(e.args[1])):
                 counts[e.func] = counts.get(e.func, 0) + 1
             for a in e.args:
                 walk(a)
         elif isinstance(e, A.Binary):
-            if e.op in ("/", "**"):
+            if e.op == "/" or (e.op == "**" and not small_whole(e.rhs)):
                 name = "division" if e.op == "/" else "pow"
                 counts[name] = counts.get(name, 0) + 1
             walk(e.lhs)
@@ -767,17 +778,29 @@ def costly_ops(value: A.Expr) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(counts.items()))
 
 
-def statement_work(before: A.Expr, after: Optional[A.Expr]) -> Optional[Work]:
+def program_work(prog: A.Program, facts_: "ProgramFacts") -> tuple[int, int]:
+    """(costly operations, all operations) the whole program evaluates."""
+    n = 0
+    for s in facts_.statements:
+        st = A.node_at(prog, s.path)
+        if isinstance(st, A.Assign):
+            n += sum(c for _, c in costly_ops(st.value)) * s.iterations
+    return n, facts_.flops
+
+
+def statement_work(before: A.Expr, after: Optional[A.Expr], total: tuple[int, int] = (0, 0),
+                   total_after: Optional[tuple[int, int]] = None) -> Optional[Work]:
     """The :class:`Work` of a statement whose value is ``before`` (``after``: the matching
-    statement's value after the step), or None when it has no costly operation."""
+    statement's value after the step; ``total``/``total_after``: :func:`program_work`), or
+    None when it has no costly operation."""
     from ..leir.analysis import _count_ops
 
     c = costly_ops(before)
     if not c:
         return None
     if after is None:
-        return Work(c, _count_ops(before))
-    return Work(c, _count_ops(before), costly_ops(after), _count_ops(after))
+        return Work(c, _count_ops(before), total=total)
+    return Work(c, _count_ops(before), costly_ops(after), _count_ops(after), total, total_after)
 
 
 def repeated_subexpression(value: A.Expr, after: Optional[A.Expr] = None
@@ -975,7 +998,9 @@ def site_facts(before_text: str, after_text: str, site: dict[str, Any], hw: Hard
         st_a = A.node_at(ap, main_after.path) if ap is not None else None
         val_a = st_a.value if isinstance(st_a, A.Assign) else None
         rep = repeated_subexpression(st_b.value, val_a)
-        work = statement_work(st_b.value, val_a)
+        if costly_ops(st_b.value):
+            work = statement_work(st_b.value, val_a, program_work(bp, before),
+                                  program_work(ap, after) if ap is not None else None)
     return SiteFacts(path, loop, tuple(under), main, main_after, tuple(accs), tuple(wsets), origin,
                      accessed, once, rep, work)
 

@@ -706,11 +706,10 @@ class TemplateWriter:
                             f"one parallel region over `{par[0].var}` instead of two.")
             return pick("merges the producer nest and its consumer into one nest.",
                         "one nest instead of two over the common iteration space.")
-        from .argument import SHARES_SUBEXPRESSIONS, answers
         sf = f.at_site
-        if answers(s, "compute") and s not in SHARES_SUBEXPRESSIONS and sf is not None \
-                and sf.main_after is not None and sf.main_after.text != sf.main.text:
-            # an algebraic rewrite is best said by the statement it gives
+        if f.family == "algebraic" and sf is not None and sf.main_after is not None \
+                and sf.main_after.text != sf.main.text and sf.main_after.nest == sf.main.nest:
+            # an algebraic rewrite of one statement is best said by the statement it gives
             return pick(f"rewrites `{sf.main.text}` as `{sf.main_after.text}`; the loops stay "
                         f"as they are.",
                         f"the statement becomes `{sf.main_after.text}`, the same value with "
@@ -1008,13 +1007,15 @@ class TemplateWriter:
                             f"instead of {before}: {w.n_costly - w.n_costly_after} costly "
                             f"operation{'s' if w.n_costly - w.n_costly_after != 1 else ''} fewer "
                             f"per iteration for the same result.",
-                            f"{before} per iteration become {after or 'none'}; the rest of the "
-                            f"statement stays simple arithmetic.")
+                            f"{before} per iteration become {after or 'none'}, for the same "
+                            f"value.")
             else:
-                text = pick(f"the same {before} per iteration, with {w.ops_after} operations in "
-                            f"all instead of {w.ops}.",
-                            f"{w.ops - w.ops_after} operation{'s' if w.ops - w.ops_after != 1 else ''} "
-                            f"fewer per iteration around the same {before}.")
+                saved = w.ops - w.ops_after
+                text = pick(f"{after} per iteration, as many costly operations as before "
+                            f"({before}), and {w.ops_after} operations in all instead of "
+                            f"{w.ops}.",
+                            f"{saved} operation{'s' if saved != 1 else ''} fewer per iteration, "
+                            f"with as many costly ones as before ({after}).")
         elif x.kind == "loop_overhead":
             text = pick(f"the increment and branch of `{x.loop}` ({det['extent']} "
                         f"iterations) disappear.",

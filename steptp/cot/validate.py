@@ -290,11 +290,18 @@ def semantic_problems(cot: Cot, step: StepRecord, f: Facts) -> list[str]:
 
 
 def measured_direction(step: StepRecord, f: Facts) -> Optional[str]:
-    """faster / slower / neutral by the measurement, beyond its spread (None when untimed)."""
-    sp = f.step_speedup
+    """faster / slower / neutral by the measurement, beyond its spread (None when untimed): the
+    interleaved re-timing when the step has one, as its role (``steptp.search.roles``), else
+    the search's timings. (The search's first timings of a re-timed step decide nothing: the
+    re-timing exists because they were near the margin or would make an SFT answer.)"""
+    pb, pa = step.paired_before, step.paired_after
+    if pb is not None and pa is not None and pa.median_s > 0:
+        sp, noise = pb.median_s / pa.median_s, max(pb.spread, pa.spread)
+    else:
+        sp, noise = f.step_speedup, f.noise
     if sp is None or f.after_s is None:
         return None
-    tol = max(0.03, f.noise)
+    tol = max(0.03, noise)
     if sp > 1 + tol:
         return "faster"
     if sp < 1 - tol:

@@ -37,8 +37,8 @@ REASONS: dict[str, str] = {
     "neutral": "not significantly faster, and nothing measured through it is (a negative)",
     "regressing": "significantly slower, and nothing measured through it is faster (a negative)",
     "prediction_disagrees": "the direction its reasoning expects is contradicted by the "
-                            "measurement that decided its role (a right step for a wrong stated "
-                            "reason; pairs/rewards)",
+                            "measurement (the re-timing when there is one; a right step for a "
+                            "wrong stated reason; pairs/rewards)",
     "incoherent": "its reasoning cannot argue for it: the step answers no limit found at its site "
                   "and prepares no move that does (steptp.cot.coherence; a pair's rejected side "
                   "and rewards only)",
@@ -497,25 +497,11 @@ def _content_problem(s: StepRecord, ancestors_of, known: set[str], cfg: CurateCo
     return None
 
 
-def _prediction_holds(s: StepRecord, nt) -> bool:
-    """Whether the direction the reasoning states holds on the timing that decided the step's
-    role (the interleaved re-timing when there is one, :mod:`steptp.search.roles`), not on the
-    search's first timing that the reasoning record compared with: an ``improving`` step was
-    measured significantly faster there, a ``preparatory`` one was not faster by itself."""
-    if nt.predicted in ("", "None"):
-        return nt.prediction_agrees is not False
-    if s.role == "improving":
-        return nt.predicted in ("faster", "preparatory")
-    if s.role == "preparatory":
-        return nt.predicted == "preparatory"
-    return nt.prediction_agrees is not False
-
-
-def _disagreement(s: StepRecord, nt) -> str:
-    b, a = (s.paired_before, s.paired_after) if s.paired_before and s.paired_after else (s.before, s.after)
-    on = "interleaved re-timing" if s.paired_before and s.paired_after else "search timing"
-    sp = f" ({b.median_s / a.median_s:.3g}x)" if b and a and a.median_s > 0 else ""
-    return f"the reasoning predicts {nt.predicted}; the step is {s.role} on its {on}{sp}"
+def _measured_speedup(s: StepRecord) -> str:
+    """The speedup the measured direction comes from (``steptp.cot.validate.measured_direction``)."""
+    if s.paired_before and s.paired_after and s.paired_after.median_s > 0:
+        return f"{s.paired_before.median_s / s.paired_after.median_s:.3g}x re-timed interleaved"
+    return f"{s.step_speedup:.3g}x"
 
 
 def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
@@ -585,10 +571,12 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
                 # teach a conclusion that does not follow; it stays a rejected side and a
                 # reward state
                 code, detail = "incoherent", "; ".join(nt.coherence)[:300]
-            elif not _prediction_holds(s, nt):
+            elif nt.prediction_agrees is False:
                 # the reasoning states what it expects (no hindsight); an SFT answer
                 # whose stated expectation the measurement contradicts would teach the wrong why
-                code, detail = "prediction_disagrees", _disagreement(s, nt)
+                code, detail = "prediction_disagrees", (
+                    f"the reasoning predicts {nt.predicted}, the measurement says "
+                    f"{nt.direction} ({_measured_speedup(s)})")
             elif (k := (_before_key(s), _after_key(s))) in pairs_seen:
                 o = pairs_seen[k]
                 code, detail = "duplicate", f"same as {o.trajectory_id}:{o.step_index}"
