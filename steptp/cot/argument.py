@@ -54,7 +54,8 @@ SHORT = 16   # the same bound as steptp.cot.claims.SHORT_LOOP (short loops' cont
 
 #: bottleneck kind -> the strategies that answer it (a step "acts on" the limit it answers)
 ANSWERS: dict[str, frozenset[str]] = {
-    "locality": frozenset({"loop_reorder", "loop_tiling", "layout_transformation",
+    "locality": frozenset({"loop_reorder", "loop_tiling", "tensor_split_to_decouple_operators",
+                           "layout_transformation",
                            "set_storage_layout", "cache_read_write", "compute_at",
                            "reverse_compute_at"}),
     "parallelism": frozenset({"loop_parallelization", "loop_collapse", "loop_binding"}),
@@ -242,8 +243,9 @@ def _removes_stride(f, x: Finding) -> bool:
 SHARES_SUBEXPRESSIONS = frozenset({"common_subexpression_elimination"})
 
 #: what answers a strided walk that stays strided: blocks small enough that a line fetched for
-#: one element is still in L1 when the loop outside reads its next element (a transpose's tiles)
-KEEPS_LINES = frozenset({"loop_tiling"})
+#: one element is still in L1 when the loop outside reads its next element (a transpose's tiles,
+#: or its nest split in two halves along the strided loop: two tiles)
+KEEPS_LINES = frozenset({"loop_tiling", "tensor_split_to_decouple_operators"})
 
 
 def keeps_lines(f, x: Finding) -> bool:

@@ -690,6 +690,14 @@ class TemplateWriter:
             return pick("merges the max pass and the sum pass into one online pass with a running "
                         "max and a rescaled sum: one read of the row fewer.",
                         "one pass computes the running max and the rescaled sum together.")
+        if s == "tensor_split_to_decouple_operators" and prm.get("loop") and f.after is not None:
+            v = prm["loop"]
+            lp, half = f.before.loop(v), f.after.loop(v)
+            if lp is not None and half is not None:
+                return pick(f"splits the nest into two nests, each over one half of `{v}` "
+                            f"({half.extent} of its {lp.extent} iterations).",
+                            f"two nests instead of one, the first over `{v}` < {half.extent}, the "
+                            f"second over the rest.")
         if s == "common_subexpression_elimination":
             return pick("computes the repeated subexpression once per iteration into a scalar.",
                         "a repeated subexpression is evaluated once and reused.")
