@@ -27,7 +27,7 @@ from ..format.cot_schema import (Bottleneck, Candidate, Check, Claim, Cot, Decis
 from ..records import StepRecord
 from .facts import Facts, SiteAccess, facts as compute_facts
 
-WRITER_VERSION = "template-9"
+WRITER_VERSION = "template-10"
 MAX_ALTERNATIVES = 2
 
 
