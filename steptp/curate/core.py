@@ -188,22 +188,13 @@ def workload_groups(kernels: Sequence[KernelRecord], max_size: int | None = None
 MIN_GROUP_BOUND = 12
 
 
-#: groups of at most this share of the smallest split's kernels: a split's share of the kernels
-#: then comes from several groups, not from one or two (a bound of the whole share let seven
-#: groups of about 100 decide the 1,116-kernel pool of the standard profile: validation got 28
-#: kernels, 22 to 224 by seed; a quarter gives 57 to 121 for its 112, and 48 of its 206
-#: workloads span two splits instead of 26)
-GROUP_SHARE = 0.25
-
-
 def group_bound(fractions: Mapping[str, float], n_kernels: int) -> int:
-    """The most kernels a workload group holds (``workload_groups``' ``max_size``): a quarter
-    (``GROUP_SHARE``) of the smallest split's share of the kernels (a component of shared
-    workloads can hold most of a large pool), never below ``MIN_GROUP_BOUND`` (a small release
-    keeps each architecture whole)."""
+    """The most kernels a workload group holds (``workload_groups``' ``max_size``): the smallest
+    split's share of the kernels (a component of shared workloads can hold most of a large
+    pool), never below ``MIN_GROUP_BOUND`` (a small release keeps each architecture whole)."""
     total = sum(f for f in fractions.values() if f > 0) or 1.0
     smallest = min((f for f in fractions.values() if f > 0), default=total) / total
-    return max(MIN_GROUP_BOUND, int(GROUP_SHARE * smallest * n_kernels))
+    return max(MIN_GROUP_BOUND, int(smallest * n_kernels))
 
 
 ARCH_SUITES = frozenset({"arch", "archs"})

@@ -523,8 +523,8 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         "Splits are by workload: kernels that occur in a common workload (an architecture, an operator "
         "suite entry) are in the same split, so no kernel is in more than one split, nor an "
         "architecture's kernels, except where a kernel shared by many workloads would make one group "
-        "larger than a quarter of the smallest split's share of the kernels (that kernel then stays "
-        "with the workloads it joined first). A group's split comes from a seeded hash of the group, not from the timings, "
+        "larger than the smallest split's share of the kernels (that kernel then stays with the "
+        "workloads it joined first). A group's split comes from a seeded hash of the group, not from the timings, "
         "so it is the same in every build of these kernels (train on one nightly's train split and "
         "test on the next one's test split without overlap); only a split that would hold no SFT "
         "example takes the group nearest to it.", "",
