@@ -39,7 +39,7 @@ def test_a_split_of_the_loop_both_cores_and_lanes_need_prepares_the_parallel_loo
     assert p.finding.kind == "parallelism" and p.finding.loop == "i"
     lanes, cores = f.hardware.lanes("float32"), f.hardware.cores
     texts = set()
-    for seed in range(4):       # both wordings
+    for seed in range(8):       # both wordings
         cot = TemplateWriter(seed=seed).write(step, f)
         validate(cot_record(cot), step)
         assert coherence_problems(cot, step, f) == []
