@@ -40,6 +40,15 @@ KERNELS = {
   for i in 64, j in 48:
     Y[i,j] = exp(X[i,j] * 0.5)
 """,
+    # a loss with two logs per element (logsimp makes them one: costly operations, compute)
+    "nll": """kernel nll(A: f32[65536], B: f32[65536]) -> C: f32[65536]
+  D: f32[65536]
+  E: f32[65536]
+  for i in 65536:
+    D[i] = B[i] * B[i] + 1.0
+    E[i] = A[i] * A[i] + 1.0
+    C[i] = D[i] * E[i] - log(D[i]) - log(E[i])
+""",
     "rowsum": """kernel rowsum(A: f32[64,256]) -> S: f32[64]
   for i in 64:
     for j in 256:

@@ -5,19 +5,12 @@ search said neutral or slower, while the re-timing that made them improving said
 
 from __future__ import annotations
 
-from cot_steps import step
+from cot_steps import KERNELS, step
 from steptp.cot import TemplateWriter, facts, measured_side
 from steptp.cot.facts import GENERIC
 from steptp.records import Timing
 
-NLL = """kernel nll(A: f32[65536], B: f32[65536]) -> C: f32[65536]
-  D: f32[65536]
-  E: f32[65536]
-  for i in 65536:
-    D[i] = B[i] * B[i] + 1.0
-    E[i] = A[i] * A[i] + 1.0
-    C[i] = D[i] * E[i] - log(D[i]) - log(E[i])
-"""
+NLL = KERNELS["nll"]
 
 
 def _t(s: float) -> Timing:

@@ -7,7 +7,7 @@ statements were parallelism and locality, which no algebraic rewrite answers."""
 
 from __future__ import annotations
 
-from cot_steps import step
+from cot_steps import KERNELS, step
 from steptp.cot import TemplateWriter, facts, validate
 from steptp.cot.argument import answered, site_findings
 from steptp.cot.coherence import coherence_problems
@@ -15,14 +15,7 @@ from steptp.cot.facts import GENERIC, costly_ops
 from steptp.leir import parse
 from steptp.leir.ast import node_at
 
-NLL = """kernel gamma_nll(A: f32[65536], B: f32[65536]) -> C: f32[65536]
-  D: f32[65536]
-  E: f32[65536]
-  for i in 65536:
-    D[i] = B[i] * B[i] + 1.0
-    E[i] = A[i] * A[i] + 1.0
-    C[i] = D[i] * E[i] - log(D[i]) - log(E[i])
-"""
+NLL = KERNELS["nll"]
 GP = """kernel gp(A: f32[64,8], B: f32[64,8], C: f32[8]) -> I: f32[64,64]
   for i in 64, j in 64:
     for k in 8:
