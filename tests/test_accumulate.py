@@ -165,6 +165,29 @@ def test_a_label_that_no_longer_holds_is_dropped_and_counted():
     assert "written again (`nightly.refresh_reasoning`) | 285 |" in A.card_section(rep)
 
 
+
+def test_a_re_timing_too_noisy_to_decide_leaves_the_label_standing():
+    # k0: a 2x label re-timed at 2.2x but with a spread of 0.3 (noisy); k1: the same re-timing,
+    # quiet, that no longer holds: only k1 is dropped
+    steps = [_step("a", "b", kid="k0", tid="t0"), _step("c", "d", kid="k1", tid="t1")]
+    keys = [step_key(s) for s in steps]
+    t = lambda m, sp=0.02: _t(m, sp).model_dump()  # noqa: E731
+    timings = {keys[0]: [t(2.2e-3), t(1e-3, 0.3)], keys[1]: [t(1e-3), t(0.98e-3)]}
+    kept, rows = A.apply_retiming(steps, timings, RULE)
+    by = {r["step_key"]: r for r in rows}
+    assert by[keys[0]]["holds"] and by[keys[0]]["undecided"] and by[keys[0]]["role_after"] == "improving"
+    assert "too noisy" in by[keys[0]]["why"] and math.isclose(by[keys[0]]["retimed_speedup"], 2.2)
+    assert not by[keys[1]]["holds"] and not by[keys[1]]["undecided"]
+    # the noisy timings are not the step's evidence: it keeps what it was decided on
+    k0 = next(s for s in kept if s.kernel_id == "k0")
+    assert k0.paired_after is None and k0.after.median_s == steps[0].after.median_s
+    rep = A.report(A.Carry("releases/n-1", "fpA", "20260102", steps=steps),
+                   {"carried_kernels": 2, "carried_steps": 2, "carried_trajectories": 0,
+                    "stale_carried": [], "researched": [], "left_pool": []}, rows, [])
+    assert (rep["retimed"], rep["dropped"], rep["undecided"]) == (2, 1, 1)
+    assert "| re-timings too noisy to decide (the recorded label stands) | 1 |" in A.card_section(rep)
+
+
 # ---------------------------------------------------------------------------- splits
 def test_pinned_kernels_never_move_between_nights():
     from steptp.curate import assign_splits

@@ -313,7 +313,11 @@ def apply_retiming(steps: Sequence[StepRecord], timings: Mapping[str, Sequence[M
                    rule) -> tuple[list[StepRecord], list[dict[str, Any]]]:
     """``steps`` with tonight's re-timings (``timings``: step key -> before, after[, best])
     as their ``paired_*``, and one row per re-timed step: its role before and after, the gains,
-    and ``holds``. A step with a failed timing is removed with its subtree (``holds`` false)."""
+    and ``holds``. A step with a failed timing is removed with its subtree (``holds`` false).
+    A re-timing too noisy to decide anything by ``rule`` (a spread above its ``max_spread``)
+    changes nothing: the recorded label stands (``holds``, ``why`` says so), as a noisy timing
+    decides no role in the search either (night 20261212 dropped a 1.6x parallel loop re-timed
+    at 2.0x because the after-program's spread was 0.3)."""
     from ..search.roles import SFT_ROLES, Tree, assign_roles
 
     steps = list(steps)
@@ -322,6 +326,7 @@ def apply_retiming(steps: Sequence[StepRecord], timings: Mapping[str, Sequence[M
     idx = {k: i for i, k in enumerate(tree.keys)}
     removed: set[int] = set()
     failed: set[str] = set()
+    undecided: dict[str, float | None] = {}
     for key in sorted(timings):
         i = idx.get(key)
         if i is None:
@@ -336,6 +341,9 @@ def apply_retiming(steps: Sequence[StepRecord], timings: Mapping[str, Sequence[M
                     removed.add(j)
                     stack += tree.children.get(j, [])
             continue
+        if any(rule.noisy(t) for t in ts):
+            undecided[key] = _gain(ts[0], ts[1])
+            continue
         steps[i] = steps[i].model_copy(update={"paired_before": ts[0], "paired_after": ts[1],
                                                "paired_best": ts[2] if len(ts) > 2 else None})
     kept = [s for j, s in enumerate(steps) if j not in removed]
@@ -346,13 +354,17 @@ def apply_retiming(steps: Sequence[StepRecord], timings: Mapping[str, Sequence[M
             continue
         b, a = before[key], after.get(key)
         old_b, old_a = b.paired_before or b.before, b.paired_after or b.after
+        why = ("a program failed to time again" if key in failed else
+               f"re-timing too noisy to decide (spread above {rule.max_spread:g}); the recorded "
+               f"label stands" if key in undecided else (a.role_detail if a is not None else ""))
         rows.append({
             "step_key": key, "kernel_id": b.kernel_id, "strategy": b.strategy, "night": b.night,
             "role_before": b.role, "role_after": a.role if a is not None else "removed",
             "recorded_speedup": _gain(old_b, old_a),
-            "retimed_speedup": _gain(a.paired_before, a.paired_after) if a is not None else None,
-            "holds": a is not None and a.role in SFT_ROLES,
-            "why": "a program failed to time again" if key in failed else (a.role_detail if a is not None else "")})
+            "retimed_speedup": (undecided[key] if key in undecided else
+                                _gain(a.paired_before, a.paired_after) if a is not None else None),
+            "holds": a is not None and a.role in SFT_ROLES, "undecided": key in undecided,
+            "why": why})
     return kept, rows
 
 
@@ -372,6 +384,7 @@ def report(carry: Carry, merged: Mapping[str, Any], rows: Sequence[Mapping[str, 
         "left_pool": len(merged["left_pool"]),
         "other_hardware_records": carry.other_hardware,
         "retimed": len(rows), "dropped": len(dropped),
+        "undecided": sum(1 for r in rows if r.get("undecided")),
         "stale": {k: {"name": names.get(k, ""), "why": w} for k, w in sorted(carry.stale.items())},
         "retimed_steps": [dict(r, name=names.get(r["kernel_id"], "")) for r in rows],
     }
@@ -393,6 +406,7 @@ def card_section(rep: Mapping[str, Any]) -> str:
              f"| records of another fingerprint (left out) | {rep['other_hardware_records']} |",
              f"| carried labels re-timed tonight | {rep['retimed']} |",
              f"| labels that no longer hold (dropped from SFT) | {rep['dropped']} |",
+             f"| re-timings too noisy to decide (the recorded label stands) | {rep.get('undecided', 0)} |",
              f"| carried steps whose reasoning an older template wrote, written again "
              f"(`nightly.refresh_reasoning`) | {rep.get('reasoning_rewritten', 0)} |", ""]
     dropped = [r for r in rep["retimed_steps"] if not r["holds"]]
