@@ -279,6 +279,18 @@ def _brings_reuse_closer(f) -> bool:
                and a.reuse_bytes_after < a.reuse_bytes for a in f.at_site.accesses)
 
 
+def may_answer(strategy: str, x: Finding) -> bool:
+    """Whether ``strategy`` answers ``x`` as far as shows before its own result is known: it
+    answers the kind, a repeated subexpression is answered by sharing and sharing answers
+    nothing else, and a saving of costly operations shows only in the rewrite's result
+    (:func:`answered` reads it there)."""
+    if not answers(strategy, x.kind):
+        return False
+    if x.kind == "compute" and ("repeated" in x.detail) != (strategy in SHARES_SUBEXPRESSIONS):
+        return False
+    return "work" not in x.detail
+
+
 def answered(f) -> Optional[Finding]:
     """The first finding at the site the step's strategy answers and, for a strided walk, that
     the step really ends or keeps in L1 (:func:`ends_strided_walk`; None: it answers none)."""
@@ -352,12 +364,7 @@ def preparation(f) -> Optional[Preparation]:
     fu = f.follow_up
     if fu is None:
         return None
-    # what the move answers, as far as it shows before the move is made: a subexpression is
-    # shared only by sharing, and whether a rewrite saves costly operations shows only in its
-    # own result
-    found = [x for x in site_findings(f) if answers(fu.strategy, x.kind)
-             and not (x.kind == "compute" and ("work" in x.detail or ("repeated" in x.detail)
-                                               != (fu.strategy in SHARES_SUBEXPRESSIONS)))]
+    found = [x for x in site_findings(f) if may_answer(fu.strategy, x)]
     if not found:
         return None
     loops = tuple(fu.site.get("loops") or ())
@@ -379,4 +386,4 @@ def preparation(f) -> Optional[Preparation]:
 
 
 __all__ = ["ANSWERS", "ORDER", "KEEPS_LINES", "SHARE_ONE_LOOP", "SHARES_SUBEXPRESSIONS", "Finding", "Preparation", "answers", "site_findings",
-           "answered", "ends_strided_walk", "keeps_lines", "preparation", "split_halves"]
+           "answered", "ends_strided_walk", "keeps_lines", "may_answer", "preparation", "split_halves"]

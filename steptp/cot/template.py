@@ -167,16 +167,12 @@ def _alt_answers(a, x) -> bool:
     show: its strategy answers the kind, a tensor it names is the finding's, a subexpression
     shared is the one found repeated, and a reorder said to end a strided walk or a chain along
     the innermost loop does not keep that loop innermost."""
-    from .argument import SHARES_SUBEXPRESSIONS, answers
+    from .argument import may_answer
 
-    if not answers(a.strategy, x.kind):
+    if not may_answer(a.strategy, x):
         return False
-    if x.kind == "compute" and ("repeated" in x.detail) != (a.strategy in SHARES_SUBEXPRESSIONS):
-        return False      # only sharing answers a repeated subexpression, and nothing else
     if "repeated" in x.detail and (a.params or {}).get("expr") not in (None, x.detail["repeated"]):
         return False      # it shares another subexpression than the one found repeated
-    if "work" in x.detail:
-        return False      # whether a rewrite saves costly operations shows only in its result
     t = (a.site or {}).get("tensor") or (a.params or {}).get("tensor")
     if t and x.tensor and t != x.tensor:
         return False
