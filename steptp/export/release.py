@@ -175,9 +175,10 @@ def _concat_batches(frames: list[pl.DataFrame]) -> pl.DataFrame:
         return frames[0]
     try:
         schema = _unified_schema([f.schema for f in frames])
+        # a strict cast: polars >= 2.2 unifies structs of different fields, which no batch casts to
+        return pl.concat([f.cast(schema) for f in frames], rechunk=True)
     except (pl.exceptions.PolarsError, TypeError):     # batches whose fields differ: frame the rows
         return hub.frame([r for f in frames for r in f.to_dicts()])
-    return pl.concat([f.cast(schema) for f in frames], rechunk=True)
 
 
 class _Spilled:
