@@ -205,7 +205,7 @@ def main() -> None:
     ap.add_argument("--policy", default="beam")
     ap.add_argument("--beam", default="", metavar="K=V,...",
                     help="beam options for a variant (steptp.search.policies.Beam: width, "
-                         "per_level, per_node, finish, finish_share, root), e.g. root=4,finish_share=4")
+                         "per_level, per_node, finish, finish_share, root, explore, variants), e.g. root=4,finish_share=4")
     ap.add_argument("--lookahead", type=int, default=0,
                     help="beam only: re-rank each state's K best actions by the cost model's "
                          "score after a finishing move (Beam(lookahead=K))")
@@ -242,7 +242,7 @@ def main() -> None:
             policy = Beam(lookahead=args.lookahead, **opts)
         except (ValueError, TypeError) as e:
             raise SystemExit(f"--beam {args.beam!r}: {e} (K=V with integer values: width, "
-                             f"per_level, per_node, finish, finish_share, root)") from None
+                             f"per_level, per_node, finish, finish_share, root, explore, variants)") from None
     ev = default_evaluator(kind=args.evaluator)
     what = args.kernels or args.workloads or f"list {args.list}"
     ours = ("" if args.ms_only else f"ours at {','.join(map(str, budgets))} measurements "

@@ -857,3 +857,28 @@ def test_search_explore_is_a_beam_setting_the_pipeline_passes_on():
         return {get(st.strategy).family for st in steps}
 
     assert "graph" in families(1) and "graph" not in families(0)
+
+
+def test_beam_measures_at_most_two_variants_of_one_move_per_level(evaluator):
+    """``Beam(variants=2)``: a state's actions at one level hold at most two
+    variants of one move (a strategy on one top-level statement). A row sum's root offers a
+    dozen reduction factors and tilings the cost model ranks alike; without the rule the root
+    level measures mostly factors of the one reduction."""
+    from collections import Counter
+
+    from steptp.search.policies import Beam
+
+    rowsum = "kernel f32 rowsum(X[256,768]) -> Y[256]\n Y[i] += X[i,k]\n"
+    allowed = LOOPS + ["reduction_factorization"]
+
+    def root_moves(policy):
+        s = Search(parse(rowsum), "rs", "beam", Budget(8, 120), 0, _TileTimes(evaluator),
+                   strategies=allowed, ranker=Ranker(learned=False))
+        policy.run(s)
+        rows = [r for r in s.steps if r.step_index == 0][:8]
+        return Counter((r.strategy, r.site["path"][0]) for r in rows)
+
+    plain = root_moves(Beam(finish=0))
+    assert max(plain.values()) > 2                        # the model's order repeats one move
+    diverse = root_moves(Beam(finish=0, variants=2))
+    assert max(diverse.values()) <= 2 and len(diverse) > len(plain)

@@ -24,7 +24,9 @@ measured times.
   ``explore`` e, the first e levels of at least two slots give their last slot to the
   best-ranked action of a strategy family the search has not tried yet (else of a strategy it
   has not tried): the model ranks loop moves first nearly everywhere, and a dataset of steps
-  needs the inlinings, fusions, stagings and rewrites of the arithmetic measured too.
+  needs the inlinings, fusions, stagings and rewrites of the arithmetic measured too. With
+  ``variants`` v, a state's actions are taken at most v variants of one move (a strategy on
+  one top-level statement) at a time (``Beam._diversify``; 0, the default: rank order).
 * :class:`MCTS` — UCT (the bonus shared with ``steptp eval``'s tree: ``.uct``) over measured
   states with progressive widening (a node with ``n`` visits
   has at most ``ceil(widen * n ** alpha)`` children, opened in rank order). Reward: log speedup
@@ -261,7 +263,8 @@ class Beam(Policy):
     def __init__(self, width: int = 4, depth: int = 16, per_level: Optional[int] = None,
                  per_node: Optional[int] = None, lookahead: int = 0, lookahead_depth: int = 2,
                  lookahead_limit: int = 48, finish: int = len(FINISH), finish_share: int = 8,
-                 root: Optional[int] = None, explore: int = 0):
+                 root: Optional[int] = None, explore: int = 0, variants: int = 0):
+        self.variants = variants   # per state, at most this many of one move at a time (0: off)
         self.explore = explore   # levels whose last slot goes to a family (strategy) not measured
         self.finish = finish   # measurements kept for the best state's finishing moves ...
         self.finish_share = finish_share   # ... at most one in this many of the budget
@@ -290,6 +293,31 @@ class Beam(Policy):
         order = sorted(range(len(head)), key=lambda i: (vals[i], i))
         r[head_at:head_at + len(head)] = [head[i] for i in order]
         n.lookahead = {head[i].text: vals[i] for i in range(len(head))}
+
+    def _diversify(self, s: Search, n: Node) -> None:
+        """Reorder the untried actions of ``n`` (once per state) so that each run of them holds
+        at most ``variants`` of one move (a strategy on one top-level statement), in rank
+        order otherwise: the first of a move's variants are taken first, then the next of
+        each. Variants of one move (a tiling's factors, a reduction factor, the loops one nest
+        could parallelize) score alike and err alike, so measuring many of them at one level
+        tells little more than two do; with 16 measurements a layer norm's root level measured
+        12 reduction factors and nothing else, and a matmul's 12 tilings, 11 of them
+        unvectorized. The later variants stay, ranked behind: a larger budget still reaches
+        them (``_widen`` takes the best open state's next action)."""
+        if self.variants <= 0 or n.text in self._diversified:
+            return
+        self._diversified.add(n.text)
+        r = s.ranked(n)
+        at = n.next_untried
+        seen: dict[tuple[str, int], int] = {}
+        keyed = []
+        for pos, c in enumerate(r[at:]):
+            key = (c.strategy, c.site.path[0] if c.site.path else -1)
+            j = seen.get(key, 0)
+            seen[key] = j + 1
+            keyed.append((j // self.variants, pos, c))
+        keyed.sort(key=lambda t: (t[0], t[1]))
+        r[at:] = [c for _, _, c in keyed]
 
     def _promote(self, s: Search, n: Node) -> None:
         """Move the enabling moves of ``n`` (``ENABLING``) that the cost model expects to pay
@@ -458,6 +486,7 @@ class Beam(Policy):
 
     def _search(self, s: Search) -> None:
         self._promoted: set[str] = set()
+        self._diversified: set[str] = set()
         self._enablers: set[str] = set()
         self._tiles_finished: set[str] = set()
         frontier: list[Node] = [s.root]
@@ -466,6 +495,7 @@ class Beam(Policy):
             if s.done:
                 return
             for n in frontier:
+                self._diversify(s, n)
                 self._promote(s, n)
                 self._look(s, n)
             # the best-ranked untried actions over the frontier, at most per_node per state so
