@@ -326,9 +326,12 @@ def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
         return progs.index(text)
 
     base_i, ms_i = slot(format_program(prog)), slot(ms_script)
-    ours_i = {b: slot(res.trajectory.final_leir) for b, (res, _) in runs.items()}
+    # programs by their canonical text (``Node.text``): what settling records, while the
+    # trajectory's final_leir keeps the strategies' loop names, so a comparison of the two
+    # never matched and the search's own pick was re-timed twice under two names
+    ours_i = {b: slot(res.best.text) for b, (res, _) in runs.items()}
     uns_i = {b: slot(res.settled[0][0]) for b, (res, _) in runs.items()
-             if res.settled and res.settled[0][0] != res.trajectory.final_leir}
+             if res.settled and res.settled[0][0] != res.best.text}
     ts = retime(ev, progs, None if args.no_torch else item)
     if any(ts[i] is None for i in (base_i, ms_i, *ours_i.values())):
         print(f"{name:24s} re-timing failed")
@@ -347,7 +350,7 @@ def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
             "ours_wall_s": wall, "measurements": res.measurements, "search_s": res.wall_s,
             "curve": res.curve, "strategies": res.trajectory.strategies,
             "settled": [{"search_s": a, "retimed_s": c, "parallel": " parallel" in t,
-                         "chosen": t == res.trajectory.final_leir} for t, a, c in res.settled],
+                         "chosen": t == res.best.text} for t, a, c in res.settled],
             "final_leir": res.trajectory.final_leir,
             # every measured step, to see what the search tried and how fast it was
             "steps": [{"strategy": st.strategy, "params": st.params, "outcome": st.outcome,
@@ -378,7 +381,7 @@ def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
         if res.settled:
             print(f"{'':24s} @{b} settled among {len(res.settled)}: " + ", ".join(
                 f"{a * 1e3:.4g}->{c * 1e3:.4g} ms{' P' if ' parallel' in t else ''}"
-                f"{' *' if t == res.trajectory.final_leir else ''}" for t, a, c in res.settled)
+                f"{' *' if t == res.best.text else ''}" for t, a, c in res.settled)
                 + (f"; unsettled pick re-timed {uns * 1e3:.4g} ms ({uns / ours:.2f}x ours)"
                    if uns is not None else ""), flush=True)
     return row

@@ -100,6 +100,9 @@ def test_two_budgets_one_interleaved_retiming(tmp_path, monkeypatch, capsys):
         assert 1 <= got["measurements"] <= int(b)
         assert got["ratio"] == pytest.approx(got["ours_s"] / row["ms_s"])
         assert got["final_leir"].startswith("kernel f32 ")
+        if got["settled"]:   # the final program is the finalist settling chose (none: unscheduled)
+            assert sum(f["chosen"] for f in got["settled"]) == (1 if got["strategies"] else 0)
+    assert any(got["settled"] for got in row["by_budget"].values())
     header = next(ln for ln in text.splitlines() if ln.startswith("workload"))
     assert header.split()[:6] == ["workload", "base", "ms", "@1", "ms", "@2"]
     assert "@1/MS" in header and "@2/MS" in header
