@@ -602,16 +602,19 @@ def parse_in_worker(text: str, timeout_s: float = 10.0, memory_mb: int = 1024,
     if r.status == "timeout":
         raise LeirSyntaxError(f"not parsed within {float(timeout_s):g} s (the time limit of "
                               f"parsing a reply)")
+    # a worker that met its address-space limit may fail every allocation after: restart it
+    i = pool._take(r.worker)
+    try:
+        pool.workers[i].kill()
+    finally:
+        pool._give(i)
     if r.reason and "MemoryError" in r.reason:   # raised in the task, or killed the worker
-        # a worker that met its address-space limit may fail every allocation after: restart it
-        i = pool._take(r.worker)
-        try:
-            pool.workers[i].kill()
-        finally:
-            pool._give(i)
         raise LeirSyntaxError(f"parsing ran out of its {int(memory_mb)} MB (the memory limit of "
                               f"parsing a reply; {r.status}: {r.reason})")
-    raise LeirSyntaxError(f"the parsing worker failed: {r.reason}")
+    # a worker that meets its limit while Python reports the error may die before it names
+    # it (its last line on stderr was "Exception ignored in:" on a loaded machine)
+    raise LeirSyntaxError(f"the parsing worker failed, perhaps at its {int(memory_mb)} MB memory "
+                          f"limit: {r.reason}")
 
 
 class WorkerShelf:
