@@ -11,7 +11,10 @@ against one MetaSchedule trial count; and the geometric means.
     .venv/bin/python benchmarks/vs_metaschedule.py --list fresh --ms-only --ms-trials 64
 
 ``--budgets 16,64`` runs our search once per budget (same seed, smallest first, each from
-scratch); ``--budget N`` is the one-budget form. ``--ms-trials`` is MetaSchedule's trial count,
+scratch); ``--budget N`` is the one-budget form. ``--repeats R`` runs each of those searches R
+times: at 16 measurements noisy timings change the search's path (one kernel's final program
+differed 1.8x between two runs), so a budget's figure is then the median of the R final
+programs, all re-timed in the kernel's one set of rounds, and the summary adds each run's geomean. ``--ms-trials`` is MetaSchedule's trial count,
 independent of ours (default: our largest budget). Each budget gets its column ``@B/MS`` (ours
 at B measurements / MetaSchedule at its trials) and summary lines: geomean, worst, how many
 kernels above 1.6, and the geomean over the fused-epilogue and normalization kernels (zoo
@@ -42,6 +45,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -173,6 +177,11 @@ def summary_lines(rows: list[dict], budgets: tuple[int, ...], ms_trials: int) ->
                    f"{geomean(x for x, _, _ in ratios):.2f} ({len(ratios)} kernels); worst "
                    f"{worst[0]:.2f} ({worst[1]}); "
                    f"{sum(x > OUTLIER_RATIO for x, _, _ in ratios)} above {OUTLIER_RATIO}")
+        runs = min(len(r["by_budget"][str(b)].get("repeat_ratios") or [0]) for r in rows)
+        if runs > 1:
+            out.append(f"#   each of the {runs} searches per kernel alone: geomean " + ", ".join(
+                f"{geomean(r['by_budget'][str(b)]['repeat_ratios'][k] for r in rows):.2f}"
+                for k in range(runs)) + " (the line above: the median search per kernel)")
         trees = [tree_prompts(r["by_budget"][str(b)]["steps"]) for r in rows
                  if r["by_budget"][str(b)].get("steps")]
         if trees:
@@ -222,6 +231,10 @@ def main() -> None:
                     help="end on the state fastest by its own timing, as before session 9 (default: "
                          "choose among the fastest states re-timed side by side, as a release does)")
     ap.add_argument("--evaluator", default="inprocess")
+    ap.add_argument("--repeats", type=int, default=1, metavar="R",
+                    help="search each kernel R times per budget (same seed) and report the median "
+                         "of their final programs, all re-timed in one set of rounds: at a small "
+                         "budget noisy timings change the search's path (default 1)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     budgets, ms_trials = resolve_budgets(args.budgets, args.budget, args.ms_trials)
@@ -301,7 +314,18 @@ def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
 
     name, prog = item.name, item.program
     runs = {}
+    again: dict[int, list] = {}   # budget -> the searches of repeats 2..R (their results)
     for b in budgets:
+        again[b] = []
+        for _ in range(1, max(1, args.repeats)):
+            # the same seed: what differs between repeats is what the timings made of it
+            res = search_kernel(prog, item.kernel_id, policy, Budget(b, args.seconds), args.seed,
+                                ev, return_result=True,
+                                settle=None if args.no_settle else settler(ev, 3))
+            if res.trajectory is None:
+                print(f"{name:24s} our search at {b} measurements failed: {res.error}")
+                return None
+            again[b].append(res)
         t0 = time.perf_counter()
         res = search_kernel(prog, item.kernel_id, policy, Budget(b, args.seconds), args.seed, ev,
                             return_result=True, settle=None if args.no_settle else settler(ev, 3))
@@ -330,6 +354,7 @@ def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
     # trajectory's final_leir keeps the strategies' loop names, so a comparison of the two
     # never matched and the search's own pick was re-timed twice under two names
     ours_i = {b: slot(res.best.text) for b, (res, _) in runs.items()}
+    again_i = {b: [slot(r.best.text) for r in rs] for b, rs in again.items()}
     uns_i = {b: slot(res.settled[0][0]) for b, (res, _) in runs.items()
              if res.settled and res.settled[0][0] != res.best.text}
     ts = retime(ev, progs, None if args.no_torch else item)
@@ -342,10 +367,15 @@ def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
     by_budget = {}
     for b, (res, wall) in runs.items():
         ours_t = ts[ours_i[b]]
+        # every repeat's final program, re-timed in the same rounds; the budget's figure is
+        # their median (one search when --repeats is 1)
+        rep_s = [ours_t.median_s] + [ts[i].median_s for i in again_i[b] if ts[i] is not None]
+        ours_med = statistics.median(rep_s)
         uns_t = ts[uns_i[b]] if b in uns_i else None
         by_budget[str(b)] = {
-            "ours_s": ours_t.median_s, "ours_spread": ours_t.spread,
-            "ratio": ours_t.median_s / ms_s, "ours_over_torch": ours_t.median_s / torch_s,
+            "ours_s": ours_med, "ours_spread": ours_t.spread,
+            "ratio": ours_med / ms_s, "ours_over_torch": ours_med / torch_s,
+            "repeat_ratios": [x / ms_s for x in rep_s],
             "unsettled_s": uns_t.median_s if uns_t is not None else None,
             "ours_wall_s": wall, "measurements": res.measurements, "search_s": res.wall_s,
             "curve": res.curve, "strategies": res.trajectory.strategies,
@@ -375,6 +405,10 @@ def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
     line += "".join(f" {by_budget[str(b)]['ours_wall_s']:6.0f}" for b in budgets)
     line += f" {ms_col:>6s} {','.join(str(by_budget[str(b)]['measurements']) for b in budgets):>8s}"
     print(line, flush=True)
+    for b in budgets:
+        if len(by_budget[str(b)]["repeat_ratios"]) > 1:
+            print(f"{'':24s} @{b} each search / MS: "
+                  + ", ".join(f"{x:.2f}" for x in by_budget[str(b)]["repeat_ratios"]), flush=True)
     for b, (res, _) in runs.items():
         uns = by_budget[str(b)]["unsettled_s"]
         ours = by_budget[str(b)]["ours_s"]

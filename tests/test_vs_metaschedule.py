@@ -126,3 +126,39 @@ def test_the_summary_counts_each_search_trees_prompts_with_a_faster_child():
     lines = VS.summary_lines([row], (16, 64), 64)
     assert "search trees at 16: 1.00 prompts with a faster child per kernel, of 2.00" in lines[1]
     assert "search trees at 64: 2.00 prompts with a faster child per kernel, of 2.00" in lines[4]
+
+
+def test_repeats_report_the_median_search_of_each_kernel(tmp_path, monkeypatch, capsys):
+    """``--repeats 3``: three searches per budget, their final programs re-timed in one set of
+    rounds; the budget's ratio is their median and the summary gives each run's geomean."""
+    import statistics
+
+    from steptp.search import default_evaluator
+    from steptp.tir.lower import lower
+
+    from _search_common import workload_kernel
+
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")
+    kid, prog, _, _ = workload_kernel("gemm_bias_silu", "tiny")
+    ev = default_evaluator(kind="inprocess")
+    fingerprint, script = ev.fingerprint, lower(prog, ev.target).script()
+    ev.close()
+    cache = tmp_path / "ms"
+    cache.mkdir()
+    (cache / f"{kid}-{VS._ms_key(kid, 3, 1, fingerprint)}.json").write_text(json.dumps(
+        {"workload": "gemm_bias_silu", "kernel_id": kid, "trials": 3, "seed": 1,
+         "fingerprint": fingerprint, "wall_s": 12.0, "script": script}))
+    out = tmp_path / "rows.json"
+    monkeypatch.setattr(sys, "argv", [
+        "vs_metaschedule.py", "--workloads", "gemm_bias_silu", "--size", "tiny",
+        "--budgets", "2", "--ms-trials", "3", "--no-torch", "--seconds", "30", "--repeats", "3",
+        "--ms-cache", str(cache), "--json", str(out)])
+    VS.main()
+    text = capsys.readouterr().out
+    [row] = json.loads(out.read_text())
+    got = row["by_budget"]["2"]
+    assert len(got["repeat_ratios"]) == 3
+    assert got["ratio"] == pytest.approx(statistics.median(got["repeat_ratios"]))
+    assert got["ratio"] == pytest.approx(got["ours_s"] / row["ms_s"])
+    assert "@2 each search / MS: " in text
+    assert "#   each of the 3 searches per kernel alone: geomean " in text
