@@ -68,8 +68,9 @@ def test_summary_per_budget_with_outliers_and_the_fused_and_norm_kernels():
     assert len(only_ops) == 2 and not any("fused-epilogue" in ln for ln in only_ops)
 
 
-@pytest.mark.slow
-def test_two_budgets_one_interleaved_retiming(tmp_path, monkeypatch, capsys):
+def _ms_cache(tmp_path, monkeypatch):
+    """A MetaSchedule cache holding tiny gemm_bias_silu's unscheduled program as its 3-trial
+    result (the comparison runs without tuning); the kernel id and the cache folder."""
     from steptp.search import default_evaluator
     from steptp.tir.lower import lower
 
@@ -85,6 +86,12 @@ def test_two_budgets_one_interleaved_retiming(tmp_path, monkeypatch, capsys):
     (cache / f"{kid}-{VS._ms_key(kid, 3, 1, fingerprint)}.json").write_text(json.dumps(
         {"workload": "gemm_bias_silu", "kernel_id": kid, "trials": 3, "seed": 1,
          "fingerprint": fingerprint, "wall_s": 12.0, "script": script}))
+    return kid, cache
+
+
+@pytest.mark.slow
+def test_two_budgets_one_interleaved_retiming(tmp_path, monkeypatch, capsys):
+    kid, cache = _ms_cache(tmp_path, monkeypatch)
     out = tmp_path / "rows.json"
     monkeypatch.setattr(sys, "argv", [
         "vs_metaschedule.py", "--workloads", "gemm_bias_silu", "--size", "tiny",
@@ -128,26 +135,13 @@ def test_the_summary_counts_each_search_trees_prompts_with_a_faster_child():
     assert "search trees at 64: 2.00 prompts with a faster child per kernel, of 2.00" in lines[4]
 
 
+@pytest.mark.slow
 def test_repeats_report_the_median_search_of_each_kernel(tmp_path, monkeypatch, capsys):
     """``--repeats 3``: three searches per budget, their final programs re-timed in one set of
     rounds; the budget's ratio is their median and the summary gives each run's geomean."""
     import statistics
 
-    from steptp.search import default_evaluator
-    from steptp.tir.lower import lower
-
-    from _search_common import workload_kernel
-
-    monkeypatch.setenv("TVM_NUM_THREADS", "1")
-    kid, prog, _, _ = workload_kernel("gemm_bias_silu", "tiny")
-    ev = default_evaluator(kind="inprocess")
-    fingerprint, script = ev.fingerprint, lower(prog, ev.target).script()
-    ev.close()
-    cache = tmp_path / "ms"
-    cache.mkdir()
-    (cache / f"{kid}-{VS._ms_key(kid, 3, 1, fingerprint)}.json").write_text(json.dumps(
-        {"workload": "gemm_bias_silu", "kernel_id": kid, "trials": 3, "seed": 1,
-         "fingerprint": fingerprint, "wall_s": 12.0, "script": script}))
+    _, cache = _ms_cache(tmp_path, monkeypatch)
     out = tmp_path / "rows.json"
     monkeypatch.setattr(sys, "argv", [
         "vs_metaschedule.py", "--workloads", "gemm_bias_silu", "--size", "tiny",
