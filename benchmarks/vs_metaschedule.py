@@ -197,6 +197,16 @@ def summary_lines(rows: list[dict], budgets: tuple[int, ...], ms_trials: int) ->
     return out
 
 
+def beam_keys() -> list[str]:
+    """The integer options ``--beam`` passes to ``Beam`` (its constructor's, but the lookahead
+    ones, which have their own flag)."""
+    import inspect
+
+    from steptp.search.policies import Beam
+
+    return [k for k in inspect.signature(Beam).parameters if not k.startswith("lookahead")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -213,8 +223,8 @@ def main() -> None:
                     help="our search's wall budget per kernel and budget")
     ap.add_argument("--policy", default="beam")
     ap.add_argument("--beam", default="", metavar="K=V,...",
-                    help="beam options for a variant (steptp.search.policies.Beam: width, "
-                         "per_level, per_node, finish, finish_share, root, explore, variants), e.g. root=4,finish_share=4")
+                    help=f"beam options for a variant (steptp.search.policies.Beam: "
+                         f"{', '.join(beam_keys())}), e.g. root=4,finish_share=4")
     ap.add_argument("--lookahead", type=int, default=0,
                     help="beam only: re-rank each state's K best actions by the cost model's "
                          "score after a finishing move (Beam(lookahead=K))")
@@ -254,8 +264,8 @@ def main() -> None:
                                                    if kv.strip())}
             policy = Beam(lookahead=args.lookahead, **opts)
         except (ValueError, TypeError) as e:
-            raise SystemExit(f"--beam {args.beam!r}: {e} (K=V with integer values: width, "
-                             f"per_level, per_node, finish, finish_share, root, explore, variants)") from None
+            raise SystemExit(f"--beam {args.beam!r}: {e} (K=V with integer values: "
+                             f"{', '.join(beam_keys())})") from None
     ev = default_evaluator(kind=args.evaluator)
     what = args.kernels or args.workloads or f"list {args.list}"
     ours = ("" if args.ms_only else f"ours at {','.join(map(str, budgets))} measurements "
@@ -316,23 +326,18 @@ def compare_kernel(item, ev, policy, budgets: tuple[int, ...], ms_trials: int,
     runs = {}
     again: dict[int, list] = {}   # budget -> the searches of repeats 2..R (their results)
     for b in budgets:
-        again[b] = []
-        for _ in range(1, max(1, args.repeats)):
-            # the same seed: what differs between repeats is what the timings made of it
+        found = []
+        # the same seed each time: what differs between repeats is what the timings made of it
+        for _ in range(max(1, args.repeats)):
+            t0 = time.perf_counter()
             res = search_kernel(prog, item.kernel_id, policy, Budget(b, args.seconds), args.seed,
                                 ev, return_result=True,
                                 settle=None if args.no_settle else settler(ev, 3))
             if res.trajectory is None:
                 print(f"{name:24s} our search at {b} measurements failed: {res.error}")
                 return None
-            again[b].append(res)
-        t0 = time.perf_counter()
-        res = search_kernel(prog, item.kernel_id, policy, Budget(b, args.seconds), args.seed, ev,
-                            return_result=True, settle=None if args.no_settle else settler(ev, 3))
-        if res.trajectory is None:
-            print(f"{name:24s} our search at {b} measurements failed: {res.error}")
-            return None
-        runs[b] = (res, time.perf_counter() - t0)
+            found.append((res, time.perf_counter() - t0))
+        runs[b], again[b] = found[0], [r for r, _ in found[1:]]
     try:
         ms_script, ms_wall, reused = cached_metaschedule(item, prog, ev, ms_trials, args.ms_seed,
                                                          args.fresh_ms, Path(args.ms_cache))

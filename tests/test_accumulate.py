@@ -165,7 +165,6 @@ def test_a_label_that_no_longer_holds_is_dropped_and_counted():
     assert "written again (`nightly.refresh_reasoning`) | 285 |" in A.card_section(rep)
 
 
-
 def test_a_re_timing_too_noisy_to_decide_leaves_the_label_standing():
     # k0: a 2x label re-timed at 2.2x but with a spread of 0.3 (noisy); k1: the same re-timing,
     # quiet, that no longer holds: only k1 is dropped
