@@ -255,7 +255,9 @@ class TrajectoryRecord(_Record):
 
 
 class RejectRecord(_Record):
-    """A step dropped by curation, and why (a rejects table, not silence)."""
+    """A step dropped by curation, and why (a rejects table, not silence). ``step_key`` names
+    the step (the steps table's ``step_key``): a search's rows share ``trajectory_id`` and
+    ``step_index`` (its depth), so those two join a reject to every sibling at that depth."""
 
     JSON_FIELDS: ClassVar[tuple[str, ...]] = ()
 
@@ -264,6 +266,8 @@ class RejectRecord(_Record):
     kernel_id: str
     strategy: str
     reason: str
+    step_key: str = Field("", description="the rejected step's step_key in the steps table; "
+                                          "empty: a table written before it was recorded")
     schema_version: str = SCHEMA_VERSION
 
 

@@ -13,7 +13,7 @@ from steptp.curate import (CurateConfig, assign_splits, curate, entropy, read_cu
                            write_curated)
 from steptp.curate.core import _balance
 from steptp.leir import format_program, parse
-from steptp.records import KernelRecord, Occurrence, StepRecord, Timing
+from steptp.records import KernelRecord, Occurrence, StepRecord, Timing, step_key
 
 CFG = CurateConfig(require_cot=False)
 
@@ -113,6 +113,12 @@ def test_search_tree_siblings_are_not_shortcuts(progs):
     assert [s.after_leir for s in res.steps] == [b, format_program(d)]
     alt = next(r for r in res.rejects if r.reason.startswith("alternative"))
     assert alt.step_index == 1 and len(res.all_steps) == 4
+    # the two siblings share trajectory and depth: the reject names its own step, and the
+    # answer's, by step_key
+    by_key = {step_key(s): s for s in res.all_steps}
+    assert by_key[alt.step_key].after_leir == c
+    assert f"step {step_key(res.steps[1])} (loop_split) is the answer" in alt.reason
+    assert all(r.step_key in by_key for r in res.rejects)
 
 
 @pytest.mark.parametrize("runner_up, chosen", [(1.98, "compute_at"), (1.5, "loop_tiling")],

@@ -93,8 +93,13 @@ def test_release_folder(release):
     assert steps["sft"].sum() == len(res.steps)
     assert set(steps.filter(pl.col("sft"))["role"].to_list()) <= {"improving", "preparatory"}
     assert "failed" in steps["role"].to_list()
-    assert pl.read_parquet(stage / "data/rejects.parquet").columns[:5] == [
-        "trajectory_id", "step_index", "kernel_id", "strategy", "reason"]
+    rejects = pl.read_parquet(stage / "data/rejects.parquet")
+    assert rejects.columns[:6] == ["trajectory_id", "step_index", "kernel_id", "strategy", "reason",
+                                   "step_key"]
+    # each reject joins exactly its own step (not every sibling at its depth), never an SFT one
+    joined = rejects.join(steps, on="step_key", how="inner")
+    assert joined.height == rejects.height == len(res.all_steps) - len(res.steps)
+    assert (joined["strategy"] == joined["strategy_right"]).all() and not joined["sft"].any()
     n = 0
     for sp in ("train", "validation", "test"):
         for line in (stage / f"chat/{sp}.jsonl").read_text().splitlines():
@@ -349,3 +354,44 @@ def test_yield_per_machine_hour_and_projection(tmp_path):
         (tmp_path / stage_stats.FILE).write_text(bad)
         assert stage_stats.read(tmp_path) is None, bad
     assert yields(None, sft=1, pairs=1) is None and "No search-stage timing" in yield_lines(None)[0]
+
+
+def test_coverage_reads_why_a_faster_step_was_not_kept_from_its_own_reject():
+    """Siblings share trajectory, depth and strategy: with ``step_key`` on both tables, the
+    reject of a slower sibling (here a neutral one's cap) is not read as the faster one's."""
+    from typing import NamedTuple
+
+    from steptp.export.coverage import strategy_coverage
+    from steptp.records import RejectRecord
+
+    class Row(NamedTuple):
+        strategy: str
+        role: str
+        trajectory_id: str
+        step_index: int
+        step_key: str
+
+    steps = [Row("fuse", "improving", "t", 1, "a"), Row("fuse", "neutral", "t", 1, "b")]
+    rejects = [RejectRecord(trajectory_id="t", step_index=1, kernel_id="k", strategy="fuse",
+                            reason="alternative: step c (tile) is the answer", step_key="a"),
+               RejectRecord(trajectory_id="t", step_index=1, kernel_id="k", strategy="fuse",
+                            reason="balance: above the cap", step_key="b")]
+    assert strategy_coverage([], steps, rejects, ["fuse"])["missing"]["fuse"] == \
+        "1 faster steps, none kept (alternative 1)"
+    unkeyed = [r.model_copy(update={"step_key": ""}) for r in rejects]
+    assert strategy_coverage([], steps, unkeyed, ["fuse"])["missing"]["fuse"] == "capped (balance 1)"
+
+
+def test_a_table_written_before_a_column_existed_reads_with_it_empty(tmp_path):
+    """A curated rejects table from before ``step_key`` still exports: the column reads as
+    null (not recorded), the other columns as written."""
+    from steptp.export.source import _frame
+    from steptp.records import RejectRecord, table
+
+    rows = [RejectRecord(trajectory_id="t", step_index=1, kernel_id="k", strategy="fuse",
+                         reason="neutral: after same", step_key="abc")]
+    old = table(rows, RejectRecord).drop("step_key")
+    old.write_parquet(tmp_path / "rejects.parquet")
+    df = _frame(tmp_path / "rejects.parquet", RejectRecord)
+    assert df.columns == table(rows, RejectRecord).columns
+    assert df["step_key"].to_list() == [None] and df["reason"].to_list() == ["neutral: after same"]

@@ -130,7 +130,7 @@ def entropy(counts: Mapping[str, int]) -> float:
 def _reject(step: StepRecord, code: str, detail: str = "") -> RejectRecord:
     return RejectRecord(trajectory_id=step.trajectory_id, step_index=step.step_index,
                         kernel_id=step.kernel_id, strategy=step.strategy,
-                        reason=f"{code}: {detail}" if detail else code)
+                        reason=f"{code}: {detail}" if detail else code, step_key=step_key(step))
 
 
 def _spread_problem(step: StepRecord, max_spread: float) -> str | None:
@@ -606,8 +606,8 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
         if best is s:
             kept.append(s)
         else:
-            rejects.append(_reject(s, "alternative", f"{best.trajectory_id}:{best.step_index} "
-                                                     f"({best.strategy}) is the answer to this prompt"))
+            rejects.append(_reject(s, "alternative", f"step {step_key(best)} ({best.strategy}) "
+                                                     f"is the answer to this prompt"))
 
     kept, rrej = _repetition_cap(kept, cfg)
     rejects += rrej
@@ -633,7 +633,7 @@ def curate(kernels: Sequence[KernelRecord], steps: Sequence[StepRecord],
                    "kind": kinds.get(g[0], "ops"),
                    "split": splits[g[0]], "steps": sum(weights.get(k, 0) for k in g)} for g in groups]
 
-    rejects.sort(key=lambda r: (r.trajectory_id, r.step_index))
+    rejects.sort(key=lambda r: (r.trajectory_id, r.step_index, r.step_key))
     reason_counts = Counter(r.reason.split(":", 1)[0] for r in rejects)
     split_steps = Counter(splits.get(s.kernel_id, "?") for s in sft_steps)
     split_pairs = Counter(splits.get(p["kernel_id"], "?") for p in pairs)

@@ -39,13 +39,17 @@ def strategy_coverage(sft: Sequence[StepRecord], all_steps: Sequence[StepRecord]
     seen = Counter(s.strategy for s in all_steps)
     faster = Counter(s.strategy for s in all_steps if s.role in SFT_ROLES)
     # why the FASTER steps of a strategy were not kept: the rejects of its neutral and
-    # regressing steps say nothing about that (a rejects row names its step by trajectory,
-    # depth and strategy; siblings of one strategy at one depth share that name)
+    # regressing steps say nothing about that. A rejects row names its step by ``step_key``
+    # (tables curated before it did: by trajectory, depth and strategy, which siblings of one
+    # strategy at one depth share)
+    faster_keys = {getattr(s, "step_key", "") for s in all_steps if s.role in SFT_ROLES} - {""}
     faster_at = {(s.trajectory_id, s.step_index, s.strategy) for s in all_steps if s.role in SFT_ROLES}
     why_rejected: dict[str, Counter] = {}
     for r in rejects:
         code = r.reason.split(":", 1)[0]
-        if (r.trajectory_id, r.step_index, r.strategy) in faster_at and code not in ("neutral", "regressing"):
+        key = getattr(r, "step_key", "")
+        hit = key in faster_keys if key and faster_keys else (r.trajectory_id, r.step_index, r.strategy) in faster_at
+        if hit and code not in ("neutral", "regressing"):
             why_rejected.setdefault(r.strategy, Counter())[code] += 1
     names = sorted(set(strategies) | set(sft_n))
     missing: dict[str, str] = {}

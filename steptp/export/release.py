@@ -144,6 +144,7 @@ class _Searched(NamedTuple):
     role: str
     trajectory_id: str
     step_index: int
+    step_key: str
 
 
 class _Rejected(NamedTuple):
@@ -151,6 +152,7 @@ class _Rejected(NamedTuple):
     reason: str
     trajectory_id: str
     step_index: int
+    step_key: str
 
 
 #: pairs written per batch: the steps of one batch become records, its rows one frame
@@ -243,7 +245,8 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
     sft_keys = src.sft_keys()
     parents = parent_links_of_table(light)
     parent_key = {keys[i]: keys[p] for i, p in parents.items()}
-    searched = [_Searched(*r) for r in light.select("strategy", "role", "trajectory_id", "step_index").iter_rows()]
+    searched = [_Searched(*r, k) for r, k in zip(light.select("strategy", "role", "trajectory_id",
+                                                              "step_index").iter_rows(), keys)]
     step_split = [splits.get(k, "train") for k in light["kernel_id"].to_list()]
     searched_ids = set(light["kernel_id"].to_list())
     remeasured_steps = light["paired_before"].is_not_null().sum()
@@ -356,8 +359,10 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
     traj_speedups = trajs_df["speedup"].to_list()
     remeasured = [x for x in trajs_df["remeasured_speedup"].to_list() if x is not None]
     kernel_ids = kernels_df["kernel_id"].to_list()
+    if "step_key" not in rejects_df.columns:   # curated before rejects named their step
+        rejects_df = rejects_df.with_columns(pl.lit("").alias("step_key"))
     rejects = [_Rejected(*r) for r in rejects_df.select("strategy", "reason", "trajectory_id",
-                                                        "step_index").iter_rows()]
+                                                        "step_index", "step_key").iter_rows()]
     plots = _plots(out / "plots", before, after, speedups, traj_speedups, tokens)
     n_pairs = sum(pairs_per_split.values())
 
@@ -551,8 +556,9 @@ def card(stats: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         f"Tokens per chat example (all three turns, `o200k_base`): min {_fmt(stats['tokens']['min'], '.0f')}, "
         f"median {_fmt(stats['tokens']['median'], '.0f')}, max {_fmt(stats['tokens']['max'], '.0f')}.", "",
         "## Steps not used for SFT", "",
-        "Each with its reason in `data/rejects.parquet` (`alternative`: a sibling is the answer to that "
-        "prompt; it is in the preference pairs).", "",
+        "Each with its reason and its `step_key` in `data/rejects.parquet` (`alternative`: a sibling, "
+        "whose `step_key` the reason names, is the answer to that prompt; it is in the preference "
+        "pairs).", "",
         "| reason | steps | meaning |", "| --- | ---: | --- |",
         *[f"| `{k}` | {v} | {(stats.get('reason_meanings') or {}).get(k, '')} |"
           for k, v in stats["rejects_by_reason"].items()],

@@ -33,7 +33,13 @@ def _frame(path: Path, kind: type, columns: Sequence[str] | None = None) -> pl.D
     schema = polars_schema(kind)
     if columns is not None:
         schema = {c: schema[c] for c in columns}
-    df = pl.read_parquet(path, columns=list(schema))
+    have = set(pl.read_parquet_schema(path))
+    df = pl.read_parquet(path, columns=[c for c in schema if c in have])
+    if len(df.columns) < len(schema):
+        # a column the record type gained since the table was written (a rejects table
+        # curated before ``step_key``): null, as the record's default "not recorded"
+        df = df.with_columns([pl.lit(None, dtype=t).alias(c) for c, t in schema.items()
+                              if c not in have]).select(list(schema))
     return df.cast(schema) if df.schema != pl.Schema(schema) else df
 
 
