@@ -312,6 +312,33 @@ def test_a_split_without_examples_takes_the_nearest_group_and_big_groups_train()
         assert {sp[k] for k in big} == {"train"}
 
 
+def test_a_split_far_below_its_share_of_the_examples_takes_groups_from_train():
+    """The examples concentrate in a few groups: when validation's groups hold less than half
+    of its 10% of the examples, it takes groups with examples from train (nearest anchor
+    first) up to at most 1.5x its share; pinned groups stay, and groups without examples
+    never move."""
+    from steptp.curate import assign_splits
+    from steptp.curate.core import SPLIT_CEILING, SPLIT_FLOOR
+
+    fr = {"train": 0.8, "validation": 0.1, "test": 0.1}
+    groups, cut = _anchored(80)
+    # every group has an example or two; validation's own groups one at most
+    weights = {g[0]: 0 if cut[g[0]] == "validation" else 1 + i % 2 for i, g in enumerate(groups)}
+    weights[next(k for k in cut if cut[k] == "validation")] = 1
+    total = sum(weights.values())
+    before = sum(n for k, n in weights.items() if cut[k] == "validation")
+    assert before < SPLIT_FLOOR * 0.1 * total
+    out = assign_splits(groups, weights, fr, seed=0)
+    after = sum(n for k, n in weights.items() if out[k] == "validation")
+    assert SPLIT_FLOOR * 0.1 * total <= after <= SPLIT_CEILING * 0.1 * total
+    moved = [k for k in cut if out[k] != cut[k]]
+    assert moved and all(cut[k] == "train" and out[k] == "validation" and weights[k] for k in moved)
+    assert assign_splits(groups, weights, fr, seed=0) == out          # deterministic
+    # an accumulating line's kernels keep their splits: with every kernel pinned, none moves
+    pinned = assign_splits(groups, weights, fr, seed=0, pinned=cut)
+    assert pinned == cut
+
+
 def test_every_split_gets_examples_and_test_gets_an_architecture_and_an_operator_group():
     from steptp.curate.core import _group_kinds
 

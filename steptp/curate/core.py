@@ -211,6 +211,14 @@ def _anchor(seed: int, group: Sequence[str]) -> float:
     return int(_hkey("split", seed, group[0])[:13], 16) / 16 ** 13
 
 
+#: a split other than the largest holding fewer than this share of its fraction of the examples
+#: takes groups from the largest (``assign_splits``), never past ``SPLIT_CEILING`` of it: a
+#: pool's workloads form a few large groups, and an accumulating line's first night put 10 of
+#: 274 examples (5 kernels) in a 10% validation split
+SPLIT_FLOOR = 0.5
+SPLIT_CEILING = 1.5
+
+
 def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], fractions: Mapping[str, float],
                   seed: int = 0, kinds: Mapping[str, str] | None = None,
                   pinned: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -227,9 +235,11 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
     there are at least as many groups with steps as splits, a split without steps takes the
     group with steps whose anchor lies nearest to its interval, from a split that keeps another;
     with ``kinds`` (kernel_id -> "arch" | "ops") and one group with steps to spare, the test split
-    likewise takes an architecture group and an operator group when it has none. A repair never
-    moves a group of more than a third of the kernels or of the steps into a split smaller than
-    the largest.
+    likewise takes an architecture group and an operator group when it has none; then a split
+    with fewer than ``SPLIT_FLOOR`` of its fraction's share of the steps takes groups with steps
+    from the largest split, nearest anchor first, none that would take it past
+    ``SPLIT_CEILING`` of its share. A repair never moves a group of more than a third of the
+    kernels or of the steps into a split smaller than the largest.
 
     ``pinned`` (kernel_id -> split; an accumulating nightly passes the previous release's): a
     pinned kernel keeps its split whatever the repairs would do, and the other kernels of its
@@ -297,6 +307,21 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
         for want_arch in (True, False):
             if not held("test", lambda i: is_arch[i] == want_arch):
                 take_into("test", lambda i: is_arch[i] == want_arch)
+    if len(stepped) > len(names) and total_steps:
+        def steps_in(s: str) -> int:
+            return sum(weights.get(k, 0) for i in held(s) for k in groups[i])
+
+        for s in sorted(names, key=lambda s: (frac[s], s)):
+            if s == largest:
+                continue
+            share = frac[s] * total_steps
+            while steps_in(s) < SPLIT_FLOOR * share:
+                room = share * SPLIT_CEILING - steps_in(s)
+                donors = [i for i in held(largest) if i not in fixed and not big(i)
+                          and 0 < sum(weights.get(k, 0) for k in groups[i]) <= room]
+                if not donors:
+                    break
+                place[min(donors, key=lambda i: (distance(i, s), groups[i][0]))] = s
     return {k: pinned.get(k, place[i]) for i, g in enumerate(groups) for k in g}
 
 
