@@ -882,3 +882,50 @@ def test_beam_measures_at_most_two_variants_of_one_move_per_level(evaluator):
     assert max(plain.values()) > 2                        # the model's order repeats one move
     diverse = root_moves(Beam(finish=0, variants=2))
     assert max(diverse.values()) <= 2 and len(diverse) > len(plain)
+
+
+class _SlowParallelFirstNest(_TileTimes):
+    """The cost model's times, with every program whose first nest is parallel 3x slower (as
+    a copy nest that loses LLVM's memcpy once it is a parallel closure)."""
+
+    def time(self, program, **kw):
+        out = super().time(program, **kw)
+        p = parse(program)
+        if any(getattr(x, "kind", None) == "parallel" for x in walk(p.body[0])):
+            t = out.timing
+            out.timing = type(t)(median_s=3 * t.median_s, min_s=3 * t.min_s, spread=0.0,
+                                 repeats=5, number=1)
+        return out
+
+
+def test_beam_does_not_measure_again_a_change_it_measured_slower(evaluator):
+    """``Beam(recall=True)``: an action that replaces the same statements by the
+    same statements as a step measured slower elsewhere in the tree goes behind the others, so
+    the parallelizations of a nest that measured 3x slower at the root are not measured again,
+    unchanged, below it; without it (the default) they are measured again at the next level."""
+    from steptp.search.policies import Beam, rewrite_key
+
+    prog = ("kernel f32 two(X[512,512]) -> W[512,512]\n T[512,512]\n"
+            " T[i,j] = X[i,j]\n W[i,j] = exp(T[i,j]) * 2.0\n")
+
+    def repeats(policy):
+        s = Search(parse(prog), "two", "beam", Budget(16, 120), 0,
+                   _SlowParallelFirstNest(evaluator), strategies=LOOPS,
+                   ranker=Ranker(learned=False))
+        policy.run(s)
+        nodes, stack = [], [s.root]
+        while stack:
+            n = stack.pop()
+            nodes.append(n)
+            stack.extend(n.children)
+        slower = {rewrite_key(m.step.strategy, m.parent.text, m.text) for m in nodes
+                  if m.parent is s.root and m.seconds > s.root.seconds}
+        again = [m for m in nodes if m.parent is not None and m.parent is not s.root
+                 and rewrite_key(m.step.strategy, m.parent.text, m.text) in slower]
+        return slower, again
+
+    slower, again = repeats(Beam(finish=0))
+    assert slower and again          # the model ranks the slow parallelizations first again
+    slower, again = repeats(Beam(finish=0, recall=True))
+    assert slower and not again
+

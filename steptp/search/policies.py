@@ -26,7 +26,11 @@ measured times.
   has not tried): the model ranks loop moves first nearly everywhere, and a dataset of steps
   needs the inlinings, fusions, stagings and rewrites of the arithmetic measured too. With
   ``variants`` v, a state's actions are taken at most v variants of one move (a strategy on
-  one top-level statement) at a time (``Beam._diversify``; 0, the default: rank order).
+  one top-level statement) at a time (``Beam._diversify``; 0, the default: rank order). With
+  ``recall`` (off by default), an action that rewrites the same statements the same way as a step
+  already measured elsewhere in the tree is expected to change the time as that step did
+  (``Beam._recall``): a parallelization of a nest measured slower at the root is not measured
+  again, unchanged, at each child.
 * :class:`MCTS` — UCT (the bonus shared with ``steptp eval``'s tree: ``.uct``) over measured
   states with progressive widening (a node with ``n`` visits
   has at most ``ceil(widen * n ** alpha)`` children, opened in rank order). Reward: log speedup
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 import random
 import zlib
 from typing import Any, Optional
@@ -257,13 +262,42 @@ def _finished_score(s: Search, program) -> float:
     return min(s.ranker.scores(progs))
 
 
+#: moves that pay through what they make possible (a tile's or a split's loops, a reorder's
+#: innermost loop): measured slower alone, the same move elsewhere may still prepare a gain,
+#: so ``Beam._recall`` does not hold it back
+PREPARING = ("loop_split", "loop_tiling", "loop_collapse", "loop_reorder")
+
+
+def _statements(text: str) -> Counter:
+    """A program text's top-level statements and declarations, each as its lines (a line
+    indented by one space opens one; deeper lines belong to it)."""
+    out: list[str] = []
+    for line in text.splitlines()[1:]:
+        if line.startswith(" ") and not line.startswith("  "):
+            out.append(line)
+        elif out:
+            out[-1] += "\n" + line
+    return Counter(out)
+
+
+def rewrite_key(strategy: str, before: str, after: str) -> tuple:
+    """What a step did, independent of the rest of the program: its strategy, the top-level
+    statements it replaced and those it wrote (canonical texts). Two steps with one key made
+    the same change to the same statements, so they change the time alike (nests run one
+    after another; a program's other nests only add their own time)."""
+    b, a = _statements(before), _statements(after)
+    return strategy, tuple(sorted((b - a).elements())), tuple(sorted((a - b).elements()))
+
+
 class Beam(Policy):
     name = "beam"
 
     def __init__(self, width: int = 4, depth: int = 16, per_level: Optional[int] = None,
                  per_node: Optional[int] = None, lookahead: int = 0, lookahead_depth: int = 2,
                  lookahead_limit: int = 48, finish: int = len(FINISH), finish_share: int = 8,
-                 root: Optional[int] = None, explore: int = 0, variants: int = 0):
+                 root: Optional[int] = None, explore: int = 0, variants: int = 0,
+                 recall: bool = False):
+        self.recall = recall     # same rewrite of the same statements: expect the measured change
         self.variants = variants   # per state, at most this many of one move at a time (0: off)
         self.explore = explore   # levels whose last slot goes to a family (strategy) not measured
         self.finish = finish   # measurements kept for the best state's finishing moves ...
@@ -318,6 +352,45 @@ class Beam(Policy):
             keyed.append((j // self.variants, pos, c))
         keyed.sort(key=lambda t: (t[0], t[1]))
         r[at:] = [c for _, _, c in keyed]
+
+    def _known_changes(self, s: Search) -> dict[tuple, float]:
+        """``rewrite_key`` -> the mean change in seconds its measured steps made (child minus
+        parent), over every measured step of the tree so far."""
+        deltas: dict[tuple, list[float]] = {}
+        for m in _all_nodes(s):
+            if m.parent is None or m.step is None or not math.isfinite(m.seconds) \
+                    or not math.isfinite(m.parent.seconds):
+                continue
+            key = self._edge_keys.get(m.text)
+            if key is None:
+                key = self._edge_keys[m.text] = rewrite_key(m.step.strategy, m.parent.text, m.text)
+            deltas.setdefault(key, []).append(m.seconds - m.parent.seconds)
+        return {k: sum(v) / len(v) for k, v in deltas.items()}
+
+    def _recall(self, s: Search, n: Node, known: dict[tuple, float]) -> dict[str, float]:
+        """Reorder the untried actions of ``n`` by what the tree already measured: an action
+        that makes a change already measured elsewhere (``rewrite_key``: the same strategy
+        replacing the same statements by the same statements) goes first when that change
+        made its program faster, last when it made it slower, rank order otherwise (the
+        moves in ``PREPARING`` are never held back). Returns each such action's expected
+        log time (``n``'s time plus the measured change), by its text. With 16 measurements
+        a group norm's root measured five parallelizations of single nests, all slower, and
+        its best child measured four of them again, unchanged, and nothing else."""
+        if not self.recall or not known:
+            return {}
+        r = s.ranked(n)
+        at = n.next_untried
+        first, rest, last = [], [], []
+        expect: dict[str, float] = {}
+        for c in r[at:]:
+            d = known.get(rewrite_key(c.strategy, n.text, c.text))
+            if d is None or (d >= 0 and c.strategy in PREPARING):
+                rest.append(c)
+                continue
+            expect[c.text] = math.log(max(n.seconds + d, 0.05 * n.seconds, 1e-12))
+            (first if d < 0 else last).append(c)
+        r[at:] = first + rest + last
+        return expect
 
     def _promote(self, s: Search, n: Node) -> None:
         """Move the enabling moves of ``n`` (``ENABLING``) that the cost model expects to pay
@@ -487,6 +560,7 @@ class Beam(Policy):
     def _search(self, s: Search) -> None:
         self._promoted: set[str] = set()
         self._diversified: set[str] = set()
+        self._edge_keys: dict[str, tuple] = {}
         self._enablers: set[str] = set()
         self._tiles_finished: set[str] = set()
         frontier: list[Node] = [s.root]
@@ -494,10 +568,13 @@ class Beam(Policy):
         for _level in range(self.depth):
             if s.done:
                 return
+            known = self._known_changes(s) if self.recall else {}
+            expect: dict[str, float] = {}
             for n in frontier:
                 self._diversify(s, n)
                 self._promote(s, n)
                 self._look(s, n)
+                expect.update(self._recall(s, n, known))
             # the best-ranked untried actions over the frontier, at most per_node per state so
             # that every state of the beam is explored
             # Actions of different states are compared by their expected time: the state's
@@ -518,7 +595,8 @@ class Beam(Policy):
                 base = math.log(max(n.seconds, 1e-12)) - scores[0]
                 look = n.lookahead or {}
                 for ci, (c, sc) in enumerate(zip(cands, scores[1:])):
-                    pool.append((base + min(sc, look.get(c.text, sc)), fi, ci, n))
+                    # a change measured elsewhere is expected to do what it did there
+                    pool.append((expect.get(c.text, base + min(sc, look.get(c.text, sc))), fi, ci, n))
                     level_cands[(fi, ci)] = c
             if not pool:
                 break
