@@ -213,8 +213,8 @@ def _anchor(seed: int, group: Sequence[str]) -> float:
 
 #: a split other than the largest holding fewer than this share of its fraction of the examples
 #: takes groups from the largest (``assign_splits``), never past ``SPLIT_CEILING`` of it: a
-#: pool's workloads form a few large groups, and an accumulating line's first night put 10 of
-#: 274 examples (5 kernels) in a 10% validation split
+#: pool's workloads form a few large groups, and an accumulating line's third night held 10 of
+#: its 274 examples (from 5 kernels) in a 10% validation split
 SPLIT_FLOOR = 0.5
 SPLIT_CEILING = 1.5
 
