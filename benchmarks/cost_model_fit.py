@@ -74,8 +74,11 @@ def main() -> None:
     cores = a.cores
     if cores is None:
         manifest = a.release / "manifest.json"
-        fp = json.loads(manifest.read_text()).get("fingerprint", {}) if manifest.exists() else {}
-        cores = int((fp or {}).get("num_threads") or 2)
+        fps = json.loads(manifest.read_text()).get("fingerprints", {}) if manifest.exists() else {}
+        hw = (fps or {}).get("hardware") or {}
+        cores = int(hw.get("num_threads") or hw.get("cpu_affinity") or 0)
+        if not cores:
+            raise SystemExit(f"{a.release}: its manifest names no timing threads; pass --cores")
     steps = (pl.read_parquet(path, columns=["strategy", "site", "before_leir", "after_leir",
                                             "step_speedup", "verified"])
              .filter(pl.col("verified") & (pl.col("step_speedup") > 0)))
