@@ -14,8 +14,8 @@ against one MetaSchedule trial count; and the geometric means.
 scratch); ``--budget N`` is the one-budget form. ``--repeats R`` runs each of those searches R
 times: at 16 measurements noisy timings change the search's path (one kernel's final program
 differed 1.8x between two runs), so a budget's figure is then the median of the R final
-programs, all re-timed in the kernel's one set of rounds, and the summary adds each run's geomean. ``--ms-trials`` is MetaSchedule's trial count,
-independent of ours (default: our largest budget). Each budget gets its column ``@B/MS`` (ours
+programs, all re-timed in the kernel's one set of rounds, and the summary adds each run's
+geomean. ``--ms-trials`` is MetaSchedule's trial count, independent of ours (default: our largest budget). Each budget gets its column ``@B/MS`` (ours
 at B measurements / MetaSchedule at its trials) and summary lines: geomean, worst, how many
 kernels above 1.6, and the geomean over the fused-epilogue and normalization kernels (zoo
 families ``workloads.EPILOGUE_FAMILIES`` and ``NORM_FAMILIES``).

@@ -274,7 +274,8 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
             place[i] = pinned[first]
             fixed.add(i)
 
-    stepped = [i for i, g in enumerate(groups) if sum(weights.get(k, 0) for k in g) > 0]
+    steps_of = [sum(weights.get(k, 0) for k in g) for g in groups]   # per group
+    stepped = [i for i in range(len(groups)) if steps_of[i] > 0]
 
     def held(s: str, pred=lambda i: True) -> list[int]:
         return [i for i in stepped if place[i] == s and pred(i)]
@@ -283,13 +284,13 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
         a, b = interval[s]
         return 0.0 if a <= anchors[i] < b else min(abs(anchors[i] - a), abs(anchors[i] - b))
 
-    total_steps = sum(weights.get(k, 0) for g in groups for k in g)
+    total_steps = sum(steps_of)
 
     def big(i: int) -> bool:
         # a third of the kernels or of the examples: such a group is most of a release (the
         # workloads of a large pool connect into one component); in a small split it would
         # be the release's held-out examples instead of a sample of them
-        return 3 * len(groups[i]) > n_kernels or 3 * sum(weights.get(k, 0) for k in groups[i]) > total_steps
+        return 3 * len(groups[i]) > n_kernels or 3 * steps_of[i] > total_steps
 
     def take_into(s: str, pred=lambda i: True) -> None:
         donors = [i for i in stepped if place[i] != s and pred(i) and len(held(place[i])) >= 2
@@ -309,7 +310,7 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
                 take_into("test", lambda i: is_arch[i] == want_arch)
     if len(stepped) > len(names) and total_steps:
         def steps_in(s: str) -> int:
-            return sum(weights.get(k, 0) for i in held(s) for k in groups[i])
+            return sum(steps_of[i] for i in held(s))
 
         for s in sorted(names, key=lambda s: (frac[s], s)):
             if s == largest:
@@ -318,7 +319,7 @@ def assign_splits(groups: Sequence[Sequence[str]], weights: Mapping[str, int], f
             while steps_in(s) < SPLIT_FLOOR * share:
                 room = share * SPLIT_CEILING - steps_in(s)
                 donors = [i for i in held(largest) if i not in fixed and not big(i)
-                          and 0 < sum(weights.get(k, 0) for k in groups[i]) <= room]
+                          and 0 < steps_of[i] <= room]
                 if not donors:
                     break
                 place[min(donors, key=lambda i: (distance(i, s), groups[i][0]))] = s

@@ -359,8 +359,6 @@ def export_release(curated: str | Path | Mapping[str, Any], out: str | Path, *, 
     traj_speedups = trajs_df["speedup"].to_list()
     remeasured = [x for x in trajs_df["remeasured_speedup"].to_list() if x is not None]
     kernel_ids = kernels_df["kernel_id"].to_list()
-    if "step_key" not in rejects_df.columns:   # curated before rejects named their step
-        rejects_df = rejects_df.with_columns(pl.lit("").alias("step_key"))
     rejects = [_Rejected(*r) for r in rejects_df.select("strategy", "reason", "trajectory_id",
                                                         "step_index", "step_key").iter_rows()]
     plots = _plots(out / "plots", before, after, speedups, traj_speedups, tokens)

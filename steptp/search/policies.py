@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
 import random
 import zlib
+from collections import Counter
 from typing import Any, Optional
 
 from ..leir import ast as A
