@@ -5,13 +5,15 @@
 Prints: the share of SFT examples that lie on a path ending significantly faster than their
 before-state (the step itself, or its best measured descendant in the same search tree, by the
 release's significance rule), examples and pairs per split, roles, distinct prompts vs.
-examples, families of the searched kernels. The issue's bar: >= 95% on faster paths, every
+examples, families of the searched kernels, and the median of the trajectories' speedups
+re-timed interleaved at the end of each search. The issue's bar: >= 95% on faster paths, every
 split non-empty, pairs present.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from collections import Counter
 from pathlib import Path
@@ -52,6 +54,8 @@ def main(release: str) -> dict:
     ks = [KernelRecord.from_row({k: v for k, v in r.items() if k in kfields})
           for r in pl.read_parquet(rel / "data/kernels.parquet").iter_rows(named=True)]
     searched = [k for k in ks if k.search_status.startswith("searched")]
+    retimed = [x for x in pl.read_parquet(rel / "data/trajectories.parquet")["remeasured_speedup"].to_list()
+               if x is not None]
     out = {
         "sft_examples": len(sft),
         "sft_on_faster_paths": on_faster, "sft_share_on_faster_paths": on_faster / len(sft) if sft else None,
@@ -62,6 +66,10 @@ def main(release: str) -> dict:
                               "unscheduled_us": round((k.unscheduled_s or 0) * 1e6, 1)} for k in searched],
         "families": sorted({kernel_family(k) for k in searched}),
         "median_step_speedup_sft": (sorted(recs[i].step_speedup for i in sft)[len(sft) // 2] if sft else None),
+        # each search's final program against its unscheduled kernel, re-timed interleaved at
+        # the end of the search (the figure a search change must not lower)
+        "remeasured_trajectories": len(retimed),
+        "median_remeasured_trajectory_speedup": statistics.median(retimed) if retimed else None,
         "rule": rule.model_dump(),
     }
     return out
